@@ -1,0 +1,37 @@
+// Package names holds every annotation, resource and metric name capscale
+// shares with users, so that one place documents the public surface.
+package names
+
+const (
+	// UnderlayIPResource is the extended resource a pod requests for each
+	// underlay IP it needs (limits: {capscale.io/underlay-ip: 1}).
+	UnderlayIPResource = "capscale.io/underlay-ip"
+	// UnderlayIPCapacityAnnotation on a Node overrides the extender's
+	// --default-capacity for that node.
+	UnderlayIPCapacityAnnotation = "capscale.io/underlay-ip-capacity"
+
+	// SinglePodQPSAnnotation and TotalQPSAnnotation on a Deployment or
+	// StatefulSet are the inputs of the QPS policy.
+	SinglePodQPSAnnotation = "capscale.io/single-pod-qps"
+	TotalQPSAnnotation     = "capscale.io/total-qps"
+	// ReplicasBeforeStopAnnotation is written by stop and consumed by start.
+	ReplicasBeforeStopAnnotation = "capscale.io/replicas-before-stop"
+
+	// LoadIndexMetric is the external metric of a source's latest load index
+	// (label source).
+	LoadIndexMetric = "capscale-load-index"
+	// DesiredReplicasMetric is the external metric of a policy's replica
+	// count (labels workload and policy).
+	DesiredReplicasMetric = "capscale-desired-replicas"
+	// TotalQPSMetric is the external metric of a workload's total QPS.
+	TotalQPSMetric = "capscale-total-qps"
+	// RealQPSMetric is the QPS the ready replicas can serve.
+	RealQPSMetric = "capscale-real-qps"
+
+	// PolicyQPS and PolicyLoadStep are the values of the policy label.
+	PolicyQPS      = "qps"
+	PolicyLoadStep = "load-step"
+
+	// FieldManager is the server-side apply field manager of capscale.
+	FieldManager = "capscale"
+)
