@@ -1,0 +1,157 @@
+// Command localplane is what `make local-up` and `make local-down` run: it
+// starts the local control plane (and capscale's components) detached, writes
+// a kubeconfig and a sourceable env file, and later stops it all by pid.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/capscale/capscale/e2e/plane"
+)
+
+// state is what `up` leaves behind for `down`.
+type state struct {
+	Dir  string         `json:"dir"`
+	Pids map[string]int `json:"pids"`
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: localplane up|down [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "up":
+		err = up(os.Args[2:])
+	case "down":
+		err = down(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q (want up or down)", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "localplane:", err)
+		os.Exit(1)
+	}
+}
+
+func up(args []string) error {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	out := fs.String("dir", "_output/local", "directory for kubeconfig, env, logs and state")
+	nodes := fs.Int("nodes", 5, "number of kwok nodes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *nodes < 1 {
+		return fmt.Errorf("--nodes must be at least 1, got %d", *nodes)
+	}
+	dir, err := filepath.Abs(*out)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state.json")); err == nil {
+		return fmt.Errorf("a local plane already runs from %s: run `make local-down` first", dir)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "plane")); err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	start := time.Now()
+	p, err := plane.Start(ctx, plane.Options{
+		Dir:    filepath.Join(dir, "plane"),
+		Nodes:  *nodes,
+		Detach: true,
+		Logf:   func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) },
+	})
+	if err != nil {
+		return err
+	}
+	st := state{Dir: dir, Pids: map[string]int{}}
+	for _, proc := range p.Processes() {
+		st.Pids[proc.Name] = proc.Pid()
+	}
+	env := map[string]string{"KUBECONFIG": filepath.Join(dir, "kubeconfig")}
+	if err := finishUp(p, dir, st, env); err != nil {
+		p.Stop()
+		return err
+	}
+	fmt.Printf("local plane up in %.1fs with %d nodes; logs in %s\n", time.Since(start).Seconds(), *nodes, filepath.Join(dir, "plane", "logs"))
+	return nil
+}
+
+func finishUp(p *plane.Plane, dir string, st state, env map[string]string) error {
+	kc, err := os.ReadFile(p.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(env["KUBECONFIG"], kc, 0o600); err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "export %s=%q\n", k, env[k])
+	}
+	if err := os.WriteFile(filepath.Join(dir, "env"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "state.json"), js, 0o644)
+}
+
+func down(args []string) error {
+	fs := flag.NewFlagSet("down", flag.ContinueOnError)
+	out := fs.String("dir", "_output/local", "directory `up` used")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(*out)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Println("no local plane is running")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("reading %s: %w", filepath.Join(dir, "state.json"), err)
+	}
+	// Clients first, then the apiserver, then etcd.
+	for _, phase := range [][]string{nil, {"kube-apiserver"}, {"etcd"}} {
+		for name, pid := range st.Pids {
+			last := name == "kube-apiserver" || name == "etcd"
+			if (phase == nil && !last) || (phase != nil && phase[0] == name) {
+				plane.StopPid(pid, 3*time.Second)
+			}
+		}
+	}
+	for _, f := range []string{"state.json", "env", "kubeconfig"} {
+		os.Remove(filepath.Join(dir, f))
+	}
+	fmt.Printf("local plane stopped; logs kept in %s\n", filepath.Join(dir, "plane", "logs"))
+	return nil
+}

@@ -1,0 +1,70 @@
+//go:build e2e
+
+// Package e2e runs capscale against a real control plane on 127.0.0.1 (see
+// package plane). Run with `make e2e`; the control-plane binaries come from
+// `make control-plane`.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/capscale/capscale/e2e/plane"
+)
+
+// capscaleBin holds capscale's own binaries, built once by TestMain.
+var capscaleBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "capscale-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	capscaleBin = dir
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/...")
+	cmd.Dir = plane.RepoRoot()
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building capscale binaries:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// startPlane brings a plane up for one test and tears it down after, printing
+// every component's log tail if the test failed.
+func startPlane(t *testing.T, o plane.Options) *plane.Plane {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	o.Logf = t.Logf
+	p, err := plane.Start(ctx, o)
+	if err != nil {
+		t.Fatalf("starting control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("component logs:\n%s", p.LogTails(60))
+		}
+		p.Stop()
+	})
+	return p
+}
+
+// testContext is a context bounded by the test's deadline.
+func testContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

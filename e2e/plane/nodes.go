@@ -1,0 +1,106 @@
+package plane
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KwokAnnotation marks the nodes kwok manages.
+const KwokAnnotation = "kwok.x-k8s.io/node"
+
+// NodeName is the name of the i-th kwok node.
+func NodeName(i int) string { return fmt.Sprintf("kwok-node-%03d", i) }
+
+func (p *Plane) node(i int) (*corev1.Node, error) {
+	rl := corev1.ResourceList{}
+	for name, v := range map[corev1.ResourceName]string{
+		corev1.ResourceCPU: p.Opts.NodeShape.CPU, corev1.ResourceMemory: p.Opts.NodeShape.Memory, corev1.ResourcePods: p.Opts.NodeShape.Pods,
+	} {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return nil, fmt.Errorf("node shape %s=%q: %w", name, v, err)
+		}
+		rl[name] = q
+	}
+	name := NodeName(i)
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: map[string]string{KwokAnnotation: "fake"},
+			Labels:      map[string]string{"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
+		},
+		Status: corev1.NodeStatus{Capacity: rl, Allocatable: rl.DeepCopy()},
+	}
+	if p.Opts.Node != nil {
+		p.Opts.Node(i, n)
+	}
+	return n, nil
+}
+
+// createNodes creates the kwok nodes a few at a time and waits until all are
+// Ready (kwok's node-initialize stage sets the conditions).
+func (p *Plane) createNodes(ctx context.Context) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		sem  = make(chan struct{}, 16)
+	)
+	for i := 0; i < p.Opts.Nodes; i++ {
+		n, err := p.node(i)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := p.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("creating node %s: %w", n.Name, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := joinErrs(errs); err != nil {
+		return err
+	}
+	var kwok *Process
+	for _, proc := range p.Processes() {
+		if proc.Name == "kwok" {
+			kwok = proc
+		}
+	}
+	return p.waitUntil(ctx, kwok, nodeTimeout(p.Opts.Nodes), fmt.Sprintf("%d Ready nodes", p.Opts.Nodes), func(ctx context.Context) (bool, error) {
+		nodes, err := p.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ready := 0
+		for i := range nodes.Items {
+			if NodeReady(&nodes.Items[i]) {
+				ready++
+			}
+		}
+		return ready >= p.Opts.Nodes, nil
+	})
+}
+
+// NodeReady reports whether the node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func nodeTimeout(n int) time.Duration { return 60*time.Second + time.Duration(n)*100*time.Millisecond }

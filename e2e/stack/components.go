@@ -1,0 +1,141 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+	"k8s.io/utils/ptr"
+
+	"github.com/capscale/capscale/e2e/plane"
+)
+
+// AdapterService is the Service name the APIService points at.
+const AdapterService = "capscale-metrics-adapter"
+
+func (s *Stack) startAdapter(ctx context.Context) error {
+	kc, err := s.componentKubeconfig(ctx, "metrics-adapter/rbac.yaml", "capscale-metrics-adapter")
+	if err != nil {
+		return err
+	}
+	port, err := plane.FreePort()
+	if err != nil {
+		return err
+	}
+	cert, err := s.ServingCert("metrics-adapter", AdapterService+"."+Namespace+".svc", "localhost")
+	if err != nil {
+		return err
+	}
+	s.AdapterURL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	args := []string{
+		fmt.Sprintf("--secure-port=%d", port), "--bind-address=127.0.0.1",
+		"--tls-cert-file=" + cert.CertFile, "--tls-private-key-file=" + cert.KeyFile,
+		"--lister-kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--v=2",
+	}
+	if s.Opts.AdapterConfig != "" {
+		args = append(args, "--config="+s.Opts.AdapterConfig)
+	}
+	proc, err := s.StartProcess("metrics-adapter", filepath.Join(s.Opts.BinDir, "metrics-adapter"), append(args, s.Opts.AdapterArgs...)...)
+	if err != nil {
+		return err
+	}
+	s.Adapter = proc
+	if err := s.waitReady(ctx, proc, s.AdapterURL+"/readyz"); err != nil {
+		return err
+	}
+	return s.registerAPIService(ctx, port)
+}
+
+// registerAPIService makes the aggregator route external.metrics.k8s.io to
+// the adapter on 127.0.0.1: a selector-less Service plus an FQDN
+// EndpointSlice (IPv4 loopback endpoints are rejected), and the cluster CA as
+// caBundle so the aggregator verifies the adapter's certificate.
+func (s *Stack) registerAPIService(ctx context.Context, port int) error {
+	cs := s.Client
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: AdapterService, Namespace: Namespace},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP}}},
+	}
+	if _, err := cs.CoreV1().Services(Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating adapter Service: %w", err)
+	}
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: AdapterService + "-local", Namespace: Namespace, Labels: map[string]string{discoveryv1.LabelServiceName: AdapterService}},
+		AddressType: discoveryv1.AddressTypeFQDN,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices(Namespace).Create(ctx, es, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating adapter EndpointSlice: %w", err)
+	}
+	ac, err := aggregator.NewForConfig(s.Config)
+	if err != nil {
+		return err
+	}
+	api := &apiregv1.APIService{
+		ObjectMeta: metav1.ObjectMeta{Name: "v1beta1.external.metrics.k8s.io"},
+		Spec: apiregv1.APIServiceSpec{
+			Service:              &apiregv1.ServiceReference{Namespace: Namespace, Name: AdapterService, Port: ptr.To(int32(443))},
+			Group:                "external.metrics.k8s.io",
+			Version:              "v1beta1",
+			CABundle:             s.PKI.ClusterCA.CAData(),
+			GroupPriorityMinimum: 100,
+			VersionPriority:      100,
+		},
+	}
+	if _, err := ac.ApiregistrationV1().APIServices().Create(ctx, api, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating APIService: %w", err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := ac.ApiregistrationV1().APIServices().Get(ctx, api.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiregv1.Available && c.Status == apiregv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+func (s *Stack) startWorkloadAPI(ctx context.Context) error {
+	kc, err := s.componentKubeconfig(ctx, "workload-api/rbac.yaml", "capscale-workload-api")
+	if err != nil {
+		return err
+	}
+	port, err := plane.FreePort()
+	if err != nil {
+		return err
+	}
+	cert, err := s.ServingCert("workload-api", "capscale-workload-api."+Namespace+".svc", "localhost")
+	if err != nil {
+		return err
+	}
+	s.WorkloadAPIURL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	args := []string{
+		fmt.Sprintf("--bind-address=127.0.0.1:%d", port), "--kubeconfig=" + kc,
+		"--tls-cert-file=" + cert.CertFile, "--tls-private-key-file=" + cert.KeyFile, "--v=2",
+	}
+	proc, err := s.StartProcess("workload-api", filepath.Join(s.Opts.BinDir, "workload-api"), append(args, s.Opts.WorkloadArgs...)...)
+	if err != nil {
+		return err
+	}
+	s.WorkloadAPI = proc
+	return s.waitReady(ctx, proc, s.WorkloadAPIURL+"/readyz")
+}
+
+func newGet(ctx context.Context, url string) (*http.Request, error) {
+	return http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+}

@@ -1,0 +1,197 @@
+// Package stack runs capscale's components as real processes on a local
+// control plane (package plane), wired the way an operator would wire them:
+// the extender in kube-scheduler's configuration, the metrics adapter behind
+// the external-metrics APIService, and the workload API beside it. Each
+// component authenticates as its own ServiceAccount with the RBAC from
+// deploy/, so a missing permission fails the tests that use it.
+package stack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/capscale/capscale/e2e/plane"
+)
+
+// Namespace is where capscale's ServiceAccounts live.
+const Namespace = "capscale-system"
+
+// Options choose which components run and how.
+type Options struct {
+	Plane plane.Options
+	// BinDir holds capscale's binaries (make build); default <repo>/_output/bin.
+	BinDir string
+
+	Extender     bool
+	ExtenderArgs []string
+	// SchedulerConfigFile is the KubeSchedulerConfiguration with the
+	// extender; default deploy/scheduler/kube-scheduler-config.yaml.
+	SchedulerConfigFile string
+
+	Adapter       bool
+	AdapterConfig string
+	AdapterArgs   []string
+
+	WorkloadAPI  bool
+	WorkloadArgs []string
+}
+
+// Stack is a running plane with capscale's components.
+type Stack struct {
+	*plane.Plane
+	Opts Options
+
+	ExtenderURL, AdapterURL, WorkloadAPIURL string
+	Extender, Adapter, WorkloadAPI          *plane.Process
+
+	extenderPort int
+	extenderKC   string
+}
+
+// Start brings up the plane and the chosen components, each ready to serve.
+func Start(ctx context.Context, o Options) (s *Stack, err error) {
+	if o.BinDir == "" {
+		o.BinDir = filepath.Join(plane.RepoRoot(), "_output", "bin")
+	}
+	s = &Stack{Opts: o}
+	if o.Extender {
+		if s.extenderPort, err = plane.FreePort(); err != nil {
+			return nil, err
+		}
+		s.ExtenderURL = fmt.Sprintf("http://127.0.0.1:%d", s.extenderPort)
+		file := o.SchedulerConfigFile
+		if file == "" {
+			file = filepath.Join(plane.RepoRoot(), "deploy", "scheduler", "kube-scheduler-config.yaml")
+		}
+		if o.Plane.SchedulerConfig, err = SchedulerConfigWithExtender(file, s.ExtenderURL); err != nil {
+			return nil, err
+		}
+	}
+	if s.Plane, err = plane.Start(ctx, o.Plane); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, s.LogTails(40))
+			s.Stop()
+		}
+	}()
+	if _, err = s.Kubectl(ctx, "apply", "-f", DeployFile("namespace.yaml")); err != nil {
+		return s, err
+	}
+	if o.Extender {
+		if err = s.startExtender(ctx); err != nil {
+			return s, err
+		}
+	}
+	if o.Adapter {
+		if err = s.startAdapter(ctx); err != nil {
+			return s, err
+		}
+	}
+	if o.WorkloadAPI {
+		if err = s.startWorkloadAPI(ctx); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// DeployFile is the path of a file under deploy/.
+func DeployFile(rel string) string { return filepath.Join(plane.RepoRoot(), "deploy", rel) }
+
+// SchedulerConfigWithExtender reads a KubeSchedulerConfiguration and points
+// every extender at url, leaving the rest as written.
+func SchedulerConfigWithExtender(file, url string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return "", fmt.Errorf("parsing %s: %w", file, err)
+	}
+	exts, _ := m["extenders"].([]any)
+	if len(exts) == 0 {
+		return "", fmt.Errorf("%s configures no extender", file)
+	}
+	for _, e := range exts {
+		if em, ok := e.(map[string]any); ok {
+			em["urlPrefix"] = url
+		}
+	}
+	out, err := yaml.Marshal(m)
+	return string(out), err
+}
+
+// componentKubeconfig applies the component's RBAC from deploy/ and returns a
+// kubeconfig for its ServiceAccount.
+func (s *Stack) componentKubeconfig(ctx context.Context, rbacFile, serviceAccount string) (string, error) {
+	if _, err := s.Kubectl(ctx, "apply", "-f", DeployFile(rbacFile)); err != nil {
+		return "", err
+	}
+	return s.ServiceAccountKubeconfig(ctx, Namespace, serviceAccount)
+}
+
+func (s *Stack) startExtender(ctx context.Context) error {
+	kc, err := s.componentKubeconfig(ctx, "extender/rbac.yaml", "capscale-extender")
+	if err != nil {
+		return err
+	}
+	s.extenderKC = kc
+	return s.StartExtender(ctx)
+}
+
+// StartExtender (re)starts the extender process on its fixed port and waits
+// for /readyz, which turns ready once its ledger is rebuilt from the pods.
+func (s *Stack) StartExtender(ctx context.Context) error {
+	args := append([]string{
+		fmt.Sprintf("--bind-address=127.0.0.1:%d", s.extenderPort),
+		"--kubeconfig=" + s.extenderKC, "--v=2",
+	}, s.Opts.ExtenderArgs...)
+	proc, err := s.StartProcess("extender", filepath.Join(s.Opts.BinDir, "extender"), args...)
+	if err != nil {
+		return err
+	}
+	s.Extender = proc
+	return s.waitReady(ctx, proc, s.ExtenderURL+"/readyz")
+}
+
+// KillExtender ends the extender with SIGKILL, as a crash would.
+func (s *Stack) KillExtender() { s.Extender.Kill() }
+
+func (s *Stack) waitReady(ctx context.Context, proc *plane.Process, url string) error {
+	c, err := s.HTTPClient()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if exited, err := proc.Exited(); exited {
+			return fmt.Errorf("%s exited before ready: %v\n%s", proc.Name, err, proc.Tail(40))
+		}
+		req, err := newGet(ctx, url)
+		if err != nil {
+			return err
+		}
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready at %s after 60s\n%s", proc.Name, url, proc.Tail(40))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
