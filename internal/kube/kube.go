@@ -60,4 +60,3 @@ func DropManagedFields(obj interface{}) (interface{}, error) {
 	}
 	return obj, nil
 }
-
