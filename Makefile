@@ -49,12 +49,13 @@ lint: ## gofmt, go vet (unit and e2e builds).
 
 .PHONY: local-up
 local-up: build control-plane ## Start the local plane with capscale wired in (NODES=5); writes _output/local/{kubeconfig,env}.
-	$(GO) run ./e2e/cmd/localplane up --dir $(OUT)/local --nodes $(NODES)
+	$(GO) build -o $(BIN)/localplane ./e2e/cmd/localplane
+	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
 	@echo "source $(OUT)/local/env   # then: kubectl get nodes"
 
 .PHONY: local-down
 local-down: ## Stop everything local-up started.
-	$(GO) run ./e2e/cmd/localplane down --dir $(OUT)/local
+	@if [ -x $(BIN)/localplane ]; then $(BIN)/localplane down --dir $(OUT)/local; else $(GO) run ./e2e/cmd/localplane down --dir $(OUT)/local; fi
 
 .PHONY: demo
 demo: ## Build everything, start the local plane and walk through what capscale does.

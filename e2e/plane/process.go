@@ -36,9 +36,11 @@ func startProcess(logDir, name, bin string, args []string, detach bool) (*Proces
 	defer f.Close()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if !detach {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	// Either way the process leads its own group, so Stop reaches its children.
+	if detach {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	} else {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)

@@ -39,6 +39,10 @@ type Options struct {
 
 	WorkloadAPI  bool
 	WorkloadArgs []string
+
+	// Prepare runs after the plane is up and before capscale's components
+	// start: the place to start a load source or write the adapter config.
+	Prepare func(ctx context.Context, s *Stack) error
 }
 
 // Stack is a running plane with capscale's components.
@@ -58,7 +62,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.BinDir == "" {
 		o.BinDir = filepath.Join(plane.RepoRoot(), "_output", "bin")
 	}
-	s = &Stack{Opts: o}
+	s = &Stack{}
 	if o.Extender {
 		if s.extenderPort, err = plane.FreePort(); err != nil {
 			return nil, err
@@ -72,6 +76,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return nil, err
 		}
 	}
+	s.Opts = o
 	if s.Plane, err = plane.Start(ctx, o.Plane); err != nil {
 		return nil, err
 	}
@@ -83,6 +88,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}()
 	if _, err = s.Kubectl(ctx, "apply", "-f", DeployFile("namespace.yaml")); err != nil {
 		return s, err
+	}
+	if o.Prepare != nil {
+		if err = o.Prepare(ctx, s); err != nil {
+			return s, err
+		}
 	}
 	if o.Extender {
 		if err = s.startExtender(ctx); err != nil {

@@ -18,17 +18,31 @@ import (
 	"time"
 
 	"github.com/capscale/capscale/e2e/plane"
+	"github.com/capscale/capscale/e2e/stack"
 )
 
 // state is what `up` leaves behind for `down`.
 type state struct {
-	Dir  string         `json:"dir"`
-	Pids map[string]int `json:"pids"`
+	Dir   string    `json:"dir"`
+	Procs []procRef `json:"processes"`
+}
+
+// procRef names a started process; down signals it only while /proc says
+// the pid still runs the same executable, so a reused pid is left alone.
+type procRef struct {
+	Name string `json:"name"`
+	Pid  int    `json:"pid"`
+	Exe  string `json:"exe"`
+}
+
+func (r procRef) alive() bool {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", r.Pid))
+	return err == nil && strings.TrimSuffix(exe, " (deleted)") == r.Exe
 }
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: localplane up|down [flags]")
+		fmt.Fprintln(os.Stderr, "usage: localplane up|down|load-source [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -37,6 +51,8 @@ func main() {
 		err = up(os.Args[2:])
 	case "down":
 		err = down(os.Args[2:])
+	case "load-source":
+		err = serveLoadSource(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q (want up or down)", os.Args[1])
 	}
@@ -49,7 +65,9 @@ func main() {
 func up(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	out := fs.String("dir", "_output/local", "directory for kubeconfig, env, logs and state")
+	bin := fs.String("bin-dir", "_output/bin", "directory with the control-plane and capscale binaries")
 	nodes := fs.Int("nodes", 5, "number of kwok nodes")
+	adapterConfig := fs.String("adapter-config", "", "metrics adapter config file; empty: a demo config polling a local load source")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,6 +78,18 @@ func up(args []string) error {
 	if err != nil {
 		return err
 	}
+	binDir, err := filepath.Abs(*bin)
+	if err != nil {
+		return err
+	}
+	if *adapterConfig != "" {
+		if *adapterConfig, err = filepath.Abs(*adapterConfig); err != nil {
+			return err
+		}
+		if _, err := os.Stat(*adapterConfig); err != nil {
+			return fmt.Errorf("adapter config: %w", err)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(dir, "state.json")); err == nil {
 		return fmt.Errorf("a local plane already runs from %s: run `make local-down` first", dir)
 	}
@@ -69,22 +99,45 @@ func up(args []string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	start := time.Now()
-	p, err := plane.Start(ctx, plane.Options{
-		Dir:    filepath.Join(dir, "plane"),
-		Nodes:  *nodes,
-		Detach: true,
-		Logf:   func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) },
+	env := map[string]string{"KUBECONFIG": filepath.Join(dir, "kubeconfig")}
+	logf := func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) }
+	s, err := stack.Start(ctx, stack.Options{
+		Plane: plane.Options{
+			Dir: filepath.Join(dir, "plane"), BinDir: binDir, Nodes: *nodes, Detach: true, Logf: logf,
+			// Short enough for the demo to show the HPA acting; the default is 15s.
+			HPASyncPeriod: 5 * time.Second,
+		},
+		BinDir:   binDir,
+		Extender: true, Adapter: true, WorkloadAPI: true,
+		AdapterConfig: *adapterConfig,
+		Prepare: func(ctx context.Context, s *stack.Stack) error {
+			logf("starting capscale: extender, metrics adapter, workload API")
+			if *adapterConfig != "" {
+				return nil
+			}
+			url, cfg, err := startLoadSource(s, binDir)
+			if err != nil {
+				return err
+			}
+			env["LOAD_SOURCE_URL"] = url
+			s.Opts.AdapterConfig = cfg
+			return nil
+		},
 	})
 	if err != nil {
 		return err
 	}
-	st := state{Dir: dir, Pids: map[string]int{}}
-	for _, proc := range p.Processes() {
-		st.Pids[proc.Name] = proc.Pid()
+	st := state{Dir: dir}
+	for _, proc := range s.Processes() {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", proc.Pid()))
+		st.Procs = append(st.Procs, procRef{Name: proc.Name, Pid: proc.Pid(), Exe: exe})
 	}
-	env := map[string]string{"KUBECONFIG": filepath.Join(dir, "kubeconfig")}
-	if err := finishUp(p, dir, st, env); err != nil {
-		p.Stop()
+	env["EXTENDER_URL"] = s.ExtenderURL
+	env["ADAPTER_URL"] = s.AdapterURL
+	env["WORKLOAD_API_URL"] = s.WorkloadAPIURL
+	env["CAPSCALE_CA_FILE"] = s.PKI.ClusterCA.CertFile
+	if err := finishUp(s.Plane, dir, st, env); err != nil {
+		s.Stop()
 		return err
 	}
 	fmt.Printf("local plane up in %.1fs with %d nodes; logs in %s\n", time.Since(start).Seconds(), *nodes, filepath.Join(dir, "plane", "logs"))
@@ -141,11 +194,19 @@ func down(args []string) error {
 		return fmt.Errorf("reading %s: %w", filepath.Join(dir, "state.json"), err)
 	}
 	// Clients first, then the apiserver, then etcd.
-	for _, phase := range [][]string{nil, {"kube-apiserver"}, {"etcd"}} {
-		for name, pid := range st.Pids {
-			last := name == "kube-apiserver" || name == "etcd"
-			if (phase == nil && !last) || (phase != nil && phase[0] == name) {
-				plane.StopPid(pid, 3*time.Second)
+	order := func(name string) int {
+		switch name {
+		case "kube-apiserver":
+			return 1
+		case "etcd":
+			return 2
+		}
+		return 0
+	}
+	for phase := 0; phase <= 2; phase++ {
+		for _, r := range st.Procs {
+			if order(r.Name) == phase && r.alive() {
+				plane.StopPid(r.Pid, 3*time.Second)
 			}
 		}
 	}
