@@ -1,0 +1,105 @@
+// Package app wires the extender binary: flags, validation, clients,
+// informers and the HTTP server.
+package app
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/capscale/capscale/extender"
+)
+
+// Options are the extender's command-line options.
+type Options struct {
+	// BindAddress is host:port of the HTTP(S) server.
+	BindAddress string
+	// Kubeconfig is a kubeconfig file; empty means in-cluster config.
+	Kubeconfig string
+	// DefaultCapacity is the underlay IP capacity of a node without the
+	// capscale.io/underlay-ip-capacity annotation.
+	DefaultCapacity int64
+	// TLSCertFile and TLSPrivateKeyFile enable HTTPS (kube-scheduler's
+	// enableHTTPS) when both are set.
+	TLSCertFile, TLSPrivateKeyFile string
+	// MaxRequestBytes bounds request bodies.
+	MaxRequestBytes int64
+	// ReservationTTL bounds how long a bind with an unknown outcome keeps
+	// its IPs reserved.
+	ReservationTTL time.Duration
+	// ShutdownTimeout bounds graceful shutdown.
+	ShutdownTimeout time.Duration
+	// Logs are the component-base logging options (-v, --logging-format, ...).
+	Logs *logsapi.LoggingConfiguration
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		BindAddress:     ":8888",
+		DefaultCapacity: 10,
+		MaxRequestBytes: extender.DefaultMaxRequestBytes,
+		ReservationTTL:  time.Minute,
+		ShutdownTimeout: 10 * time.Second,
+		Logs:            logsapi.NewLoggingConfiguration(),
+	}
+}
+
+// Flags returns the options as named flag sets, for usage output by section.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("extender")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "host:port to serve the extender API, /metrics and probes on.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; empty uses the in-cluster config.")
+	fs.Int64Var(&o.DefaultCapacity, "default-capacity", o.DefaultCapacity, "Underlay IP capacity of a node without the capscale.io/underlay-ip-capacity annotation.")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "x509 certificate file for HTTPS; needs --tls-private-key-file.")
+	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "Private key file matching --tls-cert-file.")
+	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "Largest request body accepted; the default fits 5000 full Node objects.")
+	fs.DurationVar(&o.ReservationTTL, "reservation-ttl", o.ReservationTTL, "How long a bind whose outcome is unknown keeps its IPs reserved unless the pod shows up bound.")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight requests may take to finish on SIGTERM.")
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
+	return fss
+}
+
+// AddFlags adds every flag set to fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	for _, f := range o.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+}
+
+// Validate reports every invalid option.
+func (o *Options) Validate() []error {
+	var errs []error
+	if host, port, err := net.SplitHostPort(o.BindAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--bind-address %q: %w", o.BindAddress, err))
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		errs = append(errs, fmt.Errorf("--bind-address %q: invalid port %q", o.BindAddress, port))
+	} else if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+		errs = append(errs, fmt.Errorf("--bind-address %q: host must be an IP address or localhost", o.BindAddress))
+	}
+	if o.DefaultCapacity < 0 {
+		errs = append(errs, fmt.Errorf("--default-capacity must be >= 0, got %d", o.DefaultCapacity))
+	}
+	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
+		errs = append(errs, fmt.Errorf("--tls-cert-file and --tls-private-key-file must be set together"))
+	}
+	if o.MaxRequestBytes < 1<<10 {
+		errs = append(errs, fmt.Errorf("--max-request-bytes must be at least 1024, got %d", o.MaxRequestBytes))
+	}
+	if o.ReservationTTL <= 0 {
+		errs = append(errs, fmt.Errorf("--reservation-ttl must be positive, got %s", o.ReservationTTL))
+	}
+	if o.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout must be positive, got %s", o.ShutdownTimeout))
+	}
+	for _, err := range logsapi.Validate(o.Logs, nil, nil) {
+		errs = append(errs, err)
+	}
+	return errs
+}

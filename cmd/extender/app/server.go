@@ -1,0 +1,125 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/capscale/capscale/extender"
+	"github.com/capscale/capscale/internal/httpserver"
+	"github.com/capscale/capscale/internal/kube"
+)
+
+const component = "extender"
+
+// NewCommand returns the extender command; it runs until SIGTERM or SIGINT.
+func NewCommand() *cobra.Command {
+	o := NewOptions()
+	cmd := &cobra.Command{
+		Use:   "extender",
+		Short: "kube-scheduler extender that never over-commits a node's underlay IPs",
+		Long: `extender answers kube-scheduler's filter, prioritize, bind and preempt calls
+for pods that request the capscale.io/underlay-ip extended resource.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Logging first, so that everything after logs the configured way.
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+				return err
+			}
+			cliflag.PrintFlags(cmd.Flags())
+			if errs := o.Validate(); len(errs) > 0 {
+				return utilerrors.NewAggregate(errs)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return o.Run(ctx)
+		},
+	}
+	fss := o.Flags()
+	for _, f := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(f)
+	}
+	cliflag.SetUsageAndHelpFunc(cmd, fss, 80)
+	return cmd
+}
+
+// Run connects to the API server and serves until ctx is done.
+func (o *Options) Run(ctx context.Context) error {
+	cfg, err := kube.RESTConfig(o.Kubeconfig, component)
+	if err != nil {
+		return err
+	}
+	cs, err := kube.Clientset(cfg)
+	if err != nil {
+		return err
+	}
+	return o.RunWithClient(ctx, cs, nil)
+}
+
+// RunWithClient serves with the given clientset until ctx is done. listening,
+// if not nil, receives the bound address.
+func (o *Options) RunWithClient(ctx context.Context, cs kubernetes.Interface, listening func(net.Addr)) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := extender.NewMetrics(reg)
+
+	factory := kube.InformerFactory(cs)
+	podInformer := extender.PodInformer(factory)
+	nodeInformer := factory.Core().V1().Nodes().Informer()
+	ledger := extender.NewLedger(extender.LedgerOptions{
+		DefaultCapacity: o.DefaultCapacity,
+		ReservationTTL:  o.ReservationTTL,
+		Metrics:         metrics,
+	})
+	synced, err := ledger.Attach(podInformer, nodeInformer)
+	if err != nil {
+		return err
+	}
+	binder := extender.NewBinder(cs, corelisters.NewPodLister(podInformer.GetIndexer()), ledger)
+	handler := extender.NewHandler(extender.HandlerOptions{
+		Ledger:          ledger,
+		Binder:          binder,
+		Ready:           synced,
+		MaxRequestBytes: o.MaxRequestBytes,
+		Registerer:      reg,
+		Gatherer:        reg,
+	})
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	go ledger.Run(ctx)
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), synced) {
+			t := ledger.Report().Totals
+			klog.InfoS("Underlay IP ledger rebuilt from informers, ready", "nodes", t.Nodes, "capacity", t.Capacity, "used", t.Used)
+		}
+	}()
+
+	err = httpserver.Serve(ctx, httpserver.Options{
+		Addr:            o.BindAddress,
+		CertFile:        o.TLSCertFile,
+		KeyFile:         o.TLSPrivateKeyFile,
+		ShutdownTimeout: o.ShutdownTimeout,
+	}, handler, listening)
+	if err != nil {
+		return fmt.Errorf("extender server: %w", err)
+	}
+	klog.InfoS("Extender stopped")
+	return nil
+}

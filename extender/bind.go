@@ -1,0 +1,154 @@
+package extender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// Binder binds pods for kube-scheduler, re-checking the node's capacity under
+// the ledger lock first.
+type Binder struct {
+	client  kubernetes.Interface
+	pods    corelisters.PodLister
+	ledger  *Ledger
+	metrics *Metrics
+}
+
+// NewBinder returns a Binder that reads pods from the lister and creates
+// Bindings with client.
+func NewBinder(client kubernetes.Interface, pods corelisters.PodLister, ledger *Ledger) *Binder {
+	return &Binder{client: client, pods: pods, ledger: ledger, metrics: ledger.metrics}
+}
+
+// Bind result labels of capscale_extender_binds_total.
+const (
+	bindBound        = "bound"
+	bindAlreadyBound = "already_bound"
+	bindNoRoom       = "no_room"
+	bindError        = "error"
+)
+
+// Bind binds the pod in args to args.Node if the node still has room for it.
+// A pod already bound to that node is a success: a bind that timed out on the
+// scheduler's side may have landed. The returned error is meant for
+// ExtenderBindingResult.Error; kube-scheduler then retries the pod.
+func (b *Binder) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) error {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node)
+	result, err := b.bind(ctx, logger, args)
+	b.metrics.Binds.WithLabelValues(result).Inc()
+	if err != nil {
+		logger.V(2).Info("Bind refused", "result", result, "err", err)
+		return err
+	}
+	logger.V(4).Info("Bound", "result", result)
+	return nil
+}
+
+func (b *Binder) bind(ctx context.Context, logger klog.Logger, args *extenderv1.ExtenderBindingArgs) (string, error) {
+	uid := args.PodUID
+	var need int64
+	pod, err := b.pods.Pods(args.PodNamespace).Get(args.PodName)
+	switch {
+	case err == nil:
+		if uid != "" && pod.UID != uid {
+			return bindError, fmt.Errorf("pod %s/%s has UID %s, not %s: it was recreated", args.PodNamespace, args.PodName, pod.UID, uid)
+		}
+		uid = pod.UID
+		if pod.Spec.NodeName == args.Node {
+			return bindAlreadyBound, nil
+		}
+		if pod.Spec.NodeName != "" {
+			b.metrics.BindConflicts.WithLabelValues("bound_elsewhere").Inc()
+			return bindError, fmt.Errorf("pod %s/%s is already bound to node %s", args.PodNamespace, args.PodName, pod.Spec.NodeName)
+		}
+		need = PodNeed(pod)
+	case apierrors.IsNotFound(err):
+		// The informer may lag behind the scheduler's: use what filter saw.
+		n, ok := b.ledger.RememberedNeed(uid)
+		if !ok {
+			return bindError, fmt.Errorf("pod %s/%s is not known to the extender yet, retry", args.PodNamespace, args.PodName)
+		}
+		need = n
+	default:
+		return bindError, fmt.Errorf("reading pod %s/%s from the informer cache: %w", args.PodNamespace, args.PodName, err)
+	}
+
+	res := b.ledger.Reserve(uid, args.PodNamespace, args.PodName, args.Node, need)
+	switch {
+	case res.AlreadyBound:
+		return bindAlreadyBound, nil
+	case res.BoundElsewhere != "":
+		b.metrics.BindConflicts.WithLabelValues("bound_elsewhere").Inc()
+		return bindError, fmt.Errorf("binding pod %s/%s: %s", args.PodNamespace, args.PodName, res.Verdict.Reason)
+	case !res.Verdict.Fit:
+		b.metrics.BindConflicts.WithLabelValues("no_room").Inc()
+		return bindNoRoom, fmt.Errorf("binding pod %s/%s to node %s: %s", args.PodNamespace, args.PodName, args.Node, res.Verdict.Reason)
+	}
+
+	binding := &v1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: args.PodNamespace, Name: args.PodName, UID: uid},
+		Target:     v1.ObjectReference{Kind: "Node", Name: args.Node},
+	}
+	err = b.client.CoreV1().Pods(args.PodNamespace).Bind(ctx, binding, metav1.CreateOptions{})
+	if err == nil {
+		// The reservation stays until the informer shows the pod bound.
+		return bindBound, nil
+	}
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		if b.boundTo(ctx, args.PodNamespace, args.PodName, uid) == args.Node {
+			// An earlier attempt landed; the reservation (if any) ends when
+			// the informer delivers the bound pod.
+			return bindAlreadyBound, nil
+		}
+		b.ledger.Release(uid, res.Token)
+		b.metrics.BindConflicts.WithLabelValues("bound_elsewhere").Inc()
+		return bindError, fmt.Errorf("binding pod %s/%s to node %s: %w", args.PodNamespace, args.PodName, args.Node, err)
+	}
+	if ambiguous(err) {
+		// The Binding may still land: keep the IPs reserved for a while.
+		b.ledger.Unconfirmed(uid, res.Token)
+		logger.Info("Binding outcome unknown, keeping the reservation", "err", err)
+	} else {
+		b.ledger.Release(uid, res.Token)
+	}
+	return bindError, fmt.Errorf("binding pod %s/%s to node %s: %w", args.PodNamespace, args.PodName, args.Node, err)
+}
+
+// boundTo returns the node the pod is bound to, from the informer or, since
+// this only runs after a conflicting Binding, one GET to the API server.
+func (b *Binder) boundTo(ctx context.Context, namespace, name string, uid types.UID) string {
+	if pod, err := b.pods.Pods(namespace).Get(name); err == nil && pod.UID == uid && pod.Spec.NodeName != "" {
+		return pod.Spec.NodeName
+	}
+	pod, err := b.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || pod.UID != uid {
+		return ""
+	}
+	return pod.Spec.NodeName
+}
+
+// ambiguous reports whether a failed Binding may nevertheless have been
+// persisted: timeouts, cancelled contexts, transport and server errors.
+func ambiguous(err error) bool {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.As(err, &netErr):
+		return true
+	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), apierrors.IsInternalError(err),
+		apierrors.IsServiceUnavailable(err), apierrors.IsUnexpectedServerError(err):
+		return true
+	}
+	var status apierrors.APIStatus
+	return !errors.As(err, &status)
+}

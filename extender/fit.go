@@ -1,0 +1,89 @@
+package extender
+
+import (
+	"fmt"
+
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// NodeUsage is what the ledger knows about one node's underlay IPs.
+type NodeUsage struct {
+	// Known is false for a node the node informer has not (or no longer)
+	// seen; its capacity is then 0.
+	Known bool
+	// Capacity is the node's capacity; 0 when CapacityError is set.
+	Capacity int64
+	// CapacityError explains an invalid capacity annotation.
+	CapacityError string
+	// Used is held by bound, non-terminal pods; Reserved by binds in flight.
+	Used, Reserved int64
+}
+
+// Free is the number of IPs still available on the node, never negative.
+func (u NodeUsage) Free() int64 {
+	return max(0, u.Capacity-u.Used-u.Reserved)
+}
+
+// Cause labels of a rejected node, used in capscale_extender_filtered_nodes_total.
+const (
+	CauseExhausted        = "exhausted"
+	CauseCapacityTooSmall = "capacity_too_small"
+	CauseInvalidCapacity  = "invalid_capacity"
+	CauseUnknownNode      = "unknown_node"
+)
+
+// Verdict is the decision for one node.
+type Verdict struct {
+	// Fit is true when the pod's need fits the node's free IPs.
+	Fit bool
+	// Unresolvable is true when no preemption can make the pod fit (the
+	// node's whole capacity is too small).
+	Unresolvable bool
+	// Cause is a short label; Reason the sentence for FailedNodes.
+	Cause, Reason string
+}
+
+// Fits decides whether need IPs fit a node with usage u.
+func Fits(u NodeUsage, need int64) Verdict {
+	switch {
+	case need <= 0:
+		return Verdict{Fit: true}
+	case !u.Known:
+		return Verdict{Cause: CauseUnknownNode, Reason: "node is unknown to the underlay IP extender"}
+	case u.CapacityError != "":
+		return Verdict{Unresolvable: true, Cause: CauseInvalidCapacity,
+			Reason: fmt.Sprintf("%s, pod needs %d", u.CapacityError, need)}
+	case need > u.Capacity:
+		return Verdict{Unresolvable: true, Cause: CauseCapacityTooSmall,
+			Reason: fmt.Sprintf("underlay IP capacity too small: node has %d, pod needs %d", u.Capacity, need)}
+	case u.Used+u.Reserved+need > u.Capacity:
+		return Verdict{Cause: CauseExhausted,
+			Reason: fmt.Sprintf("underlay IPs exhausted: %d/%d used, pod needs %d", u.Used+u.Reserved, u.Capacity, need)}
+	}
+	return Verdict{Fit: true}
+}
+
+// Scores maps free IPs to the extender scale: the node with the most free
+// IPs gets MaxExtenderPriority, the others proportionally less (rounded
+// down), a node where the pod does not fit 0. A pod that needs no IPs gets 0
+// everywhere so that the extender does not sway its placement. out is
+// reused when it has the room.
+func Scores(need int64, usages []NodeUsage, out []int64) []int64 {
+	out = out[:0]
+	var best int64
+	if need > 0 {
+		for _, u := range usages {
+			if Fits(u, need).Fit {
+				best = max(best, u.Free())
+			}
+		}
+	}
+	for _, u := range usages {
+		var s int64
+		if best > 0 && Fits(u, need).Fit {
+			s = u.Free() * extenderv1.MaxExtenderPriority / best
+		}
+		out = append(out, s)
+	}
+	return out
+}

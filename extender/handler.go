@@ -1,0 +1,232 @@
+package extender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/capscale/capscale/internal/httpserver"
+)
+
+// DefaultMaxRequestBytes bounds a request body. A full ExtenderArgs of 5000
+// realistic Nodes (images and status, ~17 KiB each) is ~85 MiB.
+const DefaultMaxRequestBytes int64 = 100 << 20
+
+// HandlerOptions configure NewHandler.
+type HandlerOptions struct {
+	// Ledger answers filter, prioritize, preempt and /capacity.
+	Ledger *Ledger
+	// Binder answers bind.
+	Binder *Binder
+	// Ready reports whether the ledger has been rebuilt from the informers;
+	// until then the verbs answer 503 and /readyz fails. Nil means ready.
+	Ready func() bool
+	// MaxRequestBytes bounds request bodies; 0 means DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+	// Registerer receives the request metrics; Gatherer serves /metrics.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+}
+
+type server struct {
+	ledger   *Ledger
+	binder   *Binder
+	ready    func() bool
+	maxBytes int64
+}
+
+// NewHandler returns the extender's HTTP API: POST /filter, /prioritize,
+// /bind, /preempt; GET /capacity, /healthz, /readyz, /metrics.
+func NewHandler(o HandlerOptions) http.Handler {
+	s := &server{ledger: o.Ledger, binder: o.Binder, ready: o.Ready, maxBytes: o.MaxRequestBytes}
+	if s.ready == nil {
+		s.ready = func() bool { return true }
+	}
+	if s.maxBytes <= 0 {
+		s.maxBytes = DefaultMaxRequestBytes
+	}
+	inst := httpserver.NewInstrumenter("extender", o.Registerer)
+
+	r := chi.NewRouter()
+	r.Use(recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		httpserver.WriteError(w, http.StatusNotFound, fmt.Sprintf("no route %s", r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		httpserver.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
+	})
+	r.Method(http.MethodPost, "/filter", inst.Wrap("filter", http.HandlerFunc(s.filter)))
+	r.Method(http.MethodPost, "/prioritize", inst.Wrap("prioritize", http.HandlerFunc(s.prioritize)))
+	r.Method(http.MethodPost, "/bind", inst.Wrap("bind", http.HandlerFunc(s.bind)))
+	r.Method(http.MethodPost, "/preempt", inst.Wrap("preempt", http.HandlerFunc(s.preempt)))
+	r.Method(http.MethodGet, "/capacity", inst.Wrap("capacity", http.HandlerFunc(s.capacity)))
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
+	r.Get("/readyz", s.readyz)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+	return r
+}
+
+// recoverer turns a handler panic into a logged 500 with the JSON error body,
+// so that one bad request can never take the extender down.
+func recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			rec := recover()
+			if rec == nil {
+				return
+			}
+			if rec == http.ErrAbortHandler {
+				panic(rec)
+			}
+			klog.FromContext(r.Context()).Error(fmt.Errorf("panic: %v", rec), "Handler panicked", "method", r.Method, "path", r.URL.Path)
+			httpserver.WriteError(w, http.StatusInternalServerError, "internal error")
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeText(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, msg+"\n")
+}
+
+func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !s.ready() {
+		writeText(w, http.StatusServiceUnavailable, "informers not synced: the underlay IP ledger is not rebuilt yet")
+		return
+	}
+	writeText(w, http.StatusOK, "ok")
+}
+
+// readBody reads the bounded body, answering 413/400 itself when it fails,
+// and 503 while the ledger is not rebuilt: an answer from a partial ledger
+// could over-commit a node.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if !s.ready() {
+		httpserver.WriteError(w, http.StatusServiceUnavailable, "the underlay IP ledger is not rebuilt from the informers yet")
+		return nil, false
+	}
+	if r.ContentLength > s.maxBytes {
+		httpserver.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, s.maxBytes))
+		return nil, false
+	}
+	body := http.MaxBytesReader(w, r.Body, s.maxBytes)
+	var (
+		data []byte
+		err  error
+	)
+	if r.ContentLength > 0 {
+		// Known size: one allocation instead of repeated growth.
+		data = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(body, data)
+	} else {
+		data, err = io.ReadAll(body)
+	}
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			httpserver.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds the limit of %d bytes", s.maxBytes))
+			return nil, false
+		}
+		httpserver.WriteError(w, http.StatusBadRequest, fmt.Sprintf("reading request body: %v", err))
+		return nil, false
+	}
+	return data, true
+}
+
+func (s *server) filter(w http.ResponseWriter, r *http.Request) {
+	data, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	args, err := DecodeExtenderArgs(data)
+	if err != nil {
+		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	res := s.ledger.Filter(args)
+	logDecision(r.Context(), "Filtered nodes", args, "failed", len(res.FailedNodes), "unresolvable", len(res.FailedAndUnresolvableNodes))
+	httpserver.WriteJSON(w, http.StatusOK, res)
+}
+
+func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
+	data, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	args, err := DecodeExtenderArgs(data)
+	if err != nil {
+		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	res := s.ledger.Prioritize(args)
+	logDecision(r.Context(), "Prioritized nodes", args)
+	httpserver.WriteJSON(w, http.StatusOK, res)
+}
+
+func (s *server) preempt(w http.ResponseWriter, r *http.Request) {
+	data, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	args, err := DecodePreemptionArgs(data)
+	if err != nil {
+		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	res := s.ledger.Preempt(args)
+	klog.FromContext(r.Context()).V(4).Info("Preemption candidates", "pod", klog.KObj(args.Pod),
+		"in", len(args.NodeNameToMetaVictims)+len(args.NodeNameToVictims), "kept", len(res.NodeNameToMetaVictims))
+	httpserver.WriteJSON(w, http.StatusOK, res)
+}
+
+func (s *server) bind(w http.ResponseWriter, r *http.Request) {
+	data, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	args, err := DecodeBindingArgs(data)
+	if err != nil {
+		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var res extenderv1.ExtenderBindingResult
+	if s.binder == nil {
+		res.Error = "this extender does not bind"
+	} else if err := s.binder.Bind(r.Context(), args); err != nil {
+		// kube-scheduler reads the error from the result and retries the pod.
+		res.Error = err.Error()
+	}
+	httpserver.WriteJSON(w, http.StatusOK, res)
+}
+
+func (s *server) capacity(w http.ResponseWriter, _ *http.Request) {
+	if !s.ready() {
+		httpserver.WriteError(w, http.StatusServiceUnavailable, "the underlay IP ledger is not rebuilt from the informers yet")
+		return
+	}
+	httpserver.WriteJSON(w, http.StatusOK, s.ledger.Report())
+}
+
+func logDecision(ctx context.Context, msg string, args *extenderv1.ExtenderArgs, kv ...any) {
+	logger := klog.FromContext(ctx)
+	if !logger.V(4).Enabled() {
+		return
+	}
+	n := 0
+	if args.NodeNames != nil {
+		n = len(*args.NodeNames)
+	} else {
+		n = len(args.Nodes.Items)
+	}
+	logger.V(4).Info(msg, append([]any{"pod", klog.KObj(args.Pod), "need", PodNeed(args.Pod), "nodes", n}, kv...)...)
+}

@@ -1,0 +1,497 @@
+package extender
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Ledger accounts for the underlay IPs of every node: capacity from the node
+// informer, use from the pod informer, and reservations of binds in flight.
+// All methods are safe for concurrent use.
+type Ledger struct {
+	defaultCapacity int64
+	reservationTTL  time.Duration
+	clock           clock.PassiveClock
+	metrics         *Metrics
+
+	mu    sync.RWMutex
+	nodes map[string]*nodeState
+	// pods are the bound, non-terminal pods that hold IPs.
+	pods map[types.UID]*holder
+	// reservations are binds that passed the re-check and whose pod the
+	// informer has not yet shown bound.
+	reservations map[types.UID]*reservation
+	nextToken    uint64
+	totals       Totals
+	invalidNodes int
+
+	// hints remember the need of pods seen by filter, for a bind whose pod
+	// the informer has not delivered yet. Separate lock: filter writes it.
+	hintMu sync.Mutex
+	hints  map[types.UID]hint
+}
+
+type nodeState struct {
+	known       bool
+	capacity    int64
+	capacityErr string
+	used        int64
+	reserved    int64
+}
+
+type holder struct {
+	namespace, name, node string
+	need                  int64
+}
+
+type reservation struct {
+	holder
+	token uint64
+	// expires is zero while the Binding is in flight or succeeded; a bind
+	// whose outcome is unknown sets it so that the IPs come back if the pod
+	// never shows up bound.
+	expires time.Time
+}
+
+type hint struct {
+	need int64
+	seen time.Time
+}
+
+// Totals are the cluster sums the ledger maintains.
+type Totals struct {
+	Nodes    int   `json:"nodes"`
+	Capacity int64 `json:"capacity"`
+	Used     int64 `json:"used"`
+	Reserved int64 `json:"reserved"`
+	Free     int64 `json:"free"`
+}
+
+// LedgerOptions configure NewLedger.
+type LedgerOptions struct {
+	// DefaultCapacity applies to nodes without the capacity annotation.
+	DefaultCapacity int64
+	// ReservationTTL bounds how long a bind with an unknown outcome keeps
+	// its reservation; 0 means one minute.
+	ReservationTTL time.Duration
+	// Metrics may be nil (unregistered metrics are created).
+	Metrics *Metrics
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+}
+
+const (
+	maxHints = 100000
+	hintTTL  = 10 * time.Minute
+)
+
+// NewLedger returns an empty ledger.
+func NewLedger(o LedgerOptions) *Ledger {
+	if o.ReservationTTL <= 0 {
+		o.ReservationTTL = time.Minute
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return &Ledger{
+		defaultCapacity: o.DefaultCapacity,
+		reservationTTL:  o.ReservationTTL,
+		clock:           o.Clock,
+		metrics:         o.Metrics,
+		nodes:           map[string]*nodeState{},
+		pods:            map[types.UID]*holder{},
+		reservations:    map[types.UID]*reservation{},
+		hints:           map[types.UID]hint{},
+	}
+}
+
+// DefaultCapacity is the capacity of a node without the annotation.
+func (l *Ledger) DefaultCapacity() int64 { return l.defaultCapacity }
+
+// node returns the state of name, creating it unknown; callers hold mu.
+func (l *Ledger) node(name string) *nodeState {
+	n := l.nodes[name]
+	if n == nil {
+		n = &nodeState{}
+		l.nodes[name] = n
+	}
+	return n
+}
+
+// gc forgets an unknown node nothing refers to; callers hold mu.
+func (l *Ledger) gc(name string) {
+	if n := l.nodes[name]; n != nil && !n.known && n.used == 0 && n.reserved == 0 {
+		delete(l.nodes, name)
+	}
+}
+
+// SetNode records node's capacity from its annotation.
+func (l *Ledger) SetNode(node *v1.Node) {
+	capacity, reason := NodeCapacity(node.Annotations, l.defaultCapacity)
+	l.mu.Lock()
+	n := l.node(node.Name)
+	changed := !n.known || n.capacity != capacity || n.capacityErr != reason
+	if n.known {
+		l.totals.Capacity -= n.capacity
+		if n.capacityErr != "" {
+			l.invalidNodes--
+		}
+	} else {
+		l.totals.Nodes++
+	}
+	n.known, n.capacity, n.capacityErr = true, capacity, reason
+	l.totals.Capacity += capacity
+	if reason != "" {
+		l.invalidNodes++
+	}
+	l.publishLocked()
+	l.mu.Unlock()
+
+	if !changed {
+		return
+	}
+	if reason != "" {
+		l.metrics.InvalidCapacityAnnotations.Inc()
+		klog.ErrorS(nil, "Invalid underlay IP capacity annotation, node gets no underlay IPs", "node", klog.KObj(node), "reason", reason)
+		return
+	}
+	klog.V(2).InfoS("Node underlay IP capacity", "node", klog.KObj(node), "capacity", capacity)
+}
+
+// DeleteNode forgets a node's capacity; pods still bound to it keep counting
+// until they are deleted.
+func (l *Ledger) DeleteNode(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.nodes[name]
+	if n == nil || !n.known {
+		return
+	}
+	l.totals.Nodes--
+	l.totals.Capacity -= n.capacity
+	if n.capacityErr != "" {
+		l.invalidNodes--
+	}
+	n.known, n.capacity, n.capacityErr = false, 0, ""
+	l.gc(name)
+	l.publishLocked()
+}
+
+// SetPod accounts for pod after an informer add or update: a bound,
+// non-terminal pod holds its need on its node; any reservation for it ends,
+// because from now on the informer is the source of truth.
+func (l *Ledger) SetPod(pod *v1.Pod) {
+	need := PodNeed(pod)
+	holds := pod.Spec.NodeName != "" && !IsTerminal(pod) && need > 0
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if pod.Spec.NodeName != "" || IsTerminal(pod) {
+		l.dropReservationLocked(pod.UID)
+	}
+	l.removePodLocked(pod.UID)
+	if holds {
+		h := &holder{namespace: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName, need: need}
+		l.pods[pod.UID] = h
+		l.node(h.node).used += need
+		l.totals.Used += need
+	}
+	l.publishLocked()
+}
+
+// DeletePod releases everything pod held or reserved.
+func (l *Ledger) DeletePod(uid types.UID) {
+	l.mu.Lock()
+	l.dropReservationLocked(uid)
+	l.removePodLocked(uid)
+	l.publishLocked()
+	l.mu.Unlock()
+	l.hintMu.Lock()
+	delete(l.hints, uid)
+	l.hintMu.Unlock()
+}
+
+func (l *Ledger) removePodLocked(uid types.UID) {
+	h := l.pods[uid]
+	if h == nil {
+		return
+	}
+	delete(l.pods, uid)
+	l.node(h.node).used -= h.need
+	l.totals.Used -= h.need
+	l.gc(h.node)
+}
+
+func (l *Ledger) dropReservationLocked(uid types.UID) {
+	r := l.reservations[uid]
+	if r == nil {
+		return
+	}
+	delete(l.reservations, uid)
+	l.node(r.node).reserved -= r.need
+	l.totals.Reserved -= r.need
+	l.gc(r.node)
+}
+
+func (l *Ledger) publishLocked() {
+	l.metrics.Nodes.Set(float64(l.totals.Nodes))
+	l.metrics.CapacityIPs.Set(float64(l.totals.Capacity))
+	l.metrics.UsedIPs.Set(float64(l.totals.Used))
+	l.metrics.ReservedIPs.Set(float64(l.totals.Reserved))
+	l.metrics.InvalidCapacityNodes.Set(float64(l.invalidNodes))
+}
+
+// usageLocked is the usage of name, not counting the reservation of the pod
+// being decided (a retried pod must not compete with itself).
+func (l *Ledger) usageLocked(name string, own *reservation) NodeUsage {
+	n := l.nodes[name]
+	if n == nil {
+		return NodeUsage{}
+	}
+	u := NodeUsage{Known: n.known, Capacity: n.capacity, CapacityError: n.capacityErr, Used: n.used, Reserved: n.reserved}
+	if own != nil && own.node == name {
+		u.Reserved -= own.need
+	}
+	return u
+}
+
+// Usage returns what the ledger knows about node name.
+func (l *Ledger) Usage(name string) NodeUsage {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.usageLocked(name, nil)
+}
+
+// Usages appends the usage of each name to out under one read lock, leaving
+// out the reservation pod uid holds itself.
+func (l *Ledger) Usages(uid types.UID, names []string, out []NodeUsage) []NodeUsage {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	own := l.reservations[uid]
+	for _, name := range names {
+		out = append(out, l.usageLocked(name, own))
+	}
+	return out
+}
+
+// VictimsFree returns how many IPs evicting the pods with the given UIDs
+// from node would free. UIDs the ledger does not hold on that node count 0.
+func (l *Ledger) VictimsFree(node string, uids []types.UID) int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var freed int64
+	for _, uid := range uids {
+		if h := l.pods[uid]; h != nil && h.node == node {
+			freed += h.need
+		}
+	}
+	return freed
+}
+
+// Holding reports whether pod uid is counted as bound to node.
+func (l *Ledger) Holding(uid types.UID, node string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	h := l.pods[uid]
+	return h != nil && h.node == node
+}
+
+// ReserveResult is the outcome of Reserve.
+type ReserveResult struct {
+	// Verdict is the re-check; Fit false means nothing was reserved.
+	Verdict Verdict
+	// AlreadyBound is true when the informer already shows the pod on the
+	// node: nothing to bind.
+	AlreadyBound bool
+	// BoundElsewhere names another node the pod is bound to.
+	BoundElsewhere string
+	// Token identifies the reservation for Release and Unconfirmed.
+	Token uint64
+}
+
+// Reserve re-checks under the ledger lock that need IPs fit node and, if so,
+// reserves them for pod uid (replacing an earlier reservation of the same
+// pod). The reservation lasts until the informer shows the pod bound or
+// deleted, or Release is called with the returned token.
+func (l *Ledger) Reserve(uid types.UID, namespace, name, node string, need int64) ReserveResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h := l.pods[uid]; h != nil {
+		if h.node == node {
+			return ReserveResult{Verdict: Verdict{Fit: true}, AlreadyBound: true}
+		}
+		return ReserveResult{BoundElsewhere: h.node, Verdict: Verdict{Cause: "bound_elsewhere",
+			Reason: fmt.Sprintf("pod is already bound to node %s", h.node)}}
+	}
+	v := Fits(l.usageLocked(node, l.reservations[uid]), need)
+	if !v.Fit {
+		return ReserveResult{Verdict: v}
+	}
+	l.dropReservationLocked(uid)
+	if need <= 0 {
+		return ReserveResult{Verdict: v}
+	}
+	l.nextToken++
+	r := &reservation{holder: holder{namespace: namespace, name: name, node: node, need: need}, token: l.nextToken}
+	l.reservations[uid] = r
+	l.node(node).reserved += need
+	l.totals.Reserved += need
+	l.publishLocked()
+	return ReserveResult{Verdict: v, Token: r.token}
+}
+
+// Release gives back the reservation identified by token: the Binding was
+// refused. A newer reservation of the same pod is left alone.
+func (l *Ledger) Release(uid types.UID, token uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.reservations[uid]; r != nil && r.token == token {
+		l.dropReservationLocked(uid)
+		l.publishLocked()
+	}
+}
+
+// Unconfirmed marks a reservation whose Binding outcome is unknown (a
+// timeout may still have landed): it is kept, but only for the reservation
+// TTL unless the informer shows the pod bound first.
+func (l *Ledger) Unconfirmed(uid types.UID, token uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.reservations[uid]; r != nil && r.token == token {
+		r.expires = l.clock.Now().Add(l.reservationTTL)
+	}
+}
+
+// RememberNeed records the need of a pod seen by filter.
+func (l *Ledger) RememberNeed(uid types.UID, need int64) {
+	if uid == "" {
+		return
+	}
+	l.hintMu.Lock()
+	defer l.hintMu.Unlock()
+	if _, ok := l.hints[uid]; !ok && len(l.hints) >= maxHints {
+		return
+	}
+	l.hints[uid] = hint{need: need, seen: l.clock.Now()}
+}
+
+// RememberedNeed returns the need RememberNeed recorded for uid.
+func (l *Ledger) RememberedNeed(uid types.UID) (int64, bool) {
+	l.hintMu.Lock()
+	defer l.hintMu.Unlock()
+	h, ok := l.hints[uid]
+	return h.need, ok
+}
+
+// Expire drops unconfirmed reservations past their TTL and old hints. Run
+// calls it periodically.
+func (l *Ledger) Expire() {
+	now := l.clock.Now()
+	l.mu.Lock()
+	for uid, r := range l.reservations {
+		if !r.expires.IsZero() && now.After(r.expires) {
+			klog.InfoS("Dropping unconfirmed underlay IP reservation", "pod", klog.KRef(r.namespace, r.name), "node", r.node, "ips", r.need)
+			l.dropReservationLocked(uid)
+			l.metrics.ExpiredReservations.Inc()
+		}
+	}
+	l.publishLocked()
+	l.mu.Unlock()
+
+	l.hintMu.Lock()
+	for uid, h := range l.hints {
+		if now.Sub(h.seen) > hintTTL {
+			delete(l.hints, uid)
+		}
+	}
+	l.hintMu.Unlock()
+}
+
+// Run expires stale reservations and hints until ctx is done.
+func (l *Ledger) Run(ctx context.Context) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.Expire()
+		}
+	}
+}
+
+// PodIPs is one pod holding or reserving IPs on a node.
+type PodIPs struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+	IPs       int64     `json:"ips"`
+	// State is "bound" (counted in used) or "reserved" (bind in flight).
+	State string `json:"state"`
+}
+
+// NodeReport is one node in the /capacity report.
+type NodeReport struct {
+	Name          string   `json:"name"`
+	Known         bool     `json:"known"`
+	Capacity      int64    `json:"capacity"`
+	CapacityError string   `json:"capacityError,omitempty"`
+	Used          int64    `json:"used"`
+	Reserved      int64    `json:"reserved"`
+	Free          int64    `json:"free"`
+	Pods          []PodIPs `json:"pods"`
+}
+
+// Report is the /capacity document: every node sorted by name, and totals.
+type Report struct {
+	DefaultCapacity int64        `json:"defaultCapacity"`
+	Totals          Totals       `json:"totals"`
+	Nodes           []NodeReport `json:"nodes"`
+}
+
+// Report snapshots the ledger for operators.
+func (l *Ledger) Report() Report {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	rep := Report{DefaultCapacity: l.defaultCapacity, Totals: l.totals, Nodes: make([]NodeReport, 0, len(l.nodes))}
+	index := make(map[string]int, len(l.nodes))
+	for name, n := range l.nodes {
+		u := l.usageLocked(name, nil)
+		index[name] = len(rep.Nodes)
+		rep.Nodes = append(rep.Nodes, NodeReport{Name: name, Known: n.known, Capacity: n.capacity,
+			CapacityError: n.capacityErr, Used: n.used, Reserved: n.reserved, Free: u.Free(), Pods: []PodIPs{}})
+		if n.known {
+			rep.Totals.Free += u.Free()
+		}
+	}
+	for uid, h := range l.pods {
+		nr := &rep.Nodes[index[h.node]]
+		nr.Pods = append(nr.Pods, PodIPs{Namespace: h.namespace, Name: h.name, UID: uid, IPs: h.need, State: "bound"})
+	}
+	for uid, r := range l.reservations {
+		nr := &rep.Nodes[index[r.node]]
+		nr.Pods = append(nr.Pods, PodIPs{Namespace: r.namespace, Name: r.name, UID: uid, IPs: r.need, State: "reserved"})
+	}
+	sort.Slice(rep.Nodes, func(i, j int) bool { return rep.Nodes[i].Name < rep.Nodes[j].Name })
+	for i := range rep.Nodes {
+		p := rep.Nodes[i].Pods
+		sort.Slice(p, func(a, b int) bool {
+			if p[a].Namespace != p[b].Namespace {
+				return p[a].Namespace < p[b].Namespace
+			}
+			return p[a].Name < p[b].Name
+		})
+	}
+	return rep
+}

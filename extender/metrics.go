@@ -1,0 +1,83 @@
+package extender
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the extender's own series; request counts and latencies come
+// from internal/httpserver's Instrumenter. Labels are low-cardinality causes,
+// never node or pod names.
+type Metrics struct {
+	// FilteredNodes counts nodes filter rejected, by cause (exhausted,
+	// capacity_too_small, invalid_capacity, unknown_node).
+	FilteredNodes *prometheus.CounterVec
+	// BindConflicts counts binds refused because the node filled up between
+	// filter and bind, or the pod was bound elsewhere (reason label).
+	BindConflicts *prometheus.CounterVec
+	// Binds counts bind outcomes (bound, already_bound, no_room, error).
+	Binds *prometheus.CounterVec
+	// InvalidCapacityAnnotations counts every invalid capacity annotation
+	// value seen on a node add or change.
+	InvalidCapacityAnnotations prometheus.Counter
+	// InvalidCapacityNodes is the number of nodes whose annotation is
+	// currently invalid (their capacity is 0).
+	InvalidCapacityNodes prometheus.Gauge
+	// ExpiredReservations counts reservations dropped because a bind's
+	// outcome stayed unknown past the reservation TTL.
+	ExpiredReservations prometheus.Counter
+	// Cluster totals over the nodes the extender knows.
+	Nodes, CapacityIPs, UsedIPs, ReservedIPs prometheus.Gauge
+}
+
+// NewMetrics creates the extender metrics and registers them on reg when reg
+// is not nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	const ns, sub = "capscale", "extender"
+	m := &Metrics{
+		FilteredNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "filtered_nodes_total",
+			Help: "Nodes filtered out for a pod that needs underlay IPs, by cause.",
+		}, []string{"cause"}),
+		BindConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "bind_conflicts_total",
+			Help: "Binds refused at the re-check: the node filled up after filter (no_room) or the pod was bound to another node (bound_elsewhere).",
+		}, []string{"reason"}),
+		Binds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "binds_total",
+			Help: "Bind requests by result (bound, already_bound, no_room, error).",
+		}, []string{"result"}),
+		InvalidCapacityAnnotations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "invalid_capacity_annotations_total",
+			Help: "Invalid underlay IP capacity annotation values seen on node adds and changes.",
+		}),
+		InvalidCapacityNodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "invalid_capacity_annotation_nodes",
+			Help: "Nodes whose underlay IP capacity annotation is invalid (capacity treated as 0).",
+		}),
+		ExpiredReservations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "expired_reservations_total",
+			Help: "Reservations dropped after a bind with an unknown outcome was never confirmed.",
+		}),
+		Nodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "nodes",
+			Help: "Nodes known to the extender.",
+		}),
+		CapacityIPs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "capacity_ips",
+			Help: "Underlay IP capacity summed over known nodes.",
+		}),
+		UsedIPs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "used_ips",
+			Help: "Underlay IPs held by bound, non-terminal pods.",
+		}),
+		ReservedIPs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "reserved_ips",
+			Help: "Underlay IPs reserved by binds not yet seen by the pod informer.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.FilteredNodes, m.BindConflicts, m.Binds, m.InvalidCapacityAnnotations,
+			m.InvalidCapacityNodes, m.ExpiredReservations, m.Nodes, m.CapacityIPs, m.UsedIPs, m.ReservedIPs)
+	}
+	return m
+}

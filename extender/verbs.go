@@ -1,0 +1,213 @@
+package extender
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// DecodeExtenderArgs decodes and validates the body of /filter and
+// /prioritize: Pod is required, and so is one of NodeNames
+// (nodeCacheCapable) or Nodes.
+func DecodeExtenderArgs(data []byte) (*extenderv1.ExtenderArgs, error) {
+	var args extenderv1.ExtenderArgs
+	if err := json.Unmarshal(data, &args); err != nil {
+		return nil, fmt.Errorf("decoding ExtenderArgs: %w", err)
+	}
+	if args.Pod == nil {
+		return nil, errors.New("ExtenderArgs.Pod is missing")
+	}
+	if args.NodeNames == nil && args.Nodes == nil {
+		return nil, errors.New("ExtenderArgs needs NodeNames (nodeCacheCapable) or Nodes")
+	}
+	return &args, nil
+}
+
+// DecodeBindingArgs decodes and validates the body of /bind.
+func DecodeBindingArgs(data []byte) (*extenderv1.ExtenderBindingArgs, error) {
+	var args extenderv1.ExtenderBindingArgs
+	if err := json.Unmarshal(data, &args); err != nil {
+		return nil, fmt.Errorf("decoding ExtenderBindingArgs: %w", err)
+	}
+	switch {
+	case args.PodName == "":
+		return nil, errors.New("ExtenderBindingArgs.PodName is missing")
+	case args.PodNamespace == "":
+		return nil, errors.New("ExtenderBindingArgs.PodNamespace is missing")
+	case args.Node == "":
+		return nil, errors.New("ExtenderBindingArgs.Node is missing")
+	}
+	return &args, nil
+}
+
+// DecodePreemptionArgs decodes and validates the body of /preempt.
+func DecodePreemptionArgs(data []byte) (*extenderv1.ExtenderPreemptionArgs, error) {
+	var args extenderv1.ExtenderPreemptionArgs
+	if err := json.Unmarshal(data, &args); err != nil {
+		return nil, fmt.Errorf("decoding ExtenderPreemptionArgs: %w", err)
+	}
+	if args.Pod == nil {
+		return nil, errors.New("ExtenderPreemptionArgs.Pod is missing")
+	}
+	return &args, nil
+}
+
+// candidateNames lists the nodes of args in order: NodeNames when the
+// scheduler sent them (nodeCacheCapable), else the names of Nodes.
+func candidateNames(args *extenderv1.ExtenderArgs, buf []string) []string {
+	if args.NodeNames != nil {
+		return *args.NodeNames
+	}
+	for i := range args.Nodes.Items {
+		buf = append(buf, args.Nodes.Items[i].Name)
+	}
+	return buf
+}
+
+// usagesFor returns the usage of every candidate. With full Node objects, a
+// node the node informer has not delivered yet takes its capacity from the
+// object the scheduler sent.
+func (l *Ledger) usagesFor(args *extenderv1.ExtenderArgs, names []string) []NodeUsage {
+	usages := l.Usages(args.Pod.UID, names, make([]NodeUsage, 0, len(names)))
+	if args.NodeNames == nil {
+		for i := range usages {
+			if !usages[i].Known {
+				usages[i].Known = true
+				usages[i].Capacity, usages[i].CapacityError = NodeCapacity(args.Nodes.Items[i].Annotations, l.defaultCapacity)
+			}
+		}
+	}
+	return usages
+}
+
+// Filter keeps the candidate nodes with room for the pod and explains every
+// other one. It answers in the mode it was asked: NodeNames or Nodes.
+func (l *Ledger) Filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
+	need := PodNeed(args.Pod)
+	res := &extenderv1.ExtenderFilterResult{
+		FailedNodes:                extenderv1.FailedNodesMap{},
+		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
+	}
+	if need == 0 {
+		// Not an underlay pod: no opinion.
+		if args.NodeNames != nil {
+			res.NodeNames = args.NodeNames
+		} else {
+			res.Nodes = args.Nodes
+		}
+		return res
+	}
+	l.RememberNeed(args.Pod.UID, need)
+	names := candidateNames(args, nil)
+	usages := l.usagesFor(args, names)
+
+	var causes map[string]int
+	keptNames := make([]string, 0, len(names))
+	var keptNodes []v1.Node
+	if args.NodeNames == nil {
+		keptNodes = make([]v1.Node, 0, len(names))
+	}
+	for i, name := range names {
+		v := Fits(usages[i], need)
+		if v.Fit {
+			if args.NodeNames != nil {
+				keptNames = append(keptNames, name)
+			} else {
+				keptNodes = append(keptNodes, args.Nodes.Items[i])
+			}
+			continue
+		}
+		if causes == nil {
+			causes = map[string]int{}
+		}
+		causes[v.Cause]++
+		if v.Unresolvable {
+			res.FailedAndUnresolvableNodes[name] = v.Reason
+		} else {
+			res.FailedNodes[name] = v.Reason
+		}
+	}
+	for cause, n := range causes {
+		l.metrics.FilteredNodes.WithLabelValues(cause).Add(float64(n))
+	}
+	if args.NodeNames != nil {
+		res.NodeNames = &keptNames
+	} else {
+		res.Nodes = &v1.NodeList{Items: keptNodes}
+	}
+	return res
+}
+
+// Prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,
+// in the order the scheduler sent them.
+func (l *Ledger) Prioritize(args *extenderv1.ExtenderArgs) extenderv1.HostPriorityList {
+	names := candidateNames(args, nil)
+	out := make(extenderv1.HostPriorityList, len(names))
+	need := PodNeed(args.Pod)
+	if need == 0 {
+		for i, name := range names {
+			out[i] = extenderv1.HostPriority{Host: name}
+		}
+		return out
+	}
+	scores := Scores(need, l.usagesFor(args, names), make([]int64, 0, len(names)))
+	for i, name := range names {
+		out[i] = extenderv1.HostPriority{Host: name, Score: scores[i]}
+	}
+	return out
+}
+
+// Preempt keeps the candidate nodes where evicting the proposed victims frees
+// enough underlay IPs for the preemptor, with the victims unchanged. Victims
+// count with what the ledger holds for them on that node.
+func (l *Ledger) Preempt(args *extenderv1.ExtenderPreemptionArgs) *extenderv1.ExtenderPreemptionResult {
+	need := PodNeed(args.Pod)
+	res := &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{}}
+	consider := func(node string, uids []types.UID, mv *extenderv1.MetaVictims) {
+		if need > 0 {
+			u := l.Usages(args.Pod.UID, []string{node}, make([]NodeUsage, 0, 1))[0]
+			u.Used = max(0, u.Used-l.VictimsFree(node, uids))
+			if !Fits(u, need).Fit {
+				return
+			}
+		}
+		res.NodeNameToMetaVictims[node] = mv
+	}
+	if args.NodeNameToMetaVictims != nil {
+		for node, mv := range args.NodeNameToMetaVictims {
+			// Rebuilt so that a null victim never reaches the scheduler.
+			clean := &extenderv1.MetaVictims{Pods: []*extenderv1.MetaPod{}}
+			var uids []types.UID
+			if mv != nil {
+				clean.NumPDBViolations = mv.NumPDBViolations
+				for _, p := range mv.Pods {
+					if p != nil {
+						uids = append(uids, types.UID(p.UID))
+						clean.Pods = append(clean.Pods, &extenderv1.MetaPod{UID: p.UID})
+					}
+				}
+			}
+			consider(node, uids, clean)
+		}
+		return res
+	}
+	for node, victims := range args.NodeNameToVictims {
+		mv := &extenderv1.MetaVictims{Pods: []*extenderv1.MetaPod{}}
+		var uids []types.UID
+		if victims != nil {
+			mv.NumPDBViolations = victims.NumPDBViolations
+			for _, p := range victims.Pods {
+				if p != nil {
+					uids = append(uids, p.UID)
+					mv.Pods = append(mv.Pods, &extenderv1.MetaPod{UID: string(p.UID)})
+				}
+			}
+		}
+		consider(node, uids, mv)
+	}
+	return res
+}
