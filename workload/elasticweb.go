@@ -1,0 +1,320 @@
+package workload
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	"github.com/capscale/capscale/internal/httpserver"
+	"github.com/capscale/capscale/internal/names"
+)
+
+// ElasticWebLabel marks the objects of an elastic web and selects its pods.
+const ElasticWebLabel = "capscale.io/elasticweb"
+
+// Defaults of the optional elastic web fields.
+const (
+	defaultElasticMinReplicas = 1
+	// maxReplicas defaults to twice what the QPS asks for, at least this.
+	defaultElasticMaxReplicasFloor = 10
+)
+
+// ElasticWebRequest is the body of PUT .../elasticwebs/{name}.
+type ElasticWebRequest struct {
+	Image        string   `json:"image"`
+	Port         *int32   `json:"port"`
+	SinglePodQPS *float64 `json:"singlePodQPS"`
+	TotalQPS     *float64 `json:"totalQPS"`
+	// MinReplicas defaults to 1 (0 needs the HPAScaleToZero feature gate).
+	MinReplicas *int32 `json:"minReplicas,omitempty"`
+	// MaxReplicas defaults to max(10, 2 × ceil(totalQPS / singlePodQPS)).
+	MaxReplicas *int32 `json:"maxReplicas,omitempty"`
+}
+
+// validate returns every problem, each naming its field.
+func (req *ElasticWebRequest) validate(name string) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1035Label(name) {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), name, msg))
+	}
+	img := field.NewPath("image")
+	switch {
+	case req.Image == "":
+		errs = append(errs, field.Required(img, "the container image to run"))
+	case strings.ContainsAny(req.Image, " \t\r\n"):
+		errs = append(errs, field.Invalid(img, req.Image, "must not contain whitespace"))
+	}
+	port := field.NewPath("port")
+	if req.Port == nil {
+		errs = append(errs, field.Required(port, "the container port to serve"))
+	} else {
+		for _, msg := range validation.IsValidPortNum(int(*req.Port)) {
+			errs = append(errs, field.Invalid(port, *req.Port, msg))
+		}
+	}
+	single := field.NewPath("singlePodQPS")
+	if req.SinglePodQPS == nil {
+		errs = append(errs, field.Required(single, "the QPS one pod serves"))
+	} else if !(*req.SinglePodQPS > 0) || math.IsInf(*req.SinglePodQPS, 0) {
+		errs = append(errs, field.Invalid(single, *req.SinglePodQPS, "must be greater than 0"))
+	}
+	total := field.NewPath("totalQPS")
+	if req.TotalQPS == nil {
+		errs = append(errs, field.Required(total, "the QPS the service must serve"))
+	} else if !(*req.TotalQPS >= 0) || math.IsInf(*req.TotalQPS, 0) {
+		errs = append(errs, field.Invalid(total, *req.TotalQPS, "must be greater than or equal to 0"))
+	}
+	if req.MinReplicas != nil && *req.MinReplicas < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("minReplicas"), *req.MinReplicas, "must be greater than or equal to 0"))
+	}
+	if req.MaxReplicas != nil {
+		lo := int32(1)
+		if req.MinReplicas != nil && *req.MinReplicas > lo {
+			lo = *req.MinReplicas
+		}
+		if *req.MaxReplicas < lo {
+			errs = append(errs, field.Invalid(field.NewPath("maxReplicas"), *req.MaxReplicas, fmt.Sprintf("must be at least %d (and at least minReplicas)", lo)))
+		}
+	}
+	return errs
+}
+
+// qpsReplicas is ceil(total / single), what the QPS policy asks for.
+func qpsReplicas(total, single float64) int32 {
+	if single <= 0 {
+		return 0
+	}
+	v := math.Ceil(total / single)
+	if v > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int32(v)
+}
+
+func (req *ElasticWebRequest) bounds() (int32, int32) {
+	minR := int32(defaultElasticMinReplicas)
+	if req.MinReplicas != nil {
+		minR = *req.MinReplicas
+	}
+	maxR := int32(defaultElasticMaxReplicasFloor)
+	if want := qpsReplicas(*req.TotalQPS, *req.SinglePodQPS); want <= math.MaxInt32/2 && 2*want > maxR {
+		maxR = 2 * want
+	}
+	if req.MaxReplicas != nil {
+		maxR = *req.MaxReplicas
+	}
+	if maxR < minR {
+		maxR = minR
+	}
+	return minR, maxR
+}
+
+func formatQPS(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+func elasticLabels(name string) map[string]string {
+	return map[string]string{
+		ElasticWebLabel:                name,
+		"app.kubernetes.io/name":       name,
+		"app.kubernetes.io/managed-by": names.FieldManager,
+	}
+}
+
+// elasticWebObjects builds the apply configurations of an elastic web.
+// Deployment replicas are left out on purpose: the HPA owns them, and an
+// apply that set them would fight it on every update.
+func elasticWebObjects(ns, name string, req *ElasticWebRequest) (*appsv1ac.DeploymentApplyConfiguration, *corev1ac.ServiceApplyConfiguration, *autoscalingv2ac.HorizontalPodAutoscalerApplyConfiguration) {
+	lbls := elasticLabels(name)
+	sel := map[string]string{ElasticWebLabel: name}
+	port := *req.Port
+	dep := appsv1ac.Deployment(name, ns).
+		WithLabels(lbls).
+		WithAnnotations(map[string]string{
+			names.SinglePodQPSAnnotation: formatQPS(*req.SinglePodQPS),
+			names.TotalQPSAnnotation:     formatQPS(*req.TotalQPS),
+		}).
+		WithSpec(appsv1ac.DeploymentSpec().
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
+			WithStrategy(appsv1ac.DeploymentStrategy().WithType("RollingUpdate").
+				WithRollingUpdate(appsv1ac.RollingUpdateDeployment().
+					WithMaxUnavailable(intstr.FromInt32(0)).WithMaxSurge(intstr.FromString("25%")))).
+			WithTemplate(corev1ac.PodTemplateSpec().
+				WithLabels(lbls).
+				WithSpec(corev1ac.PodSpec().WithContainers(corev1ac.Container().
+					WithName("web").
+					WithImage(req.Image).
+					WithPorts(corev1ac.ContainerPort().WithName("http").WithContainerPort(port).WithProtocol(corev1.ProtocolTCP)).
+					WithReadinessProbe(corev1ac.Probe().
+						WithTCPSocket(corev1ac.TCPSocketAction().WithPort(intstr.FromInt32(port))).
+						WithPeriodSeconds(5))))))
+	svc := corev1ac.Service(name, ns).
+		WithLabels(lbls).
+		WithSpec(corev1ac.ServiceSpec().
+			WithType(corev1.ServiceTypeNodePort).
+			WithSelector(sel).
+			WithPorts(corev1ac.ServicePort().WithName("http").WithProtocol(corev1.ProtocolTCP).
+				WithPort(port).WithTargetPort(intstr.FromInt32(port))))
+	minR, maxR := req.bounds()
+	zero := resource.MustParse("0")
+	hpa := autoscalingv2ac.HorizontalPodAutoscaler(name, ns).
+		WithLabels(lbls).
+		WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().
+			WithScaleTargetRef(autoscalingv2ac.CrossVersionObjectReference().
+				WithAPIVersion("apps/v1").WithKind(deploymentKind.kind).WithName(name)).
+			WithMinReplicas(minR).
+			WithMaxReplicas(maxR).
+			WithMetrics(autoscalingv2ac.MetricSpec().
+				WithType(autoscalingv2.ExternalMetricSourceType).
+				WithExternal(autoscalingv2ac.ExternalMetricSource().
+					WithMetric(autoscalingv2ac.MetricIdentifier().
+						WithName(names.DesiredReplicasMetric).
+						WithSelector(metav1ac.LabelSelector().WithMatchLabels(map[string]string{
+							"workload": name, "policy": names.PolicyQPS,
+						}))).
+					WithTarget(autoscalingv2ac.MetricTarget().
+						WithType(autoscalingv2.AverageValueMetricType).
+						WithAverageValue(resource.MustParse("1"))))).
+			// The metric is already a replica count: with the default ±10%
+			// tolerance the HPA would ignore 20 → 21.
+			WithBehavior(autoscalingv2ac.HorizontalPodAutoscalerBehavior().
+				WithScaleUp(autoscalingv2ac.HPAScalingRules().WithTolerance(zero)).
+				WithScaleDown(autoscalingv2ac.HPAScalingRules().WithTolerance(zero))))
+	return dep, svc, hpa
+}
+
+// ElasticWebStatus is the answer of GET (and PUT) .../elasticwebs/{name}.
+type ElasticWebStatus struct {
+	Namespace    string  `json:"namespace"`
+	Name         string  `json:"name"`
+	Image        string  `json:"image,omitempty"`
+	Port         int32   `json:"port,omitempty"`
+	SinglePodQPS float64 `json:"singlePodQPS"`
+	TotalQPS     float64 `json:"totalQPS"`
+	// QPSReplicas is ceil(totalQPS / singlePodQPS), what the QPS policy asks.
+	QPSReplicas int32 `json:"qpsReplicas"`
+	// DesiredReplicas is the Deployment's spec.replicas (as the HPA set it).
+	DesiredReplicas int32 `json:"desiredReplicas"`
+	ReadyReplicas   int32 `json:"readyReplicas"`
+	// RealQPS is readyReplicas × singlePodQPS, what is served now.
+	RealQPS  float64  `json:"realQPS"`
+	NodePort int32    `json:"nodePort,omitempty"`
+	HPA      *HPAInfo `json:"hpa,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
+	ctx, p := r.Context(), pathOf(r)
+	var req ElasticWebRequest
+	if !decodeBody(w, r, &req, false) {
+		return
+	}
+	if errs := req.validate(p.name); len(errs) > 0 {
+		httpserver.WriteError(w, http.StatusUnprocessableEntity, errs.ToAggregate().Error())
+		return
+	}
+	// Refuse to take over a Deployment that is not an elastic web: an apply
+	// with force would silently rewrite someone else's workload.
+	if d, err := s.deployments.Deployments(p.namespace).Get(p.name); err == nil && d.Labels[ElasticWebLabel] != p.name {
+		httpserver.WriteError(w, http.StatusConflict, fmt.Sprintf("deployment %s/%s exists and is not an elastic web (no label %s=%s); choose another name", p.namespace, p.name, ElasticWebLabel, p.name))
+		return
+	}
+	dep, svc, hpa := elasticWebObjects(p.namespace, p.name, &req)
+	// Force: capscale owns these objects; a field another manager set by hand
+	// is taken back rather than leaving the elastic web half-applied.
+	opts := metav1.ApplyOptions{FieldManager: names.FieldManager, Force: true}
+	if _, err := s.client.AppsV1().Deployments(p.namespace).Apply(ctx, dep, opts); err != nil {
+		writeAPIError(w, r, fmt.Sprintf("applying deployment %s/%s", p.namespace, p.name), err)
+		return
+	}
+	gotSvc, err := s.client.CoreV1().Services(p.namespace).Apply(ctx, svc, opts)
+	if err != nil {
+		writeAPIError(w, r, fmt.Sprintf("applying service %s/%s", p.namespace, p.name), err)
+		return
+	}
+	gotHPA, err := s.client.AutoscalingV2().HorizontalPodAutoscalers(p.namespace).Apply(ctx, hpa, opts)
+	if err != nil {
+		writeAPIError(w, r, fmt.Sprintf("applying horizontalpodautoscaler %s/%s", p.namespace, p.name), err)
+		return
+	}
+	minR, maxR := req.bounds()
+	st := ElasticWebStatus{
+		Namespace: p.namespace, Name: p.name, Image: req.Image, Port: *req.Port,
+		SinglePodQPS: *req.SinglePodQPS, TotalQPS: *req.TotalQPS,
+		QPSReplicas: qpsReplicas(*req.TotalQPS, *req.SinglePodQPS),
+		HPA:         hpaInfo(gotHPA),
+	}
+	for _, sp := range gotSvc.Spec.Ports {
+		st.NodePort = sp.NodePort
+	}
+	if st.QPSReplicas > maxR {
+		st.Warnings = append(st.Warnings, fmt.Sprintf("totalQPS asks for %d replicas but maxReplicas is %d: the HPA stops there", st.QPSReplicas, maxR))
+	}
+	if st.QPSReplicas < minR {
+		st.Warnings = append(st.Warnings, fmt.Sprintf("totalQPS asks for %d replicas but minReplicas is %d: the HPA keeps at least that", st.QPSReplicas, minR))
+	}
+	httpserver.WriteJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) getElasticWeb(w http.ResponseWriter, r *http.Request) {
+	p := pathOf(r)
+	d, err := s.deployments.Deployments(p.namespace).Get(p.name)
+	if err != nil {
+		writeAPIError(w, r, fmt.Sprintf("reading elastic web %s/%s", p.namespace, p.name), err)
+		return
+	}
+	if d.Labels[ElasticWebLabel] != p.name {
+		httpserver.WriteError(w, http.StatusNotFound, fmt.Sprintf("deployment %s/%s is not an elastic web", p.namespace, p.name))
+		return
+	}
+	st := ElasticWebStatus{
+		Namespace: p.namespace, Name: p.name,
+		DesiredReplicas: replicasOf(d.Spec.Replicas), ReadyReplicas: d.Status.ReadyReplicas,
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name == "web" {
+			st.Image = c.Image
+			for _, cp := range c.Ports {
+				st.Port = cp.ContainerPort
+			}
+		}
+	}
+	single, errS := strconv.ParseFloat(d.Annotations[names.SinglePodQPSAnnotation], 64)
+	total, errT := strconv.ParseFloat(d.Annotations[names.TotalQPSAnnotation], 64)
+	if errS != nil || errT != nil {
+		st.Warnings = append(st.Warnings, "QPS annotations are missing or not numbers; re-apply the elastic web")
+	} else {
+		st.SinglePodQPS, st.TotalQPS = single, total
+		st.QPSReplicas = qpsReplicas(total, single)
+		st.RealQPS = float64(st.ReadyReplicas) * single
+	}
+	if svc, err := s.services.Services(p.namespace).Get(p.name); err == nil {
+		for _, sp := range svc.Spec.Ports {
+			st.NodePort = sp.NodePort
+		}
+	} else if isNotFound(err) {
+		st.Warnings = append(st.Warnings, "service is missing; re-apply the elastic web")
+	}
+	h, err := s.hpaFor(p.namespace, deploymentKind, p.name)
+	if err != nil {
+		writeAPIError(w, r, "finding the elastic web's HPA", err)
+		return
+	}
+	if h == nil {
+		st.Warnings = append(st.Warnings, "no HorizontalPodAutoscaler targets the deployment; re-apply the elastic web")
+	}
+	st.HPA = hpaInfo(h)
+	httpserver.WriteJSON(w, http.StatusOK, st)
+}
