@@ -247,7 +247,7 @@ func (r *Reviewer) Authenticated(onUser func(*http.Request, *User)) func(http.Ha
 			token, ok := bearerToken(req)
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="capscale"`)
-				httpserver.WriteError(w, http.StatusUnauthorized, "a bearer token is required: Authorization: Bearer <token>")
+				httpserver.WriteError(w, http.StatusUnauthorized, "a bearer token is required: Authorization: Bearer TOKEN")
 				return
 			}
 			u, err := r.Authenticate(req.Context(), token)
@@ -278,7 +278,7 @@ func (r *Reviewer) Require(attrs func(*http.Request) ([]Attributes, error)) func
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			u := UserFrom(req.Context())
 			if u == nil {
-				httpserver.WriteError(w, http.StatusUnauthorized, "a bearer token is required: Authorization: Bearer <token>")
+				httpserver.WriteError(w, http.StatusUnauthorized, "a bearer token is required: Authorization: Bearer TOKEN")
 				return
 			}
 			checks, err := attrs(req)

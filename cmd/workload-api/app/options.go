@@ -1,0 +1,101 @@
+// Package app is the workload-api command: flags, validation and wiring.
+package app
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/capscale/capscale/workload"
+	"github.com/capscale/capscale/workload/capacity"
+)
+
+// Options are the command-line options of workload-api.
+type Options struct {
+	BindAddress               string
+	Kubeconfig                string
+	TLSCertFile               string
+	TLSPrivateKeyFile         string
+	AuthCacheTTL              time.Duration
+	DefaultUnderlayIPCapacity int64
+	MaxBodyBytes              int64
+	ShutdownTimeout           time.Duration
+
+	Logs *logsapi.LoggingConfiguration
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		BindAddress:               ":8443",
+		AuthCacheTTL:              10 * time.Second,
+		DefaultUnderlayIPCapacity: capacity.DefaultUnderlayIPCapacity,
+		MaxBodyBytes:              workload.DefaultMaxBodyBytes,
+		ShutdownTimeout:           10 * time.Second,
+		Logs:                      logsapi.NewLoggingConfiguration(),
+	}
+}
+
+// Flags returns the options as named flag sets.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+
+	fs := fss.FlagSet("serving")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "host:port to serve on.")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "File with the x509 serving certificate. Without it and --tls-private-key-file the API serves plain HTTP, which exposes callers' bearer tokens: use that on loopback only.")
+	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "File with the private key of --tls-cert-file.")
+	fs.Int64Var(&o.MaxBodyBytes, "max-body-bytes", o.MaxBodyBytes, "Largest request body accepted; larger ones get 413.")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight requests may finish after SIGTERM.")
+
+	fs = fss.FlagSet("kubernetes")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; empty means the in-cluster configuration.")
+	fs.DurationVar(&o.AuthCacheTTL, "auth-cache-ttl", o.AuthCacheTTL, "How long TokenReview and SubjectAccessReview results are reused; 0 disables the cache.")
+	fs.Int64Var(&o.DefaultUnderlayIPCapacity, "default-underlay-ip-capacity", o.DefaultUnderlayIPCapacity, "Underlay IP capacity of a node without the capscale.io/underlay-ip-capacity annotation (the extender's --default-capacity).")
+
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
+	return fss
+}
+
+// Validate returns every problem with the options.
+func (o *Options) Validate() []error {
+	var errs []error
+	if host, port, err := net.SplitHostPort(o.BindAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--bind-address %q: %w", o.BindAddress, err))
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		errs = append(errs, fmt.Errorf("--bind-address %q: port must be a number in 0..65535", o.BindAddress))
+	} else if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+		errs = append(errs, fmt.Errorf("--bind-address %q: host must be an IP address, localhost or empty", o.BindAddress))
+	}
+	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
+		errs = append(errs, fmt.Errorf("--tls-cert-file and --tls-private-key-file must be given together"))
+	}
+	for flag, f := range map[string]string{"--tls-cert-file": o.TLSCertFile, "--tls-private-key-file": o.TLSPrivateKeyFile, "--kubeconfig": o.Kubeconfig} {
+		if f == "" {
+			continue
+		}
+		if _, err := os.Stat(f); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", flag, err))
+		}
+	}
+	if o.AuthCacheTTL < 0 {
+		errs = append(errs, fmt.Errorf("--auth-cache-ttl must not be negative, got %s", o.AuthCacheTTL))
+	}
+	if o.DefaultUnderlayIPCapacity < 1 {
+		errs = append(errs, fmt.Errorf("--default-underlay-ip-capacity must be at least 1, got %d", o.DefaultUnderlayIPCapacity))
+	}
+	if o.MaxBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("--max-body-bytes must be at least 1024, got %d", o.MaxBodyBytes))
+	}
+	if o.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout must be positive, got %s", o.ShutdownTimeout))
+	}
+	if err := logsapi.Validate(o.Logs, nil, nil); len(err) > 0 {
+		errs = append(errs, err.ToAggregate().Errors()...)
+	}
+	return errs
+}

@@ -1,0 +1,117 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
+
+	"github.com/capscale/capscale/internal/httpserver"
+	"github.com/capscale/capscale/internal/kube"
+	"github.com/capscale/capscale/workload"
+)
+
+const component = "workload-api"
+
+// NewCommand returns the workload-api command; it runs until ctx ends.
+func NewCommand(ctx context.Context) *cobra.Command {
+	o := NewOptions()
+	cmd := &cobra.Command{
+		Use:   component,
+		Short: "Serve capscale's workload lifecycle API (restart, stop, start, scale, elastic webs)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if errs := o.Validate(); len(errs) > 0 {
+				return utilerrors.NewAggregate(errs)
+			}
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+				return err
+			}
+			return Run(ctx, o)
+		},
+	}
+	fss := o.Flags()
+	for _, fs := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(fs)
+	}
+	cliflag.SetUsageAndHelpFunc(cmd, fss, 80)
+	return cmd
+}
+
+// Run serves the API until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, o *Options) error {
+	cfg, err := kube.RESTConfig(o.Kubeconfig, component)
+	if err != nil {
+		return err
+	}
+	cs, err := kube.Clientset(cfg)
+	if err != nil {
+		return err
+	}
+	// metrics.k8s.io speaks JSON only; the plain config is right for it.
+	mc, err := metricsclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating metrics.k8s.io client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	factory := kube.InformerFactory(cs)
+	srv := workload.New(workload.Config{
+		Client:                    cs,
+		Metrics:                   mc,
+		Informers:                 factory,
+		Registry:                  reg,
+		Gatherer:                  reg,
+		AuthCacheTTL:              o.AuthCacheTTL,
+		DefaultUnderlayIPCapacity: o.DefaultUnderlayIPCapacity,
+		MaxBodyBytes:              o.MaxBodyBytes,
+	})
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	go func() {
+		start := time.Now()
+		for t, ok := range factory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				klog.InfoS("Informer did not sync before shutdown", "type", t.String())
+				return
+			}
+		}
+		klog.InfoS("Informers synced; ready", "duration", time.Since(start))
+	}()
+
+	tls := o.TLSCertFile != ""
+	if !tls && !isLoopback(o.BindAddress) {
+		klog.InfoS("Warning: serving plain HTTP on a non-loopback address exposes callers' bearer tokens; set --tls-cert-file and --tls-private-key-file", "bindAddress", o.BindAddress)
+	}
+	return httpserver.Serve(ctx, httpserver.Options{
+		Addr:            o.BindAddress,
+		CertFile:        o.TLSCertFile,
+		KeyFile:         o.TLSPrivateKeyFile,
+		ShutdownTimeout: o.ShutdownTimeout,
+	}, srv.Handler(), nil)
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
