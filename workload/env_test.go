@@ -1,0 +1,252 @@
+package workload
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+)
+
+// env is a Server over a fake clientset, served on 127.0.0.1. Token
+// "tok-<user>" authenticates as <user>; every access is allowed unless
+// deny says otherwise.
+type env struct {
+	t     *testing.T
+	cs    *fake.Clientset
+	srv   *Server
+	url   string
+	clk   *clocktesting.FakeClock
+	reg   *prometheus.Registry
+	mu    sync.Mutex
+	deny  func(user string, ra *authorizationv1.ResourceAttributes) bool
+	sars  []authorizationv1.ResourceAttributes
+	scale int // scale subresource updates
+}
+
+type envOpts struct {
+	metrics metricsclient.Interface
+}
+
+func newEnv(t *testing.T, objs ...runtime.Object) *env {
+	return newEnvWith(t, envOpts{}, objs...)
+}
+
+func newEnvWith(t *testing.T, o envOpts, objs ...runtime.Object) *env {
+	t.Helper()
+	e := &env{t: t, cs: fake.NewClientset(objs...), clk: clocktesting.NewFakeClock(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)), reg: prometheus.NewRegistry()}
+	e.cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
+		if user, ok := strings.CutPrefix(tr.Spec.Token, "tok-"); ok {
+			tr.Status.Authenticated = true
+			tr.Status.User = authenticationv1.UserInfo{Username: user}
+		}
+		return true, tr, nil
+	})
+	e.cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.sars = append(e.sars, *sar.Spec.ResourceAttributes)
+		sar.Status.Allowed = e.deny == nil || !e.deny(sar.Spec.User, sar.Spec.ResourceAttributes)
+		return true, sar, nil
+	})
+	// The fake tracker knows no scale subresource: map it onto the object.
+	for _, res := range []string{"deployments", "statefulsets"} {
+		gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: res}
+		e.cs.PrependReactor("get", res, func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "scale" {
+				return false, nil, nil
+			}
+			obj, err := e.cs.Tracker().Get(gvr, a.GetNamespace(), a.(k8stesting.GetAction).GetName())
+			if err != nil {
+				return true, nil, err
+			}
+			m := obj.(metav1.Object)
+			return true, &autoscalingv1.Scale{
+				ObjectMeta: metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), ResourceVersion: m.GetResourceVersion()},
+				Spec:       autoscalingv1.ScaleSpec{Replicas: replicasOf(*replicasPtr(obj))},
+			}, nil
+		})
+		e.cs.PrependReactor("update", res, func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "scale" {
+				return false, nil, nil
+			}
+			sc := a.(k8stesting.UpdateAction).GetObject().(*autoscalingv1.Scale)
+			obj, err := e.cs.Tracker().Get(gvr, a.GetNamespace(), sc.Name)
+			if err != nil {
+				return true, nil, err
+			}
+			obj = obj.DeepCopyObject()
+			*replicasPtr(obj) = ptr.To(sc.Spec.Replicas)
+			if err := e.cs.Tracker().Update(gvr, obj, a.GetNamespace()); err != nil {
+				return true, nil, err
+			}
+			e.mu.Lock()
+			e.scale++
+			e.mu.Unlock()
+			return true, sc, nil
+		})
+	}
+	factory := informers.NewSharedInformerFactory(e.cs, 0)
+	e.srv = New(Config{
+		Client: e.cs, Metrics: o.metrics, Informers: factory, Registry: e.reg, Gatherer: e.reg,
+		AuthCacheTTL: time.Second, Clock: e.clk, MaxBodyBytes: 4096,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("informer %v did not sync", typ)
+		}
+	}
+	hs := httptest.NewServer(e.srv.Handler())
+	e.url = hs.URL
+	t.Cleanup(func() {
+		hs.Close()
+		cancel()
+		factory.Shutdown()
+	})
+	return e
+}
+
+func replicasPtr(obj runtime.Object) **int32 {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return &o.Spec.Replicas
+	case *appsv1.StatefulSet:
+		return &o.Spec.Replicas
+	}
+	panic("no replicas")
+}
+
+// do sends a request as user (no Authorization header when user is "") and
+// decodes the JSON answer into out when out is not nil.
+func (e *env) do(method, path, user, body string, out any) int {
+	e.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, e.url+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if user != "" {
+		req.Header.Set("Authorization", "Bearer tok-"+user)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if resp.StatusCode >= 400 {
+		var er struct {
+			Code    int    `json:"code"`
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(b, &er); err != nil || er.Code != resp.StatusCode || er.Reason == "" {
+			e.t.Errorf("%s %s: error body is not {code,reason,message}: %s", method, path, b)
+		}
+		if m, ok := out.(*string); ok {
+			*m = er.Message
+		}
+		return resp.StatusCode
+	}
+	if _, isMsg := out.(*string); out != nil && !isMsg {
+		if err := json.NewDecoder(bytes.NewReader(b)).Decode(out); err != nil {
+			e.t.Fatalf("%s %s: decoding %s: %v", method, path, b, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (e *env) deployment(ns, name string) *appsv1.Deployment {
+	e.t.Helper()
+	d, err := e.cs.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
+func (e *env) sarLog() []authorizationv1.ResourceAttributes {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]authorizationv1.ResourceAttributes(nil), e.sars...)
+}
+
+func deployment(ns, name string, replicas int32, mutate ...func(*appsv1.Deployment)) *appsv1.Deployment {
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Generation: 1, ResourceVersion: "1"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "c", Image: "img",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}},
+				}}},
+			},
+		},
+	}
+	for _, m := range mutate {
+		m(d)
+	}
+	return d
+}
+
+func hpa(ns, name, target string, minR *int32, maxR int32) *autoscalingv2.HorizontalPodAutoscaler {
+	return &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: target},
+			MinReplicas:    minR,
+			MaxReplicas:    maxR,
+		},
+	}
+}
+
+func readyNode(name, cpu string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110"),
+			},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+}
