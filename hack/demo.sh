@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# make demo: build everything, start a local control plane with capscale wired
+# in, and walk through what each component does with the real objects.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=_output/bin
+LOCAL=_output/local
+bold() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+say() { printf '   %s\n' "$*"; }
+run() { printf '\033[36m$ %s\033[0m\n' "$*"; "$@"; }
+k() { "$BIN/kubectl" "$@"; }
+
+# wait_for DESCRIPTION TIMEOUT COMMAND...: polls COMMAND every second, printing
+# a dot, so nothing sits silent.
+wait_for() {
+  local what=$1 timeout=$2; shift 2
+  printf '   waiting for %s ' "$what"
+  for ((i = 0; i < timeout; i++)); do
+    if "$@" >/dev/null 2>&1; then printf ' done (%ss)\n' "$i"; return 0; fi
+    printf '.'; sleep 1
+  done
+  printf ' gave up after %ss\n' "$timeout"; return 1
+}
+
+bold "Building capscale and the control plane (the first time: ~15 min, cached afterwards)"
+make --no-print-directory build control-plane
+
+if [ -f "$LOCAL/state.json" ]; then
+  bold "A local plane is already running; restarting it"
+  make --no-print-directory local-down
+fi
+bold "Starting a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (5 nodes), and capscale"
+make --no-print-directory local-up NODES=5
+# shellcheck disable=SC1091
+source "$LOCAL/env"
+export KUBECONFIG
+run k get nodes -o wide
+
+bold "1. Underlay-IP scheduling"
+say "Each node holds at most 10 underlay IPs unless its capscale.io/underlay-ip-capacity annotation says otherwise."
+run k annotate node kwok-node-000 capscale.io/underlay-ip-capacity=4 --overwrite
+run k annotate node kwok-node-001 capscale.io/underlay-ip-capacity=0 --overwrite
+say "Capacity now: 4 + 0 + 3 x 10 = 34 IPs. A Deployment of 40 pods, each asking for one IP:"
+k create namespace demo >/dev/null
+wait_for "the demo namespace's default ServiceAccount" 30 k -n demo get serviceaccount default
+cat <<'YAML' | k apply -f -
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: underlay, namespace: demo}
+spec:
+  replicas: 40
+  selector: {matchLabels: {app: underlay}}
+  template:
+    metadata: {labels: {app: underlay}}
+    spec:
+      containers:
+      - name: app
+        image: registry.example/underlay:1
+        resources:
+          requests: {capscale.io/underlay-ip: "1"}
+          limits: {capscale.io/underlay-ip: "1"}
+YAML
+bound() { [ "$(k -n demo get pods -l app=underlay --field-selector spec.nodeName!= -o name | wc -l)" -eq 34 ]; }
+wait_for "34 pods bound" 90 bound
+say "Pods per node (never above capacity):"
+k -n demo get pods -l app=underlay -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort | uniq -c | sed 's/^/   /'
+say "The 6 pods that do not fit stay Pending, and say why:"
+k -n demo get events --field-selector reason=FailedScheduling -o jsonpath='{.items[-1:].message}{"\n"}' | sed 's/^/   /'
+say "The extender's own view (GET \$EXTENDER_URL/capacity):"
+curl -fsS "$EXTENDER_URL/capacity" | head -c 1500; echo
+
+bold "2. Autoscaling on a third-party load index (step policy)"
+say "A load source answers {\"data\":{\"load_balance\":V}} at \$LOAD_SOURCE_URL; the adapter polls it every 2s."
+say "Policy for demo/gpu-inference: above 0.8 add 3, below 0.5 remove 1, 1..20 replicas, no scale-down while a pod is younger than 20s, at most one step per 10s."
+cat <<'YAML' | k apply -f -
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: gpu-inference, namespace: demo}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: gpu-inference}}
+  template:
+    metadata: {labels: {app: gpu-inference}}
+    spec:
+      containers: [{name: app, image: registry.example/gpu-inference:1}]
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: gpu-inference, namespace: demo}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: gpu-inference}
+  minReplicas: 1
+  maxReplicas: 20
+  metrics:
+  - type: External
+    external:
+      metric:
+        name: capscale-desired-replicas
+        selector: {matchLabels: {workload: gpu-inference, policy: load-step}}
+      target: {type: AverageValue, averageValue: "1"}
+  behavior:
+    scaleUp: {stabilizationWindowSeconds: 0, tolerance: 0, policies: [{type: Pods, value: 3, periodSeconds: 10}]}
+    scaleDown: {stabilizationWindowSeconds: 0, tolerance: 0, policies: [{type: Pods, value: 1, periodSeconds: 10}]}
+YAML
+replicas() { [ "$(k -n demo get deploy gpu-inference -o jsonpath='{.spec.replicas}')" -eq "$1" ]; }
+CA=$CAPSCALE_CA_FILE
+run curl -fsS --cacert "$CA" -X PUT --data 0.93 "$LOAD_SOURCE_URL"
+run k get --raw "/apis/external.metrics.k8s.io/v1beta1/namespaces/demo/capscale-load-index?labelSelector=source%3Dgpu-load"
+echo
+wait_for "the HPA to add 3 replicas (1 -> 4)" 60 replicas 4
+run curl -fsS --cacert "$CA" -X PUT --data 0.3 "$LOAD_SOURCE_URL"
+say "Load 0.3 is below 0.5, but the new pods are younger than 20s: no scale-down until they are older."
+wait_for "the HPA to remove 1 replica (4 -> 3)" 90 replicas 3
+run k -n demo get hpa gpu-inference
+
+bold "3. Replicas from QPS"
+say "A web team knows its single-pod QPS (500) and expected total QPS (800): ceil(800/500) = 2 replicas."
+cat <<'YAML' | k apply -f -
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: demo
+  annotations: {capscale.io/single-pod-qps: "500", capscale.io/total-qps: "800"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: app, image: registry.example/web:1}]
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web, namespace: demo}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 1
+  maxReplicas: 10
+  metrics:
+  - type: External
+    external:
+      metric:
+        name: capscale-desired-replicas
+        selector: {matchLabels: {workload: web, policy: qps}}
+      target: {type: AverageValue, averageValue: "1"}
+  behavior:
+    scaleUp: {stabilizationWindowSeconds: 0, tolerance: 0}
+    scaleDown: {stabilizationWindowSeconds: 0, tolerance: 0}
+YAML
+web() { [ "$(k -n demo get deploy web -o jsonpath='{.spec.replicas}')" -eq "$1" ]; }
+wait_for "web at 2 replicas" 60 web 2
+run k -n demo annotate deploy web capscale.io/total-qps=1800 --overwrite
+wait_for "web at ceil(1800/500) = 4 replicas" 60 web 4
+
+bold "4. The workload API (every call authenticated and authorized as the caller)"
+k -n demo create serviceaccount console >/dev/null
+k create rolebinding console-edit --clusterrole=edit --serviceaccount=demo:console -n demo >/dev/null
+TOKEN=$(k -n demo create token console --duration=24h)
+api() { curl -sS --cacert "$CA" -H "Authorization: Bearer $TOKEN" "$@"; echo; }
+run curl -sS --cacert "$CA" -X POST "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/underlay/stop"; echo
+say "(no token: 401). With the console's token:"
+printf '\033[36m$ POST .../deployments/underlay/stop\033[0m\n'; api -X POST "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/underlay/stop"
+run k -n demo get deploy underlay -o jsonpath='{.spec.replicas} replicas, remembered: {.metadata.annotations.capscale\.io/replicas-before-stop}{"\n"}'
+printf '\033[36m$ POST .../deployments/underlay/start\033[0m\n'; api -X POST "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/underlay/start"
+printf '\033[36m$ POST .../deployments/web/restart\033[0m\n'; api -X POST "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/web/restart"
+printf '\033[36m$ GET .../deployments/underlay/capacity\033[0m\n'; api "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/underlay/capacity" | head -c 1200; echo
+
+bold "Explore"
+cat <<EOT
+   source $LOCAL/env              # KUBECONFIG, EXTENDER_URL, ADAPTER_URL, WORKLOAD_API_URL, LOAD_SOURCE_URL
+   $BIN/kubectl get pods -A -o wide
+   curl -s \$EXTENDER_URL/capacity
+   curl -s --cacert \$CAPSCALE_CA_FILE -X PUT --data 0.95 \$LOAD_SOURCE_URL    # drive the load index
+   TOKEN=$TOKEN
+   curl -s --cacert \$CAPSCALE_CA_FILE -H "Authorization: Bearer \$TOKEN" \$WORKLOAD_API_URL/v1/namespaces/demo/deployments/web/rollout
+   logs: $LOCAL/plane/logs/
+
+   Stop everything with: make local-down
+EOT
