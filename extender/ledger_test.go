@@ -1,0 +1,216 @@
+package extender
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func TestLedgerAccounting(t *testing.T) {
+	l := newTestLedger(
+		[]*v1.Node{node("a", ""), node("b", "3"), node("c", "bogus")},
+		[]*v1.Pod{pod("p1", "a", 1), pod("p2", "a", 2), pod("p3", "b", 1), pod("pending", "", 1), pod("plain", "a", 0)},
+	)
+	check := func(name string, want NodeUsage) {
+		t.Helper()
+		if got := l.Usage(name); got != want {
+			t.Errorf("Usage(%s) = %+v, want %+v", name, got, want)
+		}
+	}
+	check("a", NodeUsage{Known: true, Capacity: 10, Used: 3})
+	check("b", NodeUsage{Known: true, Capacity: 3, Used: 1})
+	if u := l.Usage("c"); !u.Known || u.Capacity != 0 || u.CapacityError == "" {
+		t.Errorf("Usage(c) = %+v, want known, capacity 0 and a reason", u)
+	}
+	check("nope", NodeUsage{})
+
+	// A pod that finishes releases its IPs.
+	done := pod("p2", "a", 2)
+	done.Status.Phase = v1.PodSucceeded
+	l.SetPod(done)
+	check("a", NodeUsage{Known: true, Capacity: 10, Used: 1})
+
+	// Deletion releases too, and is idempotent.
+	l.DeletePod(pod("p1", "", 0).UID)
+	l.DeletePod(pod("p1", "", 0).UID)
+	check("a", NodeUsage{Known: true, Capacity: 10})
+
+	// Capacity follows annotation changes.
+	l.SetNode(node("b", "5"))
+	check("b", NodeUsage{Known: true, Capacity: 5, Used: 1})
+
+	// A deleted node still carries its pods, but has no capacity.
+	l.DeleteNode("b")
+	check("b", NodeUsage{Used: 1})
+	l.DeletePod(pod("p3", "", 0).UID)
+	if rep := l.Report(); len(rep.Nodes) != 2 {
+		t.Errorf("report has %d nodes after b emptied, want 2 (a, c): %+v", len(rep.Nodes), rep.Nodes)
+	}
+}
+
+func TestLedgerReservations(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	l := NewLedger(LedgerOptions{DefaultCapacity: 2, ReservationTTL: time.Minute, Metrics: m, Clock: clk})
+	l.SetNode(node("a", ""))
+	p1, p2, p3 := pod("p1", "", 1), pod("p2", "", 1), pod("p3", "", 1)
+
+	r1 := l.Reserve(p1.UID, "ns", "p1", "a", 1)
+	if !r1.Verdict.Fit || r1.Token == 0 {
+		t.Fatalf("first reserve = %+v, want fit with a token", r1)
+	}
+	// Reserving again for the same pod replaces, never doubles.
+	r1 = l.Reserve(p1.UID, "ns", "p1", "a", 1)
+	if !r1.Verdict.Fit {
+		t.Fatalf("re-reserve = %+v, want fit", r1)
+	}
+	r2 := l.Reserve(p2.UID, "ns", "p2", "a", 1)
+	if !r2.Verdict.Fit {
+		t.Fatalf("second reserve = %+v, want fit", r2)
+	}
+	if r3 := l.Reserve(p3.UID, "ns", "p3", "a", 1); r3.Verdict.Fit || r3.Verdict.Cause != CauseExhausted {
+		t.Fatalf("third reserve = %+v, want exhausted", r3)
+	}
+	if got := testutil.ToFloat64(m.ReservedIPs); got != 2 {
+		t.Errorf("reserved gauge = %v, want 2", got)
+	}
+
+	// The informer shows p1 bound: it moves from reserved to used.
+	l.SetPod(pod("p1", "a", 1))
+	if u := l.Usage("a"); u.Used != 1 || u.Reserved != 1 {
+		t.Errorf("after p1 bound: %+v, want used 1 reserved 1", u)
+	}
+	if r := l.Reserve(p1.UID, "ns", "p1", "a", 1); !r.AlreadyBound {
+		t.Errorf("reserve of a bound pod = %+v, want AlreadyBound", r)
+	}
+	if r := l.Reserve(p1.UID, "ns", "p1", "b", 1); r.BoundElsewhere != "a" {
+		t.Errorf("reserve of a pod bound elsewhere = %+v, want BoundElsewhere a", r)
+	}
+
+	// A stale token releases nothing.
+	l.Release(p2.UID, r2.Token+100)
+	if u := l.Usage("a"); u.Reserved != 1 {
+		t.Errorf("stale release changed reserved: %+v", u)
+	}
+	// An unconfirmed reservation survives until its TTL.
+	l.Unconfirmed(p2.UID, r2.Token)
+	clk.Step(30 * time.Second)
+	l.Expire()
+	if u := l.Usage("a"); u.Reserved != 1 {
+		t.Errorf("reservation expired early: %+v", u)
+	}
+	clk.Step(31 * time.Second)
+	l.Expire()
+	if u := l.Usage("a"); u.Reserved != 0 {
+		t.Errorf("reservation did not expire: %+v", u)
+	}
+	if got := testutil.ToFloat64(m.ExpiredReservations); got != 1 {
+		t.Errorf("expired counter = %v, want 1", got)
+	}
+
+	// Confirmed reservations never expire by time.
+	r3 := l.Reserve(p3.UID, "ns", "p3", "a", 1)
+	clk.Step(time.Hour)
+	l.Expire()
+	if u := l.Usage("a"); u.Reserved != 1 {
+		t.Errorf("confirmed reservation expired: %+v", u)
+	}
+	l.Release(p3.UID, r3.Token)
+	if u := l.Usage("a"); u.Reserved != 0 {
+		t.Errorf("release did not free: %+v", u)
+	}
+	// Deleting a pod drops its reservation.
+	r3 = l.Reserve(p3.UID, "ns", "p3", "a", 1)
+	l.DeletePod(p3.UID)
+	if u := l.Usage("a"); u.Reserved != 0 || !r3.Verdict.Fit {
+		t.Errorf("delete did not drop the reservation: %+v", u)
+	}
+}
+
+func TestLedgerOwnReservationNotCounted(t *testing.T) {
+	l := newTestLedger([]*v1.Node{node("a", "1")}, nil)
+	p := pod("p", "", 1)
+	l.Reserve(p.UID, "ns", "p", "a", 1)
+	if u := l.Usages(p.UID, []string{"a"}, nil)[0]; !Fits(u, 1).Fit {
+		t.Errorf("a retried pod competes with its own reservation: %+v", u)
+	}
+	if u := l.Usages("other", []string{"a"}, nil)[0]; Fits(u, 1).Fit {
+		t.Errorf("another pod fits into a reserved node: %+v", u)
+	}
+}
+
+func TestLedgerHints(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	l := NewLedger(LedgerOptions{DefaultCapacity: 10, Clock: clk})
+	l.RememberNeed("u", 2)
+	l.RememberNeed("", 2)
+	if n, ok := l.RememberedNeed("u"); !ok || n != 2 {
+		t.Fatalf("RememberedNeed = %d, %v", n, ok)
+	}
+	clk.Step(hintTTL + time.Second)
+	l.Expire()
+	if _, ok := l.RememberedNeed("u"); ok {
+		t.Fatal("hint survived its TTL")
+	}
+}
+
+func TestLedgerMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	l := NewLedger(LedgerOptions{DefaultCapacity: 10, Metrics: m})
+	l.SetNode(node("a", ""))
+	l.SetNode(node("b", "3"))
+	l.SetNode(node("c", "x"))
+	l.SetNode(node("c", "x")) // unchanged: counted once
+	l.SetPod(pod("p", "a", 2))
+	l.Reserve("r", "ns", "r", "b", 1)
+	for _, tc := range []struct {
+		name string
+		c    prometheus.Collector
+		want float64
+	}{
+		{"nodes", m.Nodes, 3},
+		{"capacity", m.CapacityIPs, 13},
+		{"used", m.UsedIPs, 2},
+		{"reserved", m.ReservedIPs, 1},
+		{"invalid nodes", m.InvalidCapacityNodes, 1},
+		{"invalid annotations", m.InvalidCapacityAnnotations, 1},
+	} {
+		if got := testutil.ToFloat64(tc.c); got != tc.want {
+			t.Errorf("%s = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	l.SetNode(node("c", "4"))
+	if got := testutil.ToFloat64(m.InvalidCapacityNodes); got != 0 {
+		t.Errorf("invalid nodes after fix = %v, want 0", got)
+	}
+}
+
+func TestLedgerReport(t *testing.T) {
+	l := newTestLedger([]*v1.Node{node("b", "3"), node("a", "")}, []*v1.Pod{pod("y", "a", 1), pod("x", "a", 2)})
+	l.Reserve("uid-z", "ns", "z", "b", 1)
+	rep := l.Report()
+	if rep.DefaultCapacity != 10 {
+		t.Errorf("defaultCapacity = %d", rep.DefaultCapacity)
+	}
+	want := Totals{Nodes: 2, Capacity: 13, Used: 3, Reserved: 1, Free: 9}
+	if rep.Totals != want {
+		t.Errorf("totals = %+v, want %+v", rep.Totals, want)
+	}
+	if len(rep.Nodes) != 2 || rep.Nodes[0].Name != "a" || rep.Nodes[1].Name != "b" {
+		t.Fatalf("nodes not sorted: %+v", rep.Nodes)
+	}
+	a := rep.Nodes[0]
+	if a.Free != 7 || len(a.Pods) != 2 || a.Pods[0].Name != "x" || a.Pods[0].IPs != 2 || a.Pods[0].State != "bound" {
+		t.Errorf("node a = %+v", a)
+	}
+	b := rep.Nodes[1]
+	if b.Reserved != 1 || len(b.Pods) != 1 || b.Pods[0].State != "reserved" {
+		t.Errorf("node b = %+v", b)
+	}
+}
