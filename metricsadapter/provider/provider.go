@@ -1,0 +1,519 @@
+// Package provider is the external-metrics provider of the adapter: it
+// answers external.metrics.k8s.io requests from in-memory state only (source
+// samples and informer caches), so an HPA sync never waits on the network.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/informers"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	autoscalinglisters "k8s.io/client-go/listers/autoscaling/v2"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/metrics/pkg/apis/external_metrics"
+	"k8s.io/utils/clock"
+	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
+
+	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/metricsadapter/config"
+	"github.com/capscale/capscale/metricsadapter/policy"
+	"github.com/capscale/capscale/metricsadapter/source"
+)
+
+// Selector label keys.
+const (
+	LabelSource   = "source"
+	LabelWorkload = "workload"
+	LabelPolicy   = "policy"
+)
+
+// SourceReader gives the current reading of a named source; see
+// source.Manager.Read.
+type SourceReader interface {
+	Read(name string) (source.Reading, error)
+}
+
+// allMetrics is returned by ListAllExternalMetrics, which runs on every
+// discovery request and must not allocate or fail.
+var allMetrics = []cmprovider.ExternalMetricInfo{
+	{Metric: names.LoadIndexMetric},
+	{Metric: names.DesiredReplicasMetric},
+	{Metric: names.TotalQPSMetric},
+	{Metric: names.RealQPSMetric},
+}
+
+// Options configure a Provider.
+type Options struct {
+	// Informers is the shared factory the provider takes its listers from;
+	// the caller starts it.
+	Informers informers.SharedInformerFactory
+	// Sources answers load-index reads.
+	Sources SourceReader
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+}
+
+// Provider implements provider.ExternalMetricsProvider.
+type Provider struct {
+	sources      SourceReader
+	clock        clock.PassiveClock
+	deployments  appslisters.DeploymentLister
+	statefulSets appslisters.StatefulSetLister
+	pods         corelisters.PodLister
+	hpas         autoscalinglisters.HorizontalPodAutoscalerLister
+	tracker      *ScaleTracker
+	synced       []cache.InformerSynced
+	metrics      *Metrics
+
+	// policies maps namespace/name to a step policy; replaced on reload.
+	policies atomic.Pointer[map[string]config.StepPolicy]
+}
+
+var _ cmprovider.ExternalMetricsProvider = (*Provider)(nil)
+
+// New wires a Provider to the informers it reads (Deployments,
+// StatefulSets, Pods and autoscaling/v2 HPAs).
+func New(o Options) (*Provider, error) {
+	if o.Informers == nil || o.Sources == nil {
+		return nil, errors.New("provider needs informers and sources")
+	}
+	clk := o.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	p := &Provider{
+		sources: o.Sources,
+		clock:   clk,
+		tracker: NewScaleTracker(clk),
+		metrics: newMetrics(),
+	}
+	deploy := o.Informers.Apps().V1().Deployments()
+	sts := o.Informers.Apps().V1().StatefulSets()
+	pods := o.Informers.Core().V1().Pods()
+	hpas := o.Informers.Autoscaling().V2().HorizontalPodAutoscalers()
+	p.deployments, p.statefulSets, p.pods, p.hpas = deploy.Lister(), sts.Lister(), pods.Lister(), hpas.Lister()
+
+	for kind, inf := range map[string]cache.SharedIndexInformer{
+		config.KindDeployment:  deploy.Informer(),
+		config.KindStatefulSet: sts.Informer(),
+	} {
+		reg, err := inf.AddEventHandler(p.tracker.handler(kind))
+		if err != nil {
+			return nil, fmt.Errorf("watching %s replica changes: %w", kind, err)
+		}
+		p.synced = append(p.synced, inf.HasSynced, reg.HasSynced)
+	}
+	p.synced = append(p.synced, pods.Informer().HasSynced, hpas.Informer().HasSynced)
+	empty := map[string]config.StepPolicy{}
+	p.policies.Store(&empty)
+	return p, nil
+}
+
+// HasSynced reports whether every informer the provider reads has synced;
+// /readyz waits for it.
+func (p *Provider) HasSynced() bool {
+	for _, s := range p.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// SetStepPolicies replaces the step policies (on config load and reload).
+func (p *Provider) SetStepPolicies(policies []config.StepPolicy) {
+	m := make(map[string]config.StepPolicy, len(policies))
+	for _, sp := range policies {
+		m[sp.Workload.Namespace+"/"+sp.Workload.Name] = sp
+	}
+	p.policies.Store(&m)
+}
+
+// ListAllExternalMetrics implements provider.ExternalMetricsProvider.
+func (p *Provider) ListAllExternalMetrics() []cmprovider.ExternalMetricInfo {
+	return allMetrics
+}
+
+// GetExternalMetric implements provider.ExternalMetricsProvider. It returns
+// exactly one item, because an HPA sums every item returned for its
+// selector.
+func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, selector labels.Selector, info cmprovider.ExternalMetricInfo) (*external_metrics.ExternalMetricValueList, error) {
+	item, err := p.get(namespace, selector, info.Metric)
+	p.metrics.observe(info.Metric, err)
+	if err != nil {
+		logger := klog.FromContext(ctx)
+		if code := statusCode(err); code >= 500 {
+			logger.Info("External metric unavailable", "namespace", namespace, "metric", info.Metric, "selector", selector.String(), "err", err)
+		} else {
+			logger.V(2).Info("External metric request rejected", "namespace", namespace, "metric", info.Metric, "selector", selector.String(), "err", err)
+		}
+		return nil, err
+	}
+	return &external_metrics.ExternalMetricValueList{Items: []external_metrics.ExternalMetricValue{item}}, nil
+}
+
+func (p *Provider) get(namespace string, selector labels.Selector, metric string) (external_metrics.ExternalMetricValue, error) {
+	var want []string
+	switch metric {
+	case names.LoadIndexMetric:
+		want = []string{LabelSource}
+	case names.DesiredReplicasMetric:
+		want = []string{LabelWorkload, LabelPolicy}
+	case names.TotalQPSMetric, names.RealQPSMetric:
+		want = []string{LabelWorkload}
+	default:
+		return external_metrics.ExternalMetricValue{}, cmprovider.NewMetricNotFoundError(
+			schema.GroupResource{Group: external_metrics.GroupName, Resource: metric}, metric)
+	}
+	lbls, err := parseSelector(metric, selector, want)
+	if err != nil {
+		return external_metrics.ExternalMetricValue{}, err
+	}
+
+	var (
+		value float64
+		ts    time.Time
+	)
+	switch metric {
+	case names.LoadIndexMetric:
+		value, ts, err = p.loadIndex(lbls[LabelSource])
+	case names.DesiredReplicasMetric:
+		switch lbls[LabelPolicy] {
+		case names.PolicyQPS:
+			value, ts, err = p.qpsDesired(namespace, lbls[LabelWorkload])
+		case names.PolicyLoadStep:
+			value, ts, err = p.stepDesired(namespace, lbls[LabelWorkload])
+		default:
+			err = apierrors.NewBadRequest(fmt.Sprintf("metric %s: label %s must be %q or %q, got %q",
+				metric, LabelPolicy, names.PolicyQPS, names.PolicyLoadStep, lbls[LabelPolicy]))
+		}
+	case names.TotalQPSMetric:
+		value, ts, err = p.totalQPS(namespace, lbls[LabelWorkload])
+	case names.RealQPSMetric:
+		value, ts, err = p.realQPS(namespace, lbls[LabelWorkload])
+	}
+	if err != nil {
+		return external_metrics.ExternalMetricValue{}, err
+	}
+	return external_metrics.ExternalMetricValue{
+		MetricName:   metric,
+		MetricLabels: lbls,
+		Timestamp:    metav1.NewTime(ts),
+		Value:        quantity(value),
+	}, nil
+}
+
+// parseSelector accepts only key=value (or key==value) terms for exactly the
+// wanted keys.
+func parseSelector(metric string, selector labels.Selector, want []string) (map[string]string, error) {
+	usage := func(problem string) error {
+		keys := make([]string, len(want))
+		for i, k := range want {
+			keys[i] = k + "=..."
+		}
+		return apierrors.NewBadRequest(fmt.Sprintf("metric %s needs the label selector %s: %s",
+			metric, strings.Join(keys, ","), problem))
+	}
+	if selector == nil {
+		return nil, usage("no selector")
+	}
+	reqs, selectable := selector.Requirements()
+	if !selectable {
+		return nil, usage("the selector matches nothing")
+	}
+	out := make(map[string]string, len(want))
+	for _, r := range reqs {
+		if op := r.Operator(); op != selection.Equals && op != selection.DoubleEquals {
+			return nil, usage(fmt.Sprintf("%q is not an equality (set-based selectors are not supported)", r.String()))
+		}
+		if r.Values().Len() != 1 {
+			return nil, usage(fmt.Sprintf("%q must have exactly one value", r.String()))
+		}
+		if !contains(want, r.Key()) {
+			return nil, usage(fmt.Sprintf("unexpected label %q", r.Key()))
+		}
+		if _, dup := out[r.Key()]; dup {
+			return nil, usage(fmt.Sprintf("label %q given twice", r.Key()))
+		}
+		out[r.Key()] = r.Values().List()[0]
+	}
+	var missing []string
+	for _, k := range want {
+		if _, ok := out[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, usage(fmt.Sprintf("missing label %s", strings.Join(missing, ", ")))
+	}
+	return out, nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Provider) loadIndex(name string) (float64, time.Time, error) {
+	r, err := p.readSource(name)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	return r.Value, r.Time, nil
+}
+
+func (p *Provider) readSource(name string) (source.Reading, error) {
+	r, err := p.sources.Read(name)
+	if err == nil {
+		return r, nil
+	}
+	var ue *source.UnavailableError
+	switch {
+	case errors.Is(err, source.ErrUnknownSource):
+		return source.Reading{}, apierrors.NewNotFound(schema.GroupResource{Group: "capscale.io", Resource: "sources"}, name)
+	case errors.As(err, &ue):
+		// The HPA treats an error as "hold the current count"; a 503 says
+		// the value is temporarily unknown rather than that it is 0.
+		return source.Reading{}, apierrors.NewServiceUnavailable(ue.Error())
+	default:
+		return source.Reading{}, apierrors.NewInternalError(err)
+	}
+}
+
+// workload is the part of a Deployment or StatefulSet the policies use.
+type workload struct {
+	kind          string
+	namespace     string
+	name          string
+	annotations   map[string]string
+	replicas      int32
+	readyReplicas int32
+	selector      *metav1.LabelSelector
+}
+
+func fromDeployment(d *appsv1.Deployment) workload {
+	return workload{kind: config.KindDeployment, namespace: d.Namespace, name: d.Name, annotations: d.Annotations,
+		replicas: specReplicas(d.Spec.Replicas), readyReplicas: d.Status.ReadyReplicas, selector: d.Spec.Selector}
+}
+
+func fromStatefulSet(s *appsv1.StatefulSet) workload {
+	return workload{kind: config.KindStatefulSet, namespace: s.Namespace, name: s.Name, annotations: s.Annotations,
+		replicas: specReplicas(s.Spec.Replicas), readyReplicas: s.Status.ReadyReplicas, selector: s.Spec.Selector}
+}
+
+func (w workload) String() string { return w.kind + " " + w.namespace + "/" + w.name }
+
+// findWorkload looks up NAME for the QPS metrics, whose selector has no
+// kind: a Deployment wins over a StatefulSet of the same name.
+func (p *Provider) findWorkload(namespace, name string) (workload, error) {
+	if d, err := p.deployments.Deployments(namespace).Get(name); err == nil {
+		return fromDeployment(d), nil
+	}
+	if s, err := p.statefulSets.StatefulSets(namespace).Get(name); err == nil {
+		return fromStatefulSet(s), nil
+	}
+	e := apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "deployments"}, name)
+	e.ErrStatus.Message = fmt.Sprintf("no Deployment or StatefulSet %q in namespace %q", name, namespace)
+	return workload{}, e
+}
+
+func (p *Provider) getWorkload(ref config.WorkloadRef) (workload, error) {
+	switch ref.Kind {
+	case config.KindStatefulSet:
+		s, err := p.statefulSets.StatefulSets(ref.Namespace).Get(ref.Name)
+		if err != nil {
+			return workload{}, apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, ref.Name)
+		}
+		return fromStatefulSet(s), nil
+	default:
+		d, err := p.deployments.Deployments(ref.Namespace).Get(ref.Name)
+		if err != nil {
+			return workload{}, apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "deployments"}, ref.Name)
+		}
+		return fromDeployment(d), nil
+	}
+}
+
+// annotationError turns a policy.AnnotationError into a Status naming the
+// workload and the annotation: 404 when it is missing (the workload has no
+// such metric), 400 when it is malformed.
+func annotationError(w workload, err error) error {
+	var ae *policy.AnnotationError
+	if !errors.As(err, &ae) {
+		return apierrors.NewInternalError(err)
+	}
+	msg := fmt.Sprintf("%s: %v", w, err)
+	if ae.Missing {
+		e := apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: strings.ToLower(w.kind) + "s"}, w.name)
+		e.ErrStatus.Message = msg
+		return e
+	}
+	return apierrors.NewBadRequest(msg)
+}
+
+func (p *Provider) qpsDesired(namespace, name string) (float64, time.Time, error) {
+	w, err := p.findWorkload(namespace, name)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	n, err := policy.DesiredReplicasFromAnnotations(w.annotations)
+	if err != nil {
+		return 0, time.Time{}, annotationError(w, err)
+	}
+	return float64(n), p.clock.Now(), nil
+}
+
+func (p *Provider) totalQPS(namespace, name string) (float64, time.Time, error) {
+	w, err := p.findWorkload(namespace, name)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	total, err := policy.ParseTotalQPS(w.annotations)
+	if err != nil {
+		return 0, time.Time{}, annotationError(w, err)
+	}
+	return total.Float, p.clock.Now(), nil
+}
+
+func (p *Provider) realQPS(namespace, name string) (float64, time.Time, error) {
+	w, err := p.findWorkload(namespace, name)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	single, err := policy.ParseSinglePodQPS(w.annotations)
+	if err != nil {
+		return 0, time.Time{}, annotationError(w, err)
+	}
+	return policy.RealQPS(w.readyReplicas, single), p.clock.Now(), nil
+}
+
+func (p *Provider) stepDesired(namespace, name string) (float64, time.Time, error) {
+	sp, ok := (*p.policies.Load())[namespace+"/"+name]
+	if !ok {
+		e := apierrors.NewNotFound(schema.GroupResource{Group: "capscale.io", Resource: "steppolicies"}, name)
+		e.ErrStatus.Message = fmt.Sprintf("no step policy for workload %q in namespace %q in the adapter's config", name, namespace)
+		return 0, time.Time{}, e
+	}
+	w, err := p.getWorkload(sp.Workload)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	r, err := p.readSource(sp.Source)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	created, err := p.podCreationTimes(w)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	d := policy.Step(policy.StepParams{
+		ScaleUpAbove:   sp.ScaleUpAbove,
+		ScaleDownBelow: sp.ScaleDownBelow,
+		StepUp:         sp.StepUp,
+		StepDown:       sp.StepDown,
+		MinReplicas:    sp.MinReplicas,
+		MaxReplicas:    sp.MaxReplicas,
+		MinPodAge:      sp.MinPodAge.Duration,
+		Interval:       sp.Interval.Duration,
+	}, policy.StepInput{
+		Current:          w.replicas,
+		Load:             r.Value,
+		PodCreationTimes: created,
+		Now:              p.clock.Now(),
+		LastScaleTime:    p.lastScaleTime(w),
+	})
+	klog.V(4).InfoS("Load-step decision", "workload", klog.KRef(w.namespace, w.name), "kind", w.kind,
+		"load", r.Value, "current", w.replicas, "desired", d.Desired, "reason", d.Reason)
+	return float64(d.Desired), r.Time, nil
+}
+
+// podCreationTimes lists the creation times of the workload's live pods
+// (not terminating, not finished) from the pod cache.
+func (p *Provider) podCreationTimes(w workload) ([]time.Time, error) {
+	if w.selector == nil {
+		return nil, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(w.selector)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("%s has an invalid selector: %w", w, err))
+	}
+	if sel.Empty() {
+		// An empty selector would match every pod in the namespace.
+		return nil, nil
+	}
+	pods, err := p.pods.Pods(w.namespace).List(sel)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("listing pods of %s: %w", w, err))
+	}
+	out := make([]time.Time, 0, len(pods))
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		out = append(out, pod.CreationTimestamp.Time)
+	}
+	return out, nil
+}
+
+// lastScaleTime is status.lastScaleTime of the HPA targeting the workload,
+// which every adapter replica reads alike; without one, the time this
+// process saw spec.replicas change.
+func (p *Provider) lastScaleTime(w workload) time.Time {
+	var last time.Time
+	if hpas, err := p.hpas.HorizontalPodAutoscalers(w.namespace).List(labels.Everything()); err == nil {
+		for _, h := range hpas {
+			ref := h.Spec.ScaleTargetRef
+			gv, err := schema.ParseGroupVersion(ref.APIVersion)
+			if err != nil || gv.Group != appsv1.GroupName || ref.Kind != w.kind || ref.Name != w.name {
+				continue
+			}
+			if h.Status.LastScaleTime != nil && h.Status.LastScaleTime.After(last) {
+				last = h.Status.LastScaleTime.Time
+			}
+		}
+	}
+	if !last.IsZero() {
+		return last
+	}
+	return p.tracker.LastChange(w.kind, w.namespace, w.name)
+}
+
+// quantity renders v with micro precision (the HPA compares milli-values);
+// values too large for that are rounded to integers.
+func quantity(v float64) resource.Quantity {
+	if math.Abs(v) < 9e12 {
+		return *resource.NewScaledQuantity(int64(math.Round(v*1e6)), resource.Micro)
+	}
+	if v >= math.MaxInt64 {
+		return *resource.NewQuantity(math.MaxInt64, resource.DecimalSI)
+	}
+	return *resource.NewQuantity(int64(math.Round(v)), resource.DecimalSI)
+}
+
+func statusCode(err error) int32 {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		return se.Status().Code
+	}
+	return 500
+}
