@@ -1,0 +1,114 @@
+package app
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+)
+
+// harnessArgv is how the e2e harness starts the adapter behind the APIService.
+var harnessArgv = []string{
+	"--secure-port=6443",
+	"--bind-address=127.0.0.1",
+	"--tls-cert-file=/run/adapter/tls.crt",
+	"--tls-private-key-file=/run/adapter/tls.key",
+	"--lister-kubeconfig=/run/kc",
+	"--authentication-kubeconfig=/run/kc",
+	"--authorization-kubeconfig=/run/kc",
+	"--config=/etc/capscale/adapter.yaml",
+}
+
+func parse(t *testing.T, argv []string) (*Options, error) {
+	t.Helper()
+	o := NewOptions()
+	cmd := newCommand(context.Background(), o)
+	// RunE would start serving; only parse, as cobra does before RunE.
+	if err := cmd.ParseFlags(argv); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func TestParseHarnessArgv(t *testing.T) {
+	o, err := parse(t, harnessArgv)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if errs := o.Validate(); len(errs) > 0 {
+		t.Fatalf("Validate: %v", utilerrors.NewAggregate(errs))
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"secure port", o.SecureServing.BindPort, 6443},
+		{"bind address", o.SecureServing.BindAddress.String(), "127.0.0.1"},
+		{"cert file", o.SecureServing.ServerCert.CertKey.CertFile, "/run/adapter/tls.crt"},
+		{"key file", o.SecureServing.ServerCert.CertKey.KeyFile, "/run/adapter/tls.key"},
+		{"lister kubeconfig", o.RemoteKubeConfigFile, "/run/kc"},
+		{"authentication kubeconfig", o.Authentication.RemoteKubeConfigFile, "/run/kc"},
+		{"authorization kubeconfig", o.Authorization.RemoteKubeConfigFile, "/run/kc"},
+		{"config", o.ConfigFile, "/etc/capscale/adapter.yaml"},
+		{"config check interval default", o.ConfigCheckInterval, 5 * time.Second},
+		{"name", o.Name, "capscale-metrics-adapter"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		argv    []string
+		wantErr string
+	}{
+		{name: "bad interval", argv: []string{"--config=x", "--config-check-interval=0s"}, wantErr: "--config-check-interval must be positive"},
+		{name: "bad port", argv: []string{"--config=x", "--secure-port=70000"}, wantErr: "secure-port"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parse(t, tc.argv)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			err = utilerrors.NewAggregate(o.Validate())
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("Validate() = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+
+	if _, err := parse(t, []string{"--no-such-flag"}); err == nil {
+		t.Error("unknown flag: want a parse error")
+	}
+	if _, err := parse(t, []string{"--config-check-interval=soon"}); err == nil {
+		t.Error("bad duration: want a parse error")
+	}
+}
+
+func TestHelpListsFlags(t *testing.T) {
+	cmd := NewCommand(context.Background())
+	usage := cmd.UsageString()
+	for _, f := range []string{"--config", "--config-check-interval", "--secure-port", "--cert-dir", "--tls-cert-file",
+		"--tls-private-key-file", "--lister-kubeconfig", "--authentication-kubeconfig", "--authorization-kubeconfig", "--bind-address"} {
+		if !strings.Contains(usage, f) {
+			t.Errorf("usage lacks %s", f)
+		}
+	}
+}
+
+func TestConfigIsOptional(t *testing.T) {
+	o, err := parse(t, []string{"--secure-port=6443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := o.Validate(); len(errs) > 0 {
+		t.Errorf("Validate without --config: %v", utilerrors.NewAggregate(errs))
+	}
+}
