@@ -83,6 +83,22 @@ func TestExtender(t *testing.T) {
 		total += c
 	}
 
+	// 4. (first, while no underlay pod is pending and retried) Pods without
+	// the resource never reach the extender and schedule normally.
+	filterCalls := `capscale_extender_http_requests_total{code="200",route="filter"}`
+	before := scrapeCounter(ctx, t, s, filterCalls)
+	const plainNS = "plain"
+	if err := s.WaitForNamespace(ctx, plainNS); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client.AppsV1().Deployments(plainNS).Create(ctx, SimpleDeployment(plainNS, "plain", 5, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	WaitForRunningPods(ctx, t, s.Plane, plainNS, "app=plain", 5)
+	if after := scrapeCounter(ctx, t, s, filterCalls); after != before {
+		t.Errorf("filter calls went from %v to %v while only plain pods were scheduled", before, after)
+	}
+
 	// 1. Three Deployments at once asking for more IPs than exist.
 	demand := map[string]int32{"alpha": 60, "beta": 50, "gamma": 40}
 	for name, n := range demand {
@@ -96,6 +112,9 @@ func TestExtender(t *testing.T) {
 	waitUnderlay(ctx, t, s, ns, capacity, want, 150-want)
 	assertPendingReason(ctx, t, s, ns)
 	assertNeverOver(ctx, t, s, ns, capacity, 3*time.Second)
+	if calls := scrapeCounter(ctx, t, s, filterCalls); calls <= before {
+		t.Errorf("underlay pods were placed but the extender's filter count stayed at %v", calls)
+	}
 
 	// 2. Freeing IPs lets Pending pods schedule: without gamma, demand (110)
 	// fits in 118.
@@ -117,20 +136,6 @@ func TestExtender(t *testing.T) {
 	}
 	waitUnderlay(ctx, t, s, ns, capacity, total, 150-total)
 	assertNeverOver(ctx, t, s, ns, capacity, 3*time.Second)
-
-	// 4. Pods without the resource never reach the extender.
-	before := scrapeCounter(ctx, t, s, `capscale_extender_http_requests_total{code="200",route="filter"}`)
-	const plainNS = "plain"
-	if err := s.WaitForNamespace(ctx, plainNS); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Client.AppsV1().Deployments(plainNS).Create(ctx, SimpleDeployment(plainNS, "plain", 5, nil), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	WaitForRunningPods(ctx, t, s.Plane, plainNS, "app=plain", 5)
-	if after := scrapeCounter(ctx, t, s, `capscale_extender_http_requests_total{code="200",route="filter"}`); after != before {
-		t.Errorf("filter calls went from %v to %v while only plain pods were scheduled", before, after)
-	}
 }
 
 // underlayUsage counts bound and pending pods in ns and the IPs per node.
