@@ -72,7 +72,9 @@ func TestBinder(t *testing.T) {
 		},
 		{
 			name: "definite failure releases", api: []*v1.Pod{pod("p", "", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
-			fail: func(b *v1.Binding) error { return apierrors.NewForbidden(v1.Resource("pods/binding"), b.Name, fmt.Errorf("no")) },
+			fail: func(b *v1.Binding) error {
+				return apierrors.NewForbidden(v1.Resource("pods/binding"), b.Name, fmt.Errorf("no"))
+			},
 			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantErr: "forbidden", wantResult: bindError,
 		},
 		{
