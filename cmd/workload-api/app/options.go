@@ -74,12 +74,14 @@ func (o *Options) Validate() []error {
 	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
 		errs = append(errs, fmt.Errorf("--tls-cert-file and --tls-private-key-file must be given together"))
 	}
-	for flag, f := range map[string]string{"--tls-cert-file": o.TLSCertFile, "--tls-private-key-file": o.TLSPrivateKeyFile, "--kubeconfig": o.Kubeconfig} {
-		if f == "" {
+	for _, f := range []struct{ flag, path string }{
+		{"--tls-cert-file", o.TLSCertFile}, {"--tls-private-key-file", o.TLSPrivateKeyFile}, {"--kubeconfig", o.Kubeconfig},
+	} {
+		if f.path == "" {
 			continue
 		}
-		if _, err := os.Stat(f); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", flag, err))
+		if _, err := os.Stat(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.flag, err))
 		}
 	}
 	if o.AuthCacheTTL < 0 {

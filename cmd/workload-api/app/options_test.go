@@ -1,0 +1,117 @@
+package app
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// parse runs argv through the real flag sets, as the command does.
+func parse(t *testing.T, argv ...string) *Options {
+	t.Helper()
+	o := NewOptions()
+	fs := pflag.NewFlagSet("workload-api", pflag.ContinueOnError)
+	for _, f := range o.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse(argv); err != nil {
+		t.Fatalf("parsing %q: %v", argv, err)
+	}
+	return o
+}
+
+func TestDefaults(t *testing.T) {
+	o := parse(t)
+	if o.BindAddress != ":8443" || o.Kubeconfig != "" || o.AuthCacheTTL != 10*time.Second ||
+		o.DefaultUnderlayIPCapacity != 10 || o.MaxBodyBytes != 1<<20 || o.ShutdownTimeout != 10*time.Second {
+		t.Errorf("defaults %+v", o)
+	}
+	if errs := o.Validate(); len(errs) != 0 {
+		t.Errorf("defaults do not validate: %v", errs)
+	}
+}
+
+func TestParseAndValidate(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cert, key, kc := file("tls.crt"), file("tls.key"), file("kubeconfig")
+
+	tests := []struct {
+		name     string
+		argv     []string
+		check    func(*Options) bool
+		wantErrs []string // substrings, one per expected error
+	}{
+		{
+			name: "the e2e harness's command line",
+			argv: []string{"--bind-address=127.0.0.1:18443", "--kubeconfig=" + kc, "--tls-cert-file=" + cert, "--tls-private-key-file=" + key},
+			check: func(o *Options) bool {
+				return o.BindAddress == "127.0.0.1:18443" && o.Kubeconfig == kc && o.TLSCertFile == cert && o.TLSPrivateKeyFile == key
+			},
+		},
+		{
+			name: "tuning flags",
+			argv: []string{"--auth-cache-ttl=3s", "--default-underlay-ip-capacity=32", "--max-body-bytes=65536", "--shutdown-timeout=2s", "-v=4"},
+			check: func(o *Options) bool {
+				return o.AuthCacheTTL == 3*time.Second && o.DefaultUnderlayIPCapacity == 32 && o.MaxBodyBytes == 65536 &&
+					o.ShutdownTimeout == 2*time.Second && o.Logs.Verbosity == 4
+			},
+		},
+		{name: "auth cache can be disabled", argv: []string{"--auth-cache-ttl=0"}, check: func(o *Options) bool { return o.AuthCacheTTL == 0 }},
+		{name: "IPv6 bind address", argv: []string{"--bind-address=[::1]:8443"}},
+		{name: "bind address without port", argv: []string{"--bind-address=127.0.0.1"}, wantErrs: []string{"--bind-address"}},
+		{name: "bind address with a name", argv: []string{"--bind-address=example.com:80"}, wantErrs: []string{"--bind-address"}},
+		{name: "cert without key", argv: []string{"--tls-cert-file=" + cert}, wantErrs: []string{"together"}},
+		{name: "missing files", argv: []string{"--tls-cert-file=/nonexistent/crt", "--tls-private-key-file=" + key, "--kubeconfig=/nonexistent/kc"}, wantErrs: []string{"--tls-cert-file", "--kubeconfig"}},
+		{
+			name:     "bad numbers",
+			argv:     []string{"--auth-cache-ttl=-1s", "--default-underlay-ip-capacity=0", "--max-body-bytes=10", "--shutdown-timeout=0s"},
+			wantErrs: []string{"--auth-cache-ttl", "--default-underlay-ip-capacity", "--max-body-bytes", "--shutdown-timeout"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := parse(t, tc.argv...)
+			if tc.check != nil && !tc.check(o) {
+				t.Errorf("parsed %+v", o)
+			}
+			errs := o.Validate()
+			if len(errs) != len(tc.wantErrs) {
+				t.Fatalf("Validate() = %v, want %d errors", errs, len(tc.wantErrs))
+			}
+			for i, want := range tc.wantErrs {
+				if !strings.Contains(errs[i].Error(), want) {
+					t.Errorf("error %d = %q, want it to mention %q", i, errs[i], want)
+				}
+			}
+		})
+	}
+}
+
+func TestCommandRejectsBadFlags(t *testing.T) {
+	cmd := NewCommand(context.Background())
+	cmd.SetArgs([]string{"--bind-address=nope"})
+	cmd.SetOut(new(strings.Builder))
+	cmd.SetErr(new(strings.Builder))
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--bind-address") {
+		t.Errorf("Execute() = %v, want a --bind-address error", err)
+	}
+	cmd = NewCommand(context.Background())
+	cmd.SetArgs([]string{"--no-such-flag"})
+	cmd.SetOut(new(strings.Builder))
+	cmd.SetErr(new(strings.Builder))
+	if err := cmd.Execute(); err == nil {
+		t.Error("an unknown flag was accepted")
+	}
+}
