@@ -74,6 +74,7 @@ type WorkloadRef struct {
 	Name      string `json:"name"`
 }
 
+// String renders the reference as "Kind namespace/name".
 func (w WorkloadRef) String() string {
 	return w.Kind + " " + w.Namespace + "/" + w.Name
 }

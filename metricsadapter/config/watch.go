@@ -14,26 +14,14 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Load reads and decodes the file at path.
-func Load(path string) (*Config, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := Decode(data)
-	if err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
-	}
-	return cfg, nil
-}
-
+// readFile reads at most MaxFileSize+1 bytes, so that Decode can tell the
+// file is too big without reading all of it.
 func readFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config file: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	// Read one byte more than allowed so Decode can tell the file is too big.
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading config file %s: %w", path, err)

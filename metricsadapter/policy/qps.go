@@ -29,6 +29,7 @@ type AnnotationError struct {
 	Reason string
 }
 
+// Error names the annotation and what is wrong with it.
 func (e *AnnotationError) Error() string {
 	if e.Missing {
 		return fmt.Sprintf("annotation %s is not set", e.Annotation)

@@ -50,7 +50,10 @@ type PollError struct {
 	Err    error
 }
 
+// Error renders "reason: cause".
 func (e *PollError) Error() string { return string(e.Reason) + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
 func (e *PollError) Unwrap() error { return e.Err }
 
 func pollErr(r Reason, format string, args ...any) *PollError {

@@ -52,6 +52,7 @@ type UnavailableError struct {
 	LastError string
 }
 
+// Error says how old the last sample is and why the last poll failed.
 func (e *UnavailableError) Error() string {
 	var b strings.Builder
 	if e.Never {
