@@ -100,8 +100,8 @@ spec:
         selector: {matchLabels: {workload: gpu-inference, policy: load-step}}
       target: {type: AverageValue, averageValue: "1"}
   behavior:
-    scaleUp: {stabilizationWindowSeconds: 0, tolerance: 0, policies: [{type: Pods, value: 3, periodSeconds: 10}]}
-    scaleDown: {stabilizationWindowSeconds: 0, tolerance: 0, policies: [{type: Pods, value: 1, periodSeconds: 10}]}
+    scaleUp: {stabilizationWindowSeconds: 0, tolerance: 0, policies: [{type: Pods, value: 3, periodSeconds: 1}]}
+    scaleDown: {stabilizationWindowSeconds: 0, tolerance: 0, policies: [{type: Pods, value: 1, periodSeconds: 1}]}
 YAML
 replicas() { [ "$(k -n demo get deploy gpu-inference -o jsonpath='{.spec.replicas}')" -eq "$1" ]; }
 CA=$CAPSCALE_CA_FILE
