@@ -566,6 +566,9 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		if resp.CappedByHPA {
 			resp.Message += fmt.Sprintf(" instead of %d: HorizontalPodAutoscaler %s allows at most %d", resp.RequestedReplicas, hpa.Name, hpa.Spec.MaxReplicas)
 		}
+		if minR := replicasOf(hpa.Spec.MinReplicas); resp.Replicas < minR {
+			resp.Message += fmt.Sprintf("; HorizontalPodAutoscaler %s will raise it to its minReplicas %d", hpa.Name, minR)
+		}
 		resp.Message += fmt.Sprintf("; HorizontalPodAutoscaler %s resumes scaling (ScalingDisabled ends) and may move it within %d..%d", hpa.Name, replicasOf(hpa.Spec.MinReplicas), hpa.Spec.MaxReplicas)
 	}
 	httpserver.WriteJSON(w, http.StatusOK, resp)

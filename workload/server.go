@@ -202,9 +202,20 @@ func (s *Server) routes() chi.Router {
 			h = s.audit(rt.action)(h)
 		}
 		h = s.limitBody(h)
+		h = withRequestLogger(rt.pattern, h)
 		r.Method(rt.method, rt.pattern, s.instr.Wrap(rt.pattern, h))
 	}
 	return r
+}
+
+// withRequestLogger gives handlers a contextual logger that names the
+// route and the object, so that their log lines need not repeat it.
+func withRequestLogger(pattern string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		logger := klog.FromContext(r.Context()).WithValues(
+			"route", pattern, "namespace", chi.URLParam(r, "namespace"), "name", chi.URLParam(r, "name"))
+		next.ServeHTTP(w, r.WithContext(klog.NewContext(r.Context(), logger)))
+	})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
