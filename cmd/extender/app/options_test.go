@@ -1,0 +1,120 @@
+package app
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/capscale/capscale/extender"
+)
+
+func parse(t *testing.T, argv ...string) *Options {
+	t.Helper()
+	o := NewOptions()
+	fs := pflag.NewFlagSet("extender", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(argv); err != nil {
+		t.Fatalf("parsing %v: %v", argv, err)
+	}
+	return o
+}
+
+func TestOptionsParse(t *testing.T) {
+	tests := []struct {
+		name  string
+		argv  []string
+		check func(t *testing.T, o *Options)
+	}{
+		{
+			name: "defaults",
+			check: func(t *testing.T, o *Options) {
+				if o.BindAddress != ":8888" || o.Kubeconfig != "" || o.DefaultCapacity != 10 ||
+					o.MaxRequestBytes != extender.DefaultMaxRequestBytes || o.ReservationTTL != time.Minute {
+					t.Errorf("defaults: %+v", o)
+				}
+			},
+		},
+		{
+			name: "what the e2e harness passes",
+			argv: []string{"--bind-address=127.0.0.1:18888", "--kubeconfig=/tmp/kubeconfig"},
+			check: func(t *testing.T, o *Options) {
+				if o.BindAddress != "127.0.0.1:18888" || o.Kubeconfig != "/tmp/kubeconfig" {
+					t.Errorf("got %+v", o)
+				}
+			},
+		},
+		{
+			name: "every flag",
+			argv: []string{"--bind-address", "0.0.0.0:9443", "--default-capacity=3", "--tls-cert-file=c.pem",
+				"--tls-private-key-file=k.pem", "--max-request-bytes=2048", "--reservation-ttl=30s", "--shutdown-timeout=5s", "-v=4"},
+			check: func(t *testing.T, o *Options) {
+				if o.BindAddress != "0.0.0.0:9443" || o.DefaultCapacity != 3 || o.TLSCertFile != "c.pem" || o.TLSPrivateKeyFile != "k.pem" ||
+					o.MaxRequestBytes != 2048 || o.ReservationTTL != 30*time.Second || o.ShutdownTimeout != 5*time.Second || o.Logs.Verbosity != 4 {
+					t.Errorf("got %+v", o)
+				}
+				if errs := o.Validate(); len(errs) > 0 {
+					t.Errorf("Validate: %v", errs)
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, parse(t, tc.argv...)) })
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		argv []string
+		want []string
+	}{
+		{name: "defaults are valid"},
+		{name: "zero capacity is allowed", argv: []string{"--default-capacity=0"}},
+		{name: "negative capacity", argv: []string{"--default-capacity=-1"}, want: []string{"--default-capacity must be >= 0"}},
+		{name: "cert without key", argv: []string{"--tls-cert-file=c.pem"}, want: []string{"must be set together"}},
+		{name: "key without cert", argv: []string{"--tls-private-key-file=k.pem"}, want: []string{"must be set together"}},
+		{name: "address without port", argv: []string{"--bind-address=127.0.0.1"}, want: []string{"--bind-address"}},
+		{name: "bad port", argv: []string{"--bind-address=127.0.0.1:99999"}, want: []string{"invalid port"}},
+		{name: "host name", argv: []string{"--bind-address=example.com:80"}, want: []string{"IP address"}},
+		{name: "tiny body limit", argv: []string{"--max-request-bytes=10"}, want: []string{"--max-request-bytes"}},
+		{name: "no ttl", argv: []string{"--reservation-ttl=0s"}, want: []string{"--reservation-ttl"}},
+		{name: "bad log format", argv: []string{"--logging-format=xml"}, want: []string{"format"}},
+		{
+			name: "every error at once",
+			argv: []string{"--default-capacity=-5", "--tls-cert-file=c", "--shutdown-timeout=-1s"},
+			want: []string{"--default-capacity", "--tls-cert-file", "--shutdown-timeout"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := parse(t, tc.argv...).Validate()
+			if len(errs) != len(tc.want) {
+				t.Fatalf("Validate = %v, want %d errors %v", errs, len(tc.want), tc.want)
+			}
+			for i, want := range tc.want {
+				if !strings.Contains(errs[i].Error(), want) {
+					t.Errorf("error %d = %q, want it to contain %q", i, errs[i], want)
+				}
+			}
+		})
+	}
+}
+
+func TestCommandRejectsInvalidOptions(t *testing.T) {
+	cmd := NewCommand()
+	cmd.SetArgs([]string{"--default-capacity=-1", "--bind-address=127.0.0.1:0"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), "--default-capacity") {
+		t.Fatalf("Execute = %v, want the validation error", err)
+	}
+	cmd = NewCommand()
+	cmd.SetArgs([]string{"--no-such-flag"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	if err := cmd.Execute(); err == nil {
+		t.Fatal("unknown flag accepted")
+	}
+}

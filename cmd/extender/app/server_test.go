@@ -1,0 +1,149 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	certutil "k8s.io/client-go/util/cert"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/capscale/capscale/extender"
+	"github.com/capscale/capscale/internal/names"
+)
+
+// startServer runs the extender over a fake API server until the test ends
+// and returns its base URL once /readyz answers 200.
+func startServer(t *testing.T, o *Options, client *http.Client, scheme string) string {
+	t.Helper()
+	cs := fake.NewClientset(
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Annotations: map[string]string{names.UnderlayIPCapacityAnnotation: "1"}}},
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "b"}},
+		&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u"}, Spec: v1.PodSpec{NodeName: "a",
+			Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{
+				v1.ResourceName(names.UnderlayIPResource): resource.MustParse("1")}}}}}},
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- o.RunWithClient(ctx, cs, func(a net.Addr) { addrc <- a }) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("RunWithClient: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("server did not shut down")
+		}
+	})
+	var base string
+	select {
+	case a := <-addrc:
+		base = scheme + "://" + a.String()
+	case err := <-done:
+		t.Fatalf("RunWithClient: %v", err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := client.Get(base + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("never ready: %v", err)
+	}
+	return base
+}
+
+func TestRunServesUntilCancelled(t *testing.T) {
+	o := NewOptions()
+	o.BindAddress = "127.0.0.1:0"
+	base := startServer(t, o, http.DefaultClient, "http")
+
+	args := `{"Pod":{"metadata":{"name":"q","namespace":"ns","uid":"q"},"spec":{"containers":[{"name":"c","resources":{"limits":{"capscale.io/underlay-ip":"1"}}}]}},"NodeNames":["a","b"]}`
+	resp, err := http.Post(base+"/filter", "application/json", strings.NewReader(args))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res extenderv1.ExtenderFilterResult
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.NodeNames == nil || strings.Join(*res.NodeNames, ",") != "b" || res.FailedNodes["a"] != "underlay IPs exhausted: 1/1 used, pod needs 1" {
+		t.Errorf("filter result %+v", res)
+	}
+
+	resp, err = http.Get(base + "/capacity")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rep extender.Report
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Totals.Capacity != 11 || rep.Totals.Used != 1 || rep.DefaultCapacity != 10 {
+		t.Errorf("capacity report %+v", rep)
+	}
+
+	resp, err = http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"go_goroutines", "process_", "capscale_extender_used_ips 1", `capscale_extender_http_requests_total{code="200",route="filter"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func TestRunServesTLS(t *testing.T) {
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	o := NewOptions()
+	o.BindAddress = "127.0.0.1:0"
+	o.TLSCertFile, o.TLSPrivateKeyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(o.TLSCertFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(o.TLSPrivateKeyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	t.Cleanup(client.CloseIdleConnections)
+	base := startServer(t, o, client, "https")
+	resp, err := client.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("healthz over TLS: %d", resp.StatusCode)
+	}
+}
