@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/informers"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	autoscalinglisters "k8s.io/client-go/listers/autoscaling/v2"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/metrics/pkg/apis/external_metrics"
@@ -75,7 +74,7 @@ type Provider struct {
 	clock        clock.PassiveClock
 	deployments  appslisters.DeploymentLister
 	statefulSets appslisters.StatefulSetLister
-	pods         corelisters.PodLister
+	podIndexer   cache.Indexer
 	hpas         autoscalinglisters.HorizontalPodAutoscalerLister
 	tracker      *ScaleTracker
 	synced       []cache.InformerSynced
@@ -107,7 +106,13 @@ func New(o Options) (*Provider, error) {
 	sts := o.Informers.Apps().V1().StatefulSets()
 	pods := o.Informers.Core().V1().Pods()
 	hpas := o.Informers.Autoscaling().V2().HorizontalPodAutoscalers()
-	p.deployments, p.statefulSets, p.pods, p.hpas = deploy.Lister(), sts.Lister(), pods.Lister(), hpas.Lister()
+	p.deployments, p.statefulSets, p.hpas = deploy.Lister(), sts.Lister(), hpas.Lister()
+	// Pods are looked up by owning workload, not by listing the namespace
+	// and matching selectors: that is O(pods in the namespace) per request.
+	if err := pods.Informer().AddIndexers(cache.Indexers{podWorkloadIndex: podWorkloadKeys}); err != nil {
+		return nil, fmt.Errorf("indexing pods by workload: %w", err)
+	}
+	p.podIndexer = pods.Informer().GetIndexer()
 
 	for kind, inf := range map[string]cache.SharedIndexInformer{
 		config.KindDeployment:  deploy.Informer(),
@@ -447,27 +452,54 @@ func (p *Provider) stepDesired(namespace, name string) (float64, time.Time, erro
 	return float64(d.Desired), r.Time, nil
 }
 
+// podWorkloadIndex indexes pods by the Deployment or StatefulSet that owns
+// them.
+const podWorkloadIndex = "capscale.io/workload"
+
+func workloadIndexKey(namespace, kind, name string) string {
+	return namespace + "/" + kind + "/" + name
+}
+
+// podWorkloadKeys finds a pod's workload from its controller reference: a
+// StatefulSet directly, or a ReplicaSet named <deployment>-<pod-template-hash>
+// (the Deployment controller's naming) for a Deployment.
+func podWorkloadKeys(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		return nil, nil
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != appsv1.GroupName {
+		return nil, nil
+	}
+	switch ref.Kind {
+	case config.KindStatefulSet:
+		return []string{workloadIndexKey(pod.Namespace, config.KindStatefulSet, ref.Name)}, nil
+	case "ReplicaSet":
+		hash := pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
+		if hash == "" || !strings.HasSuffix(ref.Name, "-"+hash) {
+			return nil, nil
+		}
+		return []string{workloadIndexKey(pod.Namespace, config.KindDeployment, strings.TrimSuffix(ref.Name, "-"+hash))}, nil
+	default:
+		return nil, nil
+	}
+}
+
 // podCreationTimes lists the creation times of the workload's live pods
 // (not terminating, not finished) from the pod cache.
 func (p *Provider) podCreationTimes(w workload) ([]time.Time, error) {
-	if w.selector == nil {
-		return nil, nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(w.selector)
-	if err != nil {
-		return nil, apierrors.NewInternalError(fmt.Errorf("%s has an invalid selector: %w", w, err))
-	}
-	if sel.Empty() {
-		// An empty selector would match every pod in the namespace.
-		return nil, nil
-	}
-	pods, err := p.pods.Pods(w.namespace).List(sel)
+	objs, err := p.podIndexer.ByIndex(podWorkloadIndex, workloadIndexKey(w.namespace, w.kind, w.name))
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("listing pods of %s: %w", w, err))
 	}
-	out := make([]time.Time, 0, len(pods))
-	for _, pod := range pods {
-		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	out := make([]time.Time, 0, len(objs))
+	for _, o := range objs {
+		pod, ok := o.(*corev1.Pod)
+		if !ok || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		out = append(out, pod.CreationTimestamp.Time)

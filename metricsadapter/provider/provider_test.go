@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -69,12 +70,30 @@ func statefulSet(ns, name string, replicas, ready int32, ann map[string]string) 
 	}
 }
 
+// pod is a pod of Deployment app, owned by its ReplicaSet app-h1.
 func pod(ns, app, name string, age time.Duration) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ns, Name: name,
+		Labels:            map[string]string{"app": app, appsv1.DefaultDeploymentUniqueLabelKey: "h1"},
+		CreationTimestamp: metav1.NewTime(now.Add(-age)),
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "apps/v1", Kind: "ReplicaSet", Name: app + "-h1", UID: "rs-" + types.UID(app), Controller: ptrTrue(),
+		}},
+	}}
+}
+
+// stsPod is a pod owned by StatefulSet app.
+func stsPod(ns, app, name string, age time.Duration) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 		Namespace: ns, Name: name, Labels: map[string]string{"app": app},
 		CreationTimestamp: metav1.NewTime(now.Add(-age)),
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "apps/v1", Kind: "StatefulSet", Name: app, UID: "sts-" + types.UID(app), Controller: ptrTrue(),
+		}},
 	}}
 }
+
+func ptrTrue() *bool { b := true; return &b }
 
 func hpa(ns, name, kind, target string, lastScale *time.Time) *autoscalingv2.HorizontalPodAutoscaler {
 	h := &autoscalingv2.HorizontalPodAutoscaler{
@@ -176,6 +195,26 @@ func TestGetExternalMetric(t *testing.T) {
 		deployment("ai", "warm", 4, 4, nil),
 		hpa("ai", "warm", "Deployment", "warm", &oldScale),
 		statefulSet("ai", "trainer", 19, 19, nil),
+		// A young pod that merely matches warm's labels is not warm's pod.
+		func() runtime.Object {
+			p := pod("ai", "warm", "stray", time.Minute)
+			p.OwnerReferences = nil
+			return p
+		}(),
+		// A finished young pod and a terminating one do not block either.
+		func() runtime.Object {
+			p := pod("ai", "warm", "done", time.Minute)
+			p.Status.Phase = corev1.PodSucceeded
+			return p
+		}(),
+		func() runtime.Object {
+			p := pod("ai", "warm", "leaving", time.Minute)
+			p.DeletionTimestamp = &metav1.Time{Time: now}
+			return p
+		}(),
+		statefulSet("ai", "db", 4, 4, nil),
+		stsPod("ai", "db", "db-0", time.Hour),
+		stsPod("ai", "db", "db-1", time.Minute),
 		deployment("ai", "stale", 4, 4, nil),
 	}
 	p, _ := newTestProvider(t, sources, objs...)
@@ -186,6 +225,7 @@ func TestGetExternalMetric(t *testing.T) {
 		withSource(gpuPolicy("ai", "Deployment", "warm"), "idle-load"),
 		gpuPolicy("ai", "StatefulSet", "trainer"),
 		withSource(gpuPolicy("ai", "Deployment", "stale"), "down"),
+		withSource(gpuPolicy("ai", "StatefulSet", "db"), "idle-load"),
 		gpuPolicy("ai", "Deployment", "missing"),
 	})
 
@@ -230,6 +270,7 @@ func TestGetExternalMetric(t *testing.T) {
 		{name: "load-step within interval of the HPA's lastScaleTime holds", namespace: "ai", metric: names.DesiredReplicasMetric, selector: "workload=cooling,policy=load-step", wantValue: "4", wantTime: sampled},
 		{name: "load-step after the interval scales down", namespace: "ai", metric: names.DesiredReplicasMetric, selector: "workload=warm,policy=load-step", wantValue: "3", wantTime: sampled},
 		{name: "load-step StatefulSet capped at max", namespace: "ai", metric: names.DesiredReplicasMetric, selector: "workload=trainer,policy=load-step", wantValue: "20", wantTime: sampled},
+		{name: "load-step young StatefulSet pod holds", namespace: "ai", metric: names.DesiredReplicasMetric, selector: "workload=db,policy=load-step", wantValue: "4", wantTime: sampled},
 		{name: "load-step stale source is an error, not 0", namespace: "ai", metric: names.DesiredReplicasMetric, selector: "workload=stale,policy=load-step", wantCode: 503},
 		{name: "load-step policy's workload missing", namespace: "ai", metric: names.DesiredReplicasMetric, selector: "workload=missing,policy=load-step", wantCode: 404, wantMsg: `deployments.apps "missing" not found`},
 		{name: "load-step no policy for workload", namespace: "ai", metric: names.DesiredReplicasMetric, selector: "workload=other,policy=load-step", wantCode: 404, wantMsg: "no step policy"},
