@@ -235,7 +235,8 @@ func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
 	// Force: capscale owns these objects; a field another manager set by hand
 	// is taken back rather than leaving the elastic web half-applied.
 	opts := metav1.ApplyOptions{FieldManager: names.FieldManager, Force: true}
-	if _, err := s.client.AppsV1().Deployments(p.namespace).Apply(ctx, dep, opts); err != nil {
+	gotDep, err := s.client.AppsV1().Deployments(p.namespace).Apply(ctx, dep, opts)
+	if err != nil {
 		writeAPIError(w, r, fmt.Sprintf("applying deployment %s/%s", p.namespace, p.name), err)
 		return
 	}
@@ -253,9 +254,11 @@ func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
 	st := ElasticWebStatus{
 		Namespace: p.namespace, Name: p.name, Image: req.Image, Port: *req.Port,
 		SinglePodQPS: *req.SinglePodQPS, TotalQPS: *req.TotalQPS,
-		QPSReplicas: qpsReplicas(*req.TotalQPS, *req.SinglePodQPS),
-		HPA:         hpaInfo(gotHPA),
+		QPSReplicas:     qpsReplicas(*req.TotalQPS, *req.SinglePodQPS),
+		DesiredReplicas: replicasOf(gotDep.Spec.Replicas), ReadyReplicas: gotDep.Status.ReadyReplicas,
+		HPA: hpaInfo(gotHPA),
 	}
+	st.RealQPS = float64(st.ReadyReplicas) * st.SinglePodQPS
 	for _, sp := range gotSvc.Spec.Ports {
 		st.NodePort = sp.NodePort
 	}

@@ -145,7 +145,7 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 	if c := resp.Capacity; c != nil {
 		if more := int64(n) - int64(resp.PreviousReplicas); more > c.Replicas {
 			resp.Warnings = append(resp.Warnings, fmt.Sprintf(
-				"scaled anyway: %d more replicas were asked but only %d fit (limited by %s); %d will stay Pending until capacity frees up",
+				"scaled anyway: %d more replicas were asked but only %d fit (%s); %d will stay Pending until capacity frees up",
 				more, c.Replicas, limitingName(c), more-c.Replicas))
 		}
 	}
@@ -155,9 +155,9 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 
 func limitingName(c *capacity.Result) string {
 	if c.LimitingResource == "" {
-		return "no eligible nodes"
+		return "no node is eligible"
 	}
-	return string(c.LimitingResource)
+	return "limited by " + string(c.LimitingResource)
 }
 
 // adjustHPA widens the HPA's bounds to include n and says what it did. At
