@@ -185,6 +185,10 @@ func (s *Source) validate(p *field.Path) field.ErrorList {
 
 	if s.JSONPath == "" {
 		errs = append(errs, field.Required(p.Child("jsonPath"), "e.g. {.data.load_balance}"))
+	} else if t := strings.TrimSpace(s.JSONPath); !strings.HasPrefix(t, "{") || !strings.HasSuffix(t, "}") {
+		// Without braces the template is literal text, and every poll would
+		// fail with "not a number".
+		errs = append(errs, field.Invalid(p.Child("jsonPath"), s.JSONPath, "must be a template in braces, e.g. {.data.load_balance}"))
 	} else if err := jsonpath.New(s.Name).Parse(s.JSONPath); err != nil {
 		errs = append(errs, field.Invalid(p.Child("jsonPath"), s.JSONPath, err.Error()))
 	}

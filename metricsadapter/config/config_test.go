@@ -158,6 +158,11 @@ stepPolicies:`, 1)
 			wantErr: []string{"stepPolicies[0].minPodAge"},
 		},
 		{
+			name:    "jsonPath without braces",
+			edit:    func(s string) string { return strings.Replace(s, "'{.data.load_balance}'", ".data.load_balance", 1) },
+			wantErr: []string{"sources[0].jsonPath", "in braces"},
+		},
+		{
 			name:    "bad jsonPath",
 			edit:    func(s string) string { return strings.Replace(s, "'{.data.load_balance}'", "'{.data[}'", 1) },
 			wantErr: []string{"sources[0].jsonPath"},
