@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -65,68 +68,108 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	factory := kube.InformerFactory(cs)
 
-	clk := clock.RealClock{}
-	sources := source.NewManager(ctx, clk, source.NewMetrics())
-	defer sources.Stop()
-	prov, err := provider.New(provider.Options{Informers: factory, Sources: sources, Clock: clk})
+	a, err := newAdapter(ctx, cs, clock.RealClock{}, o.ConfigFile, o.ConfigCheckInterval)
 	if err != nil {
 		return err
 	}
-	cfgMetrics := config.NewMetrics()
-	var watcher *config.Watcher
-	if o.ConfigFile != "" {
-		watcher, err = config.NewWatcher(o.ConfigFile, o.ConfigCheckInterval, clk, cfgMetrics, func(c *config.Config) error {
-			// Sources first: a new policy may name a new source.
-			if err := sources.Apply(c.Sources); err != nil {
-				return err
-			}
-			prov.SetStepPolicies(c.StepPolicies)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	} else {
-		logger.Info("No --config given: no load-index sources or step policies, only the QPS metrics are served")
-	}
-
+	defer a.stop()
 	// The adapter's /metrics serves the legacy registry.
-	reg := legacyregistry.Registerer()
-	for _, r := range []interface {
-		Register(prometheus.Registerer) error
-	}{sources, cfgMetrics, prov} {
-		if err := r.Register(reg); err != nil {
-			return err
-		}
+	if err := a.register(legacyregistry.Registerer()); err != nil {
+		return err
 	}
 	if err := cmmetrics.RegisterMetrics(legacyregistry.Register); err != nil {
 		return fmt.Errorf("registering custom-metrics-apiserver metrics: %w", err)
 	}
 
-	o.WithExternalMetrics(prov)
+	o.WithExternalMetrics(a.provider)
 	server, err := o.Server()
 	if err != nil {
 		return fmt.Errorf("building the API server: %w", err)
 	}
-	// Serving before the caches are filled would answer NotFound for
-	// workloads that exist.
-	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-informers-synced", func(*http.Request) error {
-		if !prov.HasSynced() {
-			return errors.New("deployment, statefulset, pod and HPA informers have not synced yet")
-		}
-		return nil
-	})); err != nil {
+	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-informers-synced", a.readyCheck)); err != nil {
 		return fmt.Errorf("adding readyz check: %w", err)
 	}
+	a.start(ctx)
 
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	if watcher != nil {
-		go watcher.Run(ctx)
-	}
-
-	logger.Info("Starting capscale metrics adapter", "config", o.ConfigFile, "sources", sources.Names())
+	logger.Info("Starting capscale metrics adapter", "config", o.ConfigFile, "sources", a.sources.Names())
 	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}
+
+// adapter is everything Run wires apart from the API server, so that it can
+// be tested with a fake clientset.
+type adapter struct {
+	informers  informers.SharedInformerFactory
+	sources    *source.Manager
+	provider   *provider.Provider
+	cfgMetrics *config.Metrics
+	// watcher is nil without --config.
+	watcher *config.Watcher
+}
+
+// newAdapter builds the informers, the source manager and the provider, and
+// loads configFile (if any): an invalid file at startup is an error.
+func newAdapter(ctx context.Context, cs kubernetes.Interface, clk clock.WithTicker, configFile string, checkInterval time.Duration) (*adapter, error) {
+	a := &adapter{
+		informers:  kube.InformerFactory(cs),
+		sources:    source.NewManager(ctx, clk, source.NewMetrics()),
+		cfgMetrics: config.NewMetrics(),
+	}
+	var err error
+	if a.provider, err = provider.New(provider.Options{Informers: a.informers, Sources: a.sources, Clock: clk}); err != nil {
+		a.sources.Stop()
+		return nil, err
+	}
+	if configFile == "" {
+		klog.FromContext(ctx).Info("No --config given: no load-index sources or step policies, only the QPS metrics are served")
+		return a, nil
+	}
+	a.watcher, err = config.NewWatcher(configFile, checkInterval, clk, a.cfgMetrics, func(c *config.Config) error {
+		// Sources first: a new policy may name a new source.
+		if err := a.sources.Apply(c.Sources); err != nil {
+			return err
+		}
+		a.provider.SetStepPolicies(c.StepPolicies)
+		return nil
+	})
+	if err != nil {
+		a.sources.Stop()
+		return nil, err
+	}
+	return a, nil
+}
+
+// register adds every capscale collector to reg.
+func (a *adapter) register(reg prometheus.Registerer) error {
+	for _, r := range []interface {
+		Register(prometheus.Registerer) error
+	}{a.sources, a.cfgMetrics, a.provider} {
+		if err := r.Register(reg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start runs the informers and the config watcher until ctx is done.
+func (a *adapter) start(ctx context.Context) {
+	a.informers.Start(ctx.Done())
+	if a.watcher != nil {
+		go a.watcher.Run(ctx)
+	}
+}
+
+// stop ends the pollers and waits for the informers.
+func (a *adapter) stop() {
+	a.sources.Stop()
+	a.informers.Shutdown()
+}
+
+// readyCheck is the /readyz check: serving before the caches are filled
+// would answer NotFound for workloads that exist.
+func (a *adapter) readyCheck(*http.Request) error {
+	if !a.provider.HasSynced() {
+		return errors.New("deployment, statefulset, pod and HPA informers have not synced yet")
+	}
+	return nil
 }
