@@ -479,7 +479,8 @@ type StartResponse struct {
 	// RequestedReplicas is what was asked (body) or remembered, before any
 	// HPA cap.
 	RequestedReplicas int32 `json:"requestedReplicas"`
-	// Source is "body", "annotation" or "current" (already running).
+	// Source is "body", "annotation", "current" (already running) or "hpa"
+	// (nothing remembered: the HPA's minReplicas).
 	Source         string   `json:"source"`
 	CappedByHPA    bool     `json:"cappedByHPA"`
 	AlreadyRunning bool     `json:"alreadyRunning"`
@@ -535,6 +536,10 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 			resp.Replicas, resp.RequestedReplicas = cur, cur
 			resp.Message = fmt.Sprintf("already running with %d replicas", cur)
 			return nil
+		case hpa != nil:
+			// Scaled to 0 outside this API while an HPA manages it: the HPA's
+			// own floor is the count its owner asked for.
+			target, resp.Source = max(replicasOf(hpa.Spec.MinReplicas), 1), "hpa"
 		default:
 			return &conflictError{fmt.Sprintf("%s %s is at 0 replicas and no count was remembered (no %s annotation); start with {\"replicas\": N}", k.kind, p.name, names.ReplicasBeforeStopAnnotation)}
 		}

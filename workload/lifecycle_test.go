@@ -166,7 +166,18 @@ func TestStartAndStopWithHPA(t *testing.T) {
 		hpa("ns", "zero-hpa", "zero", ptr.To[int32](0), 5),
 		deployment("ns", "managed", 3),
 		hpa("ns", "managed-hpa", "managed", nil, 6),
+		deployment("ns", "forgotten", 0),
+		hpa("ns", "forgotten-hpa", "forgotten", ptr.To[int32](2), 6),
 	)
+	t.Run("start with nothing remembered uses the HPA's minReplicas", func(t *testing.T) {
+		var s StartResponse
+		if code := e.do(http.MethodPost, "/v1/namespaces/ns/deployments/forgotten/start", "alice", "", &s); code != http.StatusOK {
+			t.Fatalf("start: %d", code)
+		}
+		if got := *e.deployment("ns", "forgotten").Spec.Replicas; got != 2 || s.Source != "hpa" {
+			t.Errorf("replicas = %d, source %q; want 2 from the HPA", got, s.Source)
+		}
+	})
 	t.Run("start never goes above the HPA's maxReplicas", func(t *testing.T) {
 		var s StartResponse
 		if code := e.do(http.MethodPost, "/v1/namespaces/ns/deployments/web/start", "alice", "", &s); code != http.StatusOK {

@@ -142,7 +142,7 @@ func openAPIDocument() obj {
 					"namespace": stringProp(""), "resource": stringProp(""), "name": stringProp(""),
 					"replicas":          intProp("replicas set"),
 					"requestedReplicas": intProp("asked or remembered, before the HPA cap"),
-					"source":            obj{"type": "string", "enum": []any{"body", "annotation", "current"}},
+					"source":            obj{"type": "string", "enum": []any{"body", "annotation", "current", "hpa"}, "description": "where the count came from; hpa means nothing was remembered and the HPA's minReplicas was used"},
 					"cappedByHPA":       boolProp("the HPA's maxReplicas lowered the count"),
 					"alreadyRunning":    boolProp(""),
 					"hpa":               ref("HPA"), "message": stringProp(""),
