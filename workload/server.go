@@ -44,7 +44,8 @@ type Config struct {
 	// and the caller starts the factory.
 	Informers informers.SharedInformerFactory
 	// Registry receives capscale_workload_* metrics; Gatherer serves
-	// /metrics. Both default to a new registry.
+	// /metrics and defaults to Registry when that can gather. Both nil means
+	// a new registry.
 	Registry prometheus.Registerer
 	Gatherer prometheus.Gatherer
 	// AuthCacheTTL is how long review results are reused.
@@ -95,7 +96,11 @@ func New(cfg Config) *Server {
 		cfg.Registry, cfg.Gatherer = reg, reg
 	}
 	if cfg.Gatherer == nil {
-		cfg.Gatherer = prometheus.DefaultGatherer
+		if g, ok := cfg.Registry.(prometheus.Gatherer); ok {
+			cfg.Gatherer = g
+		} else {
+			cfg.Gatherer = prometheus.DefaultGatherer
+		}
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
