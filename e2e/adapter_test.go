@@ -56,7 +56,7 @@ stepPolicies:
 // startAdapterStack runs a TLS load source in this process (its certificate
 // given to the adapter as caFile: verified TLS) and the adapter behind the
 // real APIService, with a 2s HPA sync.
-func startAdapterStack(t *testing.T, initial float64) (*stack.Stack, *loadsource.Source) {
+func startAdapterStack(t *testing.T, initial float64, more ...func(*stack.Options)) (*stack.Stack, *loadsource.Source) {
 	t.Helper()
 	src := &loadsource.Source{}
 	src.Set(initial)
@@ -72,12 +72,16 @@ func startAdapterStack(t *testing.T, initial float64) (*stack.Stack, *loadsource
 		t.Fatal(err)
 	}
 	ctx := testContext(t, 3*time.Minute)
-	s, err := stack.Start(ctx, stack.Options{
+	o := stack.Options{
 		BinDir:        capscaleBin,
 		Plane:         plane.Options{Nodes: 3, Logf: t.Logf, HPASyncPeriod: 2 * time.Second},
 		Adapter:       true,
 		AdapterConfig: cfg,
-	})
+	}
+	for _, f := range more {
+		f(&o)
+	}
+	s, err := stack.Start(ctx, o)
 	if err != nil {
 		t.Fatalf("starting stack: %v", err)
 	}
