@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/informers"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
@@ -65,7 +66,9 @@ func Run(ctx context.Context, o *Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	factory := kube.InformerFactory(cs)
+	// The pod informer sees every pod of the cluster; keep only what the
+	// capacity calculator reads.
+	factory := kube.InformerFactory(cs, informers.WithTransform(workload.TrimForCache))
 	srv := workload.New(workload.Config{
 		Client:                    cs,
 		Metrics:                   mc,
