@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/component-base/metrics/legacyregistry"
 	clocktesting "k8s.io/utils/clock/testing"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
@@ -152,5 +153,33 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for: %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestMetricsInLegacyRegistry: the adapter's /metrics serves the
+// component-base legacy registry, so capscale's collectors must show there.
+func TestMetricsInLegacyRegistry(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	a, err := newAdapter(context.Background(), fake.NewClientset(), clk, "", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.stop()
+	if err := a.register(legacyregistry.Registerer()); err != nil {
+		t.Fatal(err)
+	}
+	// One request so that the requests counter has a series.
+	_, _ = a.provider.GetExternalMetric(context.Background(), "ns", labels.Everything(), cmprovider.ExternalMetricInfo{Metric: names.LoadIndexMetric})
+
+	rec := httptest.NewRecorder()
+	legacyregistry.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		"capscale_adapter_config_last_reload_success_timestamp_seconds",
+		`capscale_adapter_requests_total{code="400",metric="capscale-load-index"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
