@@ -75,9 +75,12 @@ type Poller struct {
 	metrics *Metrics
 
 	// pollMu serialises polls: a JSONPath is not safe for concurrent use.
-	pollMu  sync.Mutex
-	last    atomic.Pointer[Sample]
-	lastErr atomic.Pointer[PollError]
+	// It also guards failStreak.
+	pollMu sync.Mutex
+	// failStreak counts failed polls since the last good one.
+	failStreak int
+	last       atomic.Pointer[Sample]
+	lastErr    atomic.Pointer[PollError]
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -233,18 +236,29 @@ func (p *Poller) Poll(ctx context.Context) error {
 		if !errors.As(err, &pe) {
 			pe = &PollError{Reason: ReasonConnection, Err: err}
 		}
-		p.lastErr.Store(pe)
+		prev := p.lastErr.Swap(pe)
+		p.failStreak++
 		p.metrics.errors.WithLabelValues(p.cfg.Name, string(pe.Reason)).Inc()
-		kv := []any{"reason", pe.Reason, "url", p.redactedURL()}
+		kv := []any{"reason", pe.Reason, "url", p.redactedURL(), "failedPolls", p.failStreak}
 		if s, ok := p.Last(); ok {
 			kv = append(kv, "lastGoodValue", s.Value, "lastGoodAge", p.clock.Since(s.Time).Round(time.Millisecond).String())
 		}
-		logger.Error(pe.Err, "Polling load-index source failed, keeping the last good value", kv...)
+		// The first failure and every change of reason are errors; the same
+		// failure repeated every interval is only logged at -v=2 (it is
+		// still counted).
+		if prev == nil || prev.Reason != pe.Reason {
+			logger.Error(pe.Err, "Polling load-index source failed, keeping the last good value", kv...)
+		} else {
+			logger.V(2).Info("Polling load-index source still fails", append(kv, "err", pe.Err.Error())...)
+		}
 		return pe
 	}
 	now := p.clock.Now()
 	p.last.Store(&Sample{Value: v, Time: now})
-	p.lastErr.Store(nil)
+	if p.lastErr.Swap(nil) != nil {
+		logger.Info("Load-index source recovered", "failedPolls", p.failStreak, "value", v)
+	}
+	p.failStreak = 0
 	logger.V(4).Info("Polled load-index source", "value", v)
 	return nil
 }

@@ -11,12 +11,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/capscale/capscale/metricsadapter/config"
@@ -485,5 +488,55 @@ func waitForSample(t *testing.T, mgr *Manager, name string) {
 			t.Fatalf("no sample for %s", name)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPollLogsOncePerStreak: a source that stays down is logged as an error
+// once (and again when the reason changes), not every interval; recovery is
+// logged. Every failure is still counted.
+func TestPollLogsOncePerStreak(t *testing.T) {
+	var mode atomic.Value
+	mode.Store("down")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		switch mode.Load() {
+		case "down":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case "garbage":
+			_, _ = w.Write([]byte(`<html>`))
+		default:
+			_, _ = w.Write([]byte(`{"data":{"load_balance":0.5}}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	p, _, m := newTestPoller(t, testSource("flaky", srv.URL))
+
+	var lines []string
+	logger := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{Verbosity: 0})
+	ctx := klog.NewContext(context.Background(), logger)
+
+	for i := 0; i < 3; i++ {
+		_ = p.Poll(ctx)
+	}
+	mode.Store("garbage")
+	_ = p.Poll(ctx)
+	mode.Store("ok")
+	if err := p.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var errs, recovered int
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, "Polling load-index source failed"):
+			errs++
+		case strings.Contains(l, "Load-index source recovered") && strings.Contains(l, `"failedPolls"=4`):
+			recovered++
+		}
+	}
+	if errs != 2 || recovered != 1 {
+		t.Errorf("logged %d failures and %d recoveries, want 2 and 1:\n%s", errs, recovered, strings.Join(lines, "\n"))
+	}
+	if n := testutil.ToFloat64(m.errors.WithLabelValues("flaky", string(ReasonHTTPStatus))); n != 3 {
+		t.Errorf("http_status errors = %v, want 3", n)
 	}
 }
