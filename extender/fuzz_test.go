@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"testing"
@@ -43,7 +44,7 @@ func FuzzDecodeExtenderArgs(f *testing.F) {
 		if args.Pod == nil || (args.NodeNames == nil && args.Nodes == nil) {
 			t.Fatalf("invalid args accepted: %s", data)
 		}
-		n := len(candidateNames(args, nil))
+		n := len(candidateNames(args))
 		res := l.Filter(args)
 		kept := len(resultNames(res))
 		if PodNeed(args.Pod) > 0 && args.NodeNames != nil && kept > n {
@@ -58,8 +59,13 @@ func FuzzDecodeExtenderArgs(f *testing.F) {
 				t.Fatalf("score %d out of range", hp.Score)
 			}
 		}
-		if _, err := json.Marshal(res); err != nil {
+		var buf bytes.Buffer
+		if _, err := res.WriteTo(&buf); err != nil {
 			t.Fatalf("filter result does not encode: %v", err)
+		}
+		var wire extenderv1.ExtenderFilterResult
+		if err := json.Unmarshal(buf.Bytes(), &wire); err != nil {
+			t.Fatalf("kube-scheduler could not decode the filter result: %v\n%s", err, buf.Bytes())
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -155,7 +156,17 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 	}
 	res := s.ledger.Filter(args)
 	logDecision(r.Context(), "Filtered nodes", args, "failed", len(res.FailedNodes), "unresolvable", len(res.FailedAndUnresolvableNodes))
-	httpserver.WriteJSON(w, http.StatusOK, res)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	_, err = res.WriteTo(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		// The status is sent; the scheduler sees a truncated body.
+		klog.FromContext(r.Context()).Error(err, "Writing the filter response failed")
+	}
 }
 
 func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
@@ -217,16 +228,11 @@ func (s *server) capacity(w http.ResponseWriter, _ *http.Request) {
 	httpserver.WriteJSON(w, http.StatusOK, s.ledger.Report())
 }
 
-func logDecision(ctx context.Context, msg string, args *extenderv1.ExtenderArgs, kv ...any) {
+func logDecision(ctx context.Context, msg string, args *Args, kv ...any) {
 	logger := klog.FromContext(ctx)
 	if !logger.V(4).Enabled() {
 		return
 	}
-	n := 0
-	if args.NodeNames != nil {
-		n = len(*args.NodeNames)
-	} else {
-		n = len(args.Nodes.Items)
-	}
+	n := args.count()
 	logger.V(4).Info(msg, append([]any{"pod", klog.KObj(args.Pod), "need", PodNeed(args.Pod), "nodes", n}, kv...)...)
 }

@@ -80,6 +80,19 @@ func mustJSON(t testing.TB, v any) []byte {
 	return b
 }
 
+// wireNames lists the nodes a filter response kept, decoded the way
+// kube-scheduler decodes it.
+func wireNames(r *extenderv1.ExtenderFilterResult) []string {
+	out := []string{}
+	if r.NodeNames != nil {
+		return append(out, *r.NodeNames...)
+	}
+	for _, n := range r.Nodes.Items {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
 func handlerFixture() []runtime.Object {
 	return []runtime.Object{node("full", "1"), node("room", ""), node("zero", "0"),
 		pod("f1", "full", 1), pod("new", "", 1), pod("plain", "", 0)}
@@ -90,10 +103,10 @@ func TestHandlerFilterAndPrioritize(t *testing.T) {
 	nodeObjs := []*v1.Node{node("full", "1"), node("room", ""), node("zero", "0")}
 	for _, mode := range []struct {
 		name string
-		args func(p *v1.Pod) *extenderv1.ExtenderArgs
+		args func(p *v1.Pod) *Args
 	}{
-		{"NodeNames", func(p *v1.Pod) *extenderv1.ExtenderArgs { return namesArgs(p, "full", "room", "zero", "ghost") }},
-		{"Nodes", func(p *v1.Pod) *extenderv1.ExtenderArgs { return nodesArgs(p, append(nodeObjs, node("ghost", ""))...) }},
+		{"NodeNames", func(p *v1.Pod) *Args { return namesArgs(p, "full", "room", "zero", "ghost") }},
+		{"Nodes", func(p *v1.Pod) *Args { return nodesArgs(p, append(nodeObjs, node("ghost", ""))...) }},
 	} {
 		t.Run(mode.name+"/filter", func(t *testing.T) {
 			code, body := ts.post(t, "/filter", mustJSON(t, mode.args(pod("new", "", 1))))
@@ -114,7 +127,7 @@ func TestHandlerFilterAndPrioritize(t *testing.T) {
 			} else if res.NodeNames == nil || res.Nodes != nil {
 				t.Fatalf("NodeNames mode must answer with NodeNames: %s", body)
 			}
-			if got := resultNames(&res); strings.Join(got, ",") != strings.Join(want, ",") {
+			if got := wireNames(&res); strings.Join(got, ",") != strings.Join(want, ",") {
 				t.Errorf("kept %v, want %v", got, want)
 			}
 			if got := res.FailedNodes["full"]; got != "underlay IPs exhausted: 1/1 used, pod needs 1" {
@@ -146,7 +159,7 @@ func TestHandlerFilterAndPrioritize(t *testing.T) {
 			if err := json.Unmarshal(body, &res); err != nil || code != http.StatusOK {
 				t.Fatalf("code %d, %v: %s", code, err, body)
 			}
-			if got := resultNames(&res); len(got) != 4 {
+			if got := wireNames(&res); len(got) != 4 {
 				t.Errorf("kept %v, want every node", got)
 			}
 		})
@@ -310,5 +323,37 @@ func TestRecoverer(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("POST", "/filter", nil))
 	if rec.Code != 500 || !strings.Contains(rec.Body.String(), `"reason":"InternalError"`) {
 		t.Errorf("panic answered %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestHandlerFilterReturnsNodesVerbatim checks that a surviving full Node
+// goes back to kube-scheduler exactly as it came, status and images included.
+func TestHandlerFilterReturnsNodesVerbatim(t *testing.T) {
+	ts := newTestServer(t, 0, handlerFixture()...)
+	in := realisticNode(7)
+	in.Name = "room"
+	sent, err := json.Marshal(&in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := mustJSON(t, &extenderv1.ExtenderArgs{Pod: pod("new", "", 1), Nodes: &v1.NodeList{Items: []v1.Node{in, *node("full", "1")}}})
+	code, resp := ts.post(t, "/filter", body)
+	if code != http.StatusOK {
+		t.Fatalf("code %d: %s", code, resp)
+	}
+	var res struct {
+		Nodes struct {
+			Items []json.RawMessage `json:"items"`
+		}
+	}
+	if err := json.Unmarshal(resp, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Nodes.Items) != 1 || !bytes.Equal(res.Nodes.Items[0], sent) {
+		t.Fatalf("returned nodes differ from the sent ones:\n%s", resp)
+	}
+	var typed extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal(resp, &typed); err != nil || len(typed.Nodes.Items) != 1 || len(typed.Nodes.Items[0].Status.Images) != 50 {
+		t.Fatalf("kube-scheduler could not decode the response: %v", err)
 	}
 }

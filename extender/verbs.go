@@ -5,27 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
-
-// DecodeExtenderArgs decodes and validates the body of /filter and
-// /prioritize: Pod is required, and so is one of NodeNames
-// (nodeCacheCapable) or Nodes.
-func DecodeExtenderArgs(data []byte) (*extenderv1.ExtenderArgs, error) {
-	var args extenderv1.ExtenderArgs
-	if err := json.Unmarshal(data, &args); err != nil {
-		return nil, fmt.Errorf("decoding ExtenderArgs: %w", err)
-	}
-	if args.Pod == nil {
-		return nil, errors.New("ExtenderArgs.Pod is missing")
-	}
-	if args.NodeNames == nil && args.Nodes == nil {
-		return nil, errors.New("ExtenderArgs needs NodeNames (nodeCacheCapable) or Nodes")
-	}
-	return &args, nil
-}
 
 // DecodeBindingArgs decodes and validates the body of /bind.
 func DecodeBindingArgs(data []byte) (*extenderv1.ExtenderBindingArgs, error) {
@@ -58,20 +40,21 @@ func DecodePreemptionArgs(data []byte) (*extenderv1.ExtenderPreemptionArgs, erro
 
 // candidateNames lists the nodes of args in order: NodeNames when the
 // scheduler sent them (nodeCacheCapable), else the names of Nodes.
-func candidateNames(args *extenderv1.ExtenderArgs, buf []string) []string {
+func candidateNames(args *Args) []string {
 	if args.NodeNames != nil {
 		return *args.NodeNames
 	}
+	names := make([]string, len(args.Nodes.Items))
 	for i := range args.Nodes.Items {
-		buf = append(buf, args.Nodes.Items[i].Name)
+		names[i] = args.Nodes.Items[i].Name
 	}
-	return buf
+	return names
 }
 
 // usagesFor returns the usage of every candidate. With full Node objects, a
 // node the node informer has not delivered yet takes its capacity from the
 // object the scheduler sent.
-func (l *Ledger) usagesFor(args *extenderv1.ExtenderArgs, names []string) []NodeUsage {
+func (l *Ledger) usagesFor(args *Args, names []string) []NodeUsage {
 	usages := l.Usages(args.Pod.UID, names, make([]NodeUsage, 0, len(names)))
 	if args.NodeNames == nil {
 		for i := range usages {
@@ -86,9 +69,9 @@ func (l *Ledger) usagesFor(args *extenderv1.ExtenderArgs, names []string) []Node
 
 // Filter keeps the candidate nodes with room for the pod and explains every
 // other one. It answers in the mode it was asked: NodeNames or Nodes.
-func (l *Ledger) Filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
+func (l *Ledger) Filter(args *Args) *FilterResult {
 	need := PodNeed(args.Pod)
-	res := &extenderv1.ExtenderFilterResult{
+	res := &FilterResult{
 		FailedNodes:                extenderv1.FailedNodesMap{},
 		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
 	}
@@ -102,14 +85,14 @@ func (l *Ledger) Filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilte
 		return res
 	}
 	l.RememberNeed(args.Pod.UID, need)
-	names := candidateNames(args, nil)
+	names := candidateNames(args)
 	usages := l.usagesFor(args, names)
 
 	var causes map[string]int
 	keptNames := make([]string, 0, len(names))
-	var keptNodes []v1.Node
+	var keptNodes []NodeItem
 	if args.NodeNames == nil {
-		keptNodes = make([]v1.Node, 0, len(names))
+		keptNodes = make([]NodeItem, 0, len(names))
 	}
 	for i, name := range names {
 		v := Fits(usages[i], need)
@@ -137,15 +120,15 @@ func (l *Ledger) Filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilte
 	if args.NodeNames != nil {
 		res.NodeNames = &keptNames
 	} else {
-		res.Nodes = &v1.NodeList{Items: keptNodes}
+		res.Nodes = &NodeItems{Items: keptNodes}
 	}
 	return res
 }
 
 // Prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,
 // in the order the scheduler sent them.
-func (l *Ledger) Prioritize(args *extenderv1.ExtenderArgs) extenderv1.HostPriorityList {
-	names := candidateNames(args, nil)
+func (l *Ledger) Prioritize(args *Args) extenderv1.HostPriorityList {
+	names := candidateNames(args)
 	out := make(extenderv1.HostPriorityList, len(names))
 	need := PodNeed(args.Pod)
 	if need == 0 {

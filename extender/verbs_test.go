@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"encoding/json"
 	"reflect"
 	"sort"
 	"testing"
@@ -9,19 +10,28 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
-func namesArgs(p *v1.Pod, nodes ...string) *extenderv1.ExtenderArgs {
-	return &extenderv1.ExtenderArgs{Pod: p, NodeNames: &nodes}
+func namesArgs(p *v1.Pod, nodes ...string) *Args {
+	return &Args{Pod: p, NodeNames: &nodes}
 }
 
-func nodesArgs(p *v1.Pod, nodes ...*v1.Node) *extenderv1.ExtenderArgs {
+// nodesArgs goes through the wire format, as full Nodes always do.
+func nodesArgs(p *v1.Pod, nodes ...*v1.Node) *Args {
 	list := &v1.NodeList{}
 	for _, n := range nodes {
 		list.Items = append(list.Items, *n)
 	}
-	return &extenderv1.ExtenderArgs{Pod: p, Nodes: list}
+	data, err := json.Marshal(&extenderv1.ExtenderArgs{Pod: p, Nodes: list})
+	if err != nil {
+		panic(err)
+	}
+	args, err := DecodeExtenderArgs(data)
+	if err != nil {
+		panic(err)
+	}
+	return args
 }
 
-func resultNames(r *extenderv1.ExtenderFilterResult) []string {
+func resultNames(r *FilterResult) []string {
 	out := []string{}
 	if r.NodeNames != nil {
 		return append(out, *r.NodeNames...)
@@ -127,7 +137,7 @@ func TestPrioritize(t *testing.T) {
 		[]*v1.Pod{pod("a1", "a", 5), pod("c1", "c", 3)})
 	tests := []struct {
 		name string
-		args *extenderv1.ExtenderArgs
+		args *Args
 		want extenderv1.HostPriorityList
 	}{
 		{
