@@ -33,6 +33,7 @@ type HandlerOptions struct {
 	// MaxRequestBytes bounds request bodies; 0 means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
 	// Registerer receives the request metrics; Gatherer serves /metrics.
+	// Without both, a private registry is used.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
 }
@@ -53,6 +54,10 @@ func NewHandler(o HandlerOptions) http.Handler {
 	}
 	if s.maxBytes <= 0 {
 		s.maxBytes = DefaultMaxRequestBytes
+	}
+	if o.Registerer == nil || o.Gatherer == nil {
+		reg := prometheus.NewRegistry()
+		o.Registerer, o.Gatherer = reg, reg
 	}
 	inst := httpserver.NewInstrumenter("extender", o.Registerer)
 

@@ -193,10 +193,10 @@ func (l *Ledger) DeleteNode(name string) {
 // because from now on the informer is the source of truth.
 func (l *Ledger) SetPod(pod *v1.Pod) {
 	need := PodNeed(pod)
+	settled := pod.Spec.NodeName != "" || IsTerminal(pod)
 	holds := pod.Spec.NodeName != "" && !IsTerminal(pod) && need > 0
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if pod.Spec.NodeName != "" || IsTerminal(pod) {
+	if settled {
 		l.dropReservationLocked(pod.UID)
 	}
 	l.removePodLocked(pod.UID)
@@ -207,6 +207,13 @@ func (l *Ledger) SetPod(pod *v1.Pod) {
 		l.totals.Used += need
 	}
 	l.publishLocked()
+	l.mu.Unlock()
+	if settled {
+		// No bind will ask for this pod's need any more.
+		l.hintMu.Lock()
+		delete(l.hints, pod.UID)
+		l.hintMu.Unlock()
+	}
 }
 
 // DeletePod releases everything pod held or reserved.

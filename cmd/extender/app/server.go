@@ -100,9 +100,13 @@ func (o *Options) RunWithClient(ctx context.Context, cs kubernetes.Interface, li
 	})
 
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	defer func() {
+		// Shutdown waits for the informers, which stop only once ctx is
+		// done: cancel first, also when Serve failed on its own.
+		cancel()
+		factory.Shutdown()
+	}()
 	go ledger.Run(ctx)
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), synced) {

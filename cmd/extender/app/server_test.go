@@ -147,3 +147,23 @@ func TestRunServesTLS(t *testing.T) {
 		t.Errorf("healthz over TLS: %d", resp.StatusCode)
 	}
 }
+
+func TestRunFailsWhenTheAddressIsTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	o := NewOptions()
+	o.BindAddress = ln.Addr().String()
+	done := make(chan error, 1)
+	go func() { done <- o.RunWithClient(context.Background(), fake.NewClientset(), nil) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "listening") {
+			t.Errorf("RunWithClient = %v, want a listen error", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunWithClient hung after failing to listen")
+	}
+}
