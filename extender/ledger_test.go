@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -212,5 +213,42 @@ func TestLedgerReport(t *testing.T) {
 	b := rep.Nodes[1]
 	if b.Reserved != 1 || len(b.Pods) != 1 || b.Pods[0].State != "reserved" {
 		t.Errorf("node b = %+v", b)
+	}
+}
+
+// TestLedgerMetricsGolden pins names, help and values of the ledger's series.
+func TestLedgerMetricsGolden(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	l := NewLedger(LedgerOptions{DefaultCapacity: 10, Metrics: NewMetrics(reg)})
+	l.SetNode(node("a", ""))
+	l.SetNode(node("b", "0"))
+	l.SetNode(node("c", "many"))
+	l.SetPod(pod("p", "a", 3))
+	l.Reserve("uid-q", "ns", "q", "a", 1)
+	const want = `
+# HELP capscale_extender_capacity_ips Underlay IP capacity summed over known nodes.
+# TYPE capscale_extender_capacity_ips gauge
+capscale_extender_capacity_ips 10
+# HELP capscale_extender_invalid_capacity_annotation_nodes Nodes whose underlay IP capacity annotation is invalid (capacity treated as 0).
+# TYPE capscale_extender_invalid_capacity_annotation_nodes gauge
+capscale_extender_invalid_capacity_annotation_nodes 1
+# HELP capscale_extender_invalid_capacity_annotations_total Invalid underlay IP capacity annotation values seen on node adds and changes.
+# TYPE capscale_extender_invalid_capacity_annotations_total counter
+capscale_extender_invalid_capacity_annotations_total 1
+# HELP capscale_extender_nodes Nodes known to the extender.
+# TYPE capscale_extender_nodes gauge
+capscale_extender_nodes 3
+# HELP capscale_extender_reserved_ips Underlay IPs reserved by binds not yet seen by the pod informer.
+# TYPE capscale_extender_reserved_ips gauge
+capscale_extender_reserved_ips 1
+# HELP capscale_extender_used_ips Underlay IPs held by bound, non-terminal pods.
+# TYPE capscale_extender_used_ips gauge
+capscale_extender_used_ips 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"capscale_extender_capacity_ips", "capscale_extender_invalid_capacity_annotation_nodes",
+		"capscale_extender_invalid_capacity_annotations_total", "capscale_extender_nodes",
+		"capscale_extender_reserved_ips", "capscale_extender_used_ips"); err != nil {
+		t.Error(err)
 	}
 }

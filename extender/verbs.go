@@ -88,10 +88,14 @@ func (l *Ledger) Filter(args *Args) *FilterResult {
 	names := candidateNames(args)
 	usages := l.usagesFor(args, names)
 
-	var causes map[string]int
-	keptNames := make([]string, 0, len(names))
-	var keptNodes []NodeItem
-	if args.NodeNames == nil {
+	var (
+		causes    map[string]int
+		keptNames []string
+		keptNodes []NodeItem
+	)
+	if args.NodeNames != nil {
+		keptNames = make([]string, 0, len(names))
+	} else {
 		keptNodes = make([]NodeItem, 0, len(names))
 	}
 	for i, name := range names {
