@@ -3,10 +3,12 @@ package extender
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -355,5 +357,58 @@ func TestHandlerFilterReturnsNodesVerbatim(t *testing.T) {
 	var typed extenderv1.ExtenderFilterResult
 	if err := json.Unmarshal(resp, &typed); err != nil || len(typed.Nodes.Items) != 1 || len(typed.Nodes.Items[0].Status.Images) != 50 {
 		t.Fatalf("kube-scheduler could not decode the response: %v", err)
+	}
+}
+
+// TestHandlerBindHammer is the scheduler's view of a burst: many concurrent
+// filter+bind round trips over HTTP for more pods than there are IPs.
+func TestHandlerBindHammer(t *testing.T) {
+	objs := []runtime.Object{node("a", "4"), node("b", "2"), node("c", "")}
+	const pods = 40
+	for i := range pods {
+		objs = append(objs, pod(fmt.Sprintf("h%02d", i), "", 1))
+	}
+	ts := newTestServer(t, 0, objs...)
+	var (
+		wg    sync.WaitGroup
+		bound atomic.Int64
+	)
+	for i := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := pod(fmt.Sprintf("h%02d", i), "", 1)
+			code, body := ts.post(t, "/filter", mustJSON(t, namesArgs(p, "a", "b", "c")))
+			var res extenderv1.ExtenderFilterResult
+			if code != http.StatusOK || json.Unmarshal(body, &res) != nil {
+				t.Errorf("filter: %d %s", code, body)
+				return
+			}
+			for _, n := range *res.NodeNames {
+				code, body := ts.post(t, "/bind", mustJSON(t, bindArgs(p, n)))
+				var br extenderv1.ExtenderBindingResult
+				if code != http.StatusOK || json.Unmarshal(body, &br) != nil {
+					t.Errorf("bind: %d %s", code, body)
+					return
+				}
+				if br.Error == "" {
+					bound.Add(1)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	ts.env.waitSettled(t)
+	capacity := map[string]int64{"a": 4, "b": 2, "c": 10}
+	for n, used := range ts.env.boundPerNode(t) {
+		if used > capacity[n] {
+			t.Errorf("node %s over capacity: %d/%d", n, used, capacity[n])
+		}
+	}
+	// A pod fails only when every node is full (IPs are never released
+	// here), so exactly the capacity is handed out.
+	if got := bound.Load(); got != 16 {
+		t.Errorf("%d pods bound, want the capacity 16", got)
 	}
 }
