@@ -162,7 +162,10 @@ func newInformerEnv(t testing.TB, objs ...runtime.Object) *informerEnv {
 	api := &bindingAPI{}
 	api.install(cs)
 	factory := informers.NewSharedInformerFactory(cs, 0)
-	podInformer := PodInformer(factory)
+	podInformer, err := PodInformer(factory)
+	if err != nil {
+		t.Fatal(err)
+	}
 	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
 	synced, err := l.Attach(podInformer, factory.Core().V1().Nodes().Informer())
 	if err != nil {

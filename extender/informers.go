@@ -17,14 +17,71 @@ import (
 // pod informer does: a pod that finishes leaves the cache as a delete.
 const nonTerminalPods = "status.phase!=" + string(v1.PodSucceeded) + ",status.phase!=" + string(v1.PodFailed)
 
-// PodInformer returns factory's pod informer restricted to non-terminal pods;
-// the factory's transform (managedFields dropped) still applies.
-func PodInformer(factory informers.SharedInformerFactory) cache.SharedIndexInformer {
-	return factory.InformerFor(&v1.Pod{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+// PodInformer returns factory's pod informer restricted to non-terminal pods
+// and caching only what the extender reads (StripPod replaces the factory's
+// transform, which it subsumes). Call it before the factory starts.
+func PodInformer(factory informers.SharedInformerFactory) (cache.SharedIndexInformer, error) {
+	inf := factory.InformerFor(&v1.Pod{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 			func(o *metav1.ListOptions) { o.FieldSelector = nonTerminalPods })
 	})
+	if err := inf.SetTransform(StripPod); err != nil {
+		return nil, fmt.Errorf("setting the pod cache transform: %w", err)
+	}
+	return inf, nil
+}
+
+// StripPod is a cache transform that keeps of a pod only what the ledger and
+// the binder read: identity, node, phase and the underlay IP requests. In a
+// cluster of many pods the cache then costs a fraction of the full objects.
+// Other objects pass through.
+func StripPod(obj any) (any, error) {
+	pod, ok := obj.(*v1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &v1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
+			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Spec: v1.PodSpec{
+			NodeName: pod.Spec.NodeName,
+			Overhead: keepUnderlay(pod.Spec.Overhead),
+		},
+		Status: v1.PodStatus{Phase: pod.Status.Phase},
+	}
+	out.Spec.Containers = stripContainers(pod.Spec.Containers)
+	out.Spec.InitContainers = stripContainers(pod.Spec.InitContainers)
+	return out, nil
+}
+
+func stripContainers(in []v1.Container) []v1.Container {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]v1.Container, len(in))
+	for i := range in {
+		out[i] = v1.Container{
+			Name:          in[i].Name,
+			RestartPolicy: in[i].RestartPolicy,
+			Resources: v1.ResourceRequirements{
+				Requests: keepUnderlay(in[i].Resources.Requests),
+				Limits:   keepUnderlay(in[i].Resources.Limits),
+			},
+		}
+	}
+	return out
+}
+
+func keepUnderlay(rl v1.ResourceList) v1.ResourceList {
+	q, ok := rl[underlayResource]
+	if !ok {
+		return nil
+	}
+	return v1.ResourceList{underlayResource: q}
 }
 
 // Attach feeds the ledger from the pod and node informers. The returned

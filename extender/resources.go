@@ -10,6 +10,9 @@ import (
 	"github.com/capscale/capscale/internal/names"
 )
 
+// underlayResource is the extended resource as a ResourceName.
+const underlayResource = v1.ResourceName(names.UnderlayIPResource)
+
 // maxCapacity bounds the capacity annotation so that sums over thousands of
 // nodes cannot overflow int64. No node hosts a million underlay IPs.
 const maxCapacity = 1 << 20
@@ -77,18 +80,17 @@ func PodNeed(pod *v1.Pod) int64 {
 		initMax = max(initMax, sidecars+n)
 	}
 	need := max(sum+sidecars, initMax)
-	if q, ok := pod.Spec.Overhead[v1.ResourceName(names.UnderlayIPResource)]; ok {
+	if q, ok := pod.Spec.Overhead[underlayResource]; ok {
 		need += clampQuantity(q.Value())
 	}
 	return need
 }
 
 func containerNeed(r *v1.ResourceRequirements) int64 {
-	rn := v1.ResourceName(names.UnderlayIPResource)
-	if q, ok := r.Requests[rn]; ok {
+	if q, ok := r.Requests[underlayResource]; ok {
 		return clampQuantity(q.Value())
 	}
-	if q, ok := r.Limits[rn]; ok {
+	if q, ok := r.Limits[underlayResource]; ok {
 		return clampQuantity(q.Value())
 	}
 	return 0

@@ -78,7 +78,10 @@ func (o *Options) RunWithClient(ctx context.Context, cs kubernetes.Interface, li
 	metrics := extender.NewMetrics(reg)
 
 	factory := kube.InformerFactory(cs)
-	podInformer := extender.PodInformer(factory)
+	podInformer, err := extender.PodInformer(factory)
+	if err != nil {
+		return err
+	}
 	nodeInformer := factory.Core().V1().Nodes().Informer()
 	ledger := extender.NewLedger(extender.LedgerOptions{
 		DefaultCapacity: o.DefaultCapacity,
