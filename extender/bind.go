@@ -91,6 +91,9 @@ func (b *Binder) bind(ctx context.Context, logger klog.Logger, args *extenderv1.
 	case res.BoundElsewhere != "":
 		b.metrics.BindConflicts.WithLabelValues("bound_elsewhere").Inc()
 		return bindError, fmt.Errorf("binding pod %s/%s: %s", args.PodNamespace, args.PodName, res.Verdict.Reason)
+	case res.InFlightElsewhere != "":
+		b.metrics.BindConflicts.WithLabelValues("in_flight").Inc()
+		return bindError, fmt.Errorf("binding pod %s/%s to node %s: %s", args.PodNamespace, args.PodName, args.Node, res.Verdict.Reason)
 	case !res.Verdict.Fit:
 		b.metrics.BindConflicts.WithLabelValues("no_room").Inc()
 		return bindNoRoom, fmt.Errorf("binding pod %s/%s to node %s: %s", args.PodNamespace, args.PodName, args.Node, res.Verdict.Reason)

@@ -34,7 +34,9 @@ func TestBinder(t *testing.T) {
 		// api are the pods the API server has; cached what the informer shows.
 		api, cached []*v1.Pod
 		// hint is a need remembered by filter for the bound pod.
-		hint       int64
+		hint int64
+		// reservedOn is a node the pod already holds a reservation on.
+		reservedOn string
 		fail       func(*v1.Binding) error
 		bind       *extenderv1.ExtenderBindingArgs
 		wantErr    string
@@ -97,6 +99,14 @@ func TestBinder(t *testing.T) {
 			bind: bindArgs(pod("p", "", 1), "a"), wantErr: "not known to the extender", wantResult: bindError,
 		},
 		{
+			name: "an unsettled bind to another node blocks", api: []*v1.Pod{pod("p", "", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
+			reservedOn: "b", bind: bindArgs(pod("p", "", 1), "a"), wantErr: "bind of this pod to node b is in flight", wantResult: bindError,
+		},
+		{
+			name: "a retry to the same node replaces its reservation", api: []*v1.Pod{pod("p", "", 3)}, cached: []*v1.Pod{pod("p", "", 3)},
+			reservedOn: "a", bind: bindArgs(pod("p", "", 3), "a"), wantCalls: 1, wantResult: bindBound, wantReserved: 3,
+		},
+		{
 			name: "pod without need binds without reserving", api: []*v1.Pod{pod("p", "", 0)}, cached: []*v1.Pod{pod("p", "", 0)},
 			bind: bindArgs(pod("p", "", 0), "a"), wantCalls: 1, wantResult: bindBound,
 		},
@@ -115,6 +125,11 @@ func TestBinder(t *testing.T) {
 			for _, p := range tc.cached {
 				if err := indexer.Add(p); err != nil {
 					t.Fatal(err)
+				}
+			}
+			if tc.reservedOn != "" {
+				if r := l.Reserve(tc.bind.PodUID, "ns", "p", tc.reservedOn, PodNeed(tc.api[0])); !r.Verdict.Fit {
+					t.Fatalf("setup reservation: %+v", r)
 				}
 			}
 			if tc.hint > 0 {

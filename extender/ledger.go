@@ -322,14 +322,17 @@ type ReserveResult struct {
 	AlreadyBound bool
 	// BoundElsewhere names another node the pod is bound to.
 	BoundElsewhere string
+	// InFlightElsewhere names another node the pod holds a reservation on.
+	InFlightElsewhere string
 	// Token identifies the reservation for Release and Unconfirmed.
 	Token uint64
 }
 
 // Reserve re-checks under the ledger lock that need IPs fit node and, if so,
 // reserves them for pod uid (replacing an earlier reservation of the same
-// pod). The reservation lasts until the informer shows the pod bound or
-// deleted, or Release is called with the returned token.
+// pod on the same node; one on another node refuses). The reservation lasts
+// until the informer shows the pod bound or deleted, or Release is called
+// with the returned token.
 func (l *Ledger) Reserve(uid types.UID, namespace, name, node string, need int64) ReserveResult {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -339,6 +342,13 @@ func (l *Ledger) Reserve(uid types.UID, namespace, name, node string, need int64
 		}
 		return ReserveResult{BoundElsewhere: h.node, Verdict: Verdict{Cause: "bound_elsewhere",
 			Reason: fmt.Sprintf("pod is already bound to node %s", h.node)}}
+	}
+	if r := l.reservations[uid]; r != nil && r.node != node {
+		// That bind succeeded, is in flight or timed out: the pod may yet
+		// show up on r.node, so its IPs there cannot move. The scheduler
+		// retries, and by then the informer or the TTL has settled it.
+		return ReserveResult{InFlightElsewhere: r.node, Verdict: Verdict{Cause: "in_flight",
+			Reason: fmt.Sprintf("a bind of this pod to node %s is in flight or unconfirmed", r.node)}}
 	}
 	v := Fits(l.usageLocked(node, l.reservations[uid]), need)
 	if !v.Fit {

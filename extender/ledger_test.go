@@ -81,6 +81,10 @@ func TestLedgerReservations(t *testing.T) {
 		t.Errorf("reserved gauge = %v, want 2", got)
 	}
 
+	// While p1's bind to a is unsettled, it cannot reserve on another node.
+	if r := l.Reserve(p1.UID, "ns", "p1", "b", 1); r.Verdict.Fit || r.InFlightElsewhere != "a" {
+		t.Fatalf("reserve elsewhere during a bind = %+v, want InFlightElsewhere a", r)
+	}
 	// The informer shows p1 bound: it moves from reserved to used.
 	l.SetPod(pod("p1", "a", 1))
 	if u := l.Usage("a"); u.Used != 1 || u.Reserved != 1 {

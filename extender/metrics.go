@@ -12,7 +12,9 @@ type Metrics struct {
 	// capacity_too_small, invalid_capacity, unknown_node).
 	FilteredNodes *prometheus.CounterVec
 	// BindConflicts counts binds refused because the node filled up between
-	// filter and bind, or the pod was bound elsewhere (reason label).
+	// filter and bind (no_room), the pod was bound elsewhere
+	// (bound_elsewhere) or a bind of it to another node is not settled yet
+	// (in_flight).
 	BindConflicts *prometheus.CounterVec
 	// Binds counts bind outcomes (bound, already_bound, no_room, error).
 	Binds *prometheus.CounterVec
@@ -40,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"cause"}),
 		BindConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "bind_conflicts_total",
-			Help: "Binds refused at the re-check: the node filled up after filter (no_room) or the pod was bound to another node (bound_elsewhere).",
+			Help: "Binds refused at the re-check: the node filled up after filter (no_room), the pod was bound to another node (bound_elsewhere), or a bind of it to another node is not settled (in_flight).",
 		}, []string{"reason"}),
 		Binds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "binds_total",
