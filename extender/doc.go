@@ -9,7 +9,28 @@
 // before it creates the Binding, so that no node is ever over-committed, even
 // when many pods are scheduled at once.
 //
-// The decision logic (PodNeed, ParseCapacity, Fits, Score, victim accounting)
-// is plain Go over plain types. Informers feed the ledger; the chi handlers in
-// handler.go are a thin transport layer around it.
+// The decision logic (PodNeed, ParseCapacity, Fits, Scores, victim
+// accounting) is plain Go over plain types. Informers feed the ledger; the chi
+// handlers in handler.go are a thin transport layer around it.
+//
+// # HTTP API
+//
+//	POST /filter      extenderv1.ExtenderArgs → ExtenderFilterResult
+//	POST /prioritize  extenderv1.ExtenderArgs → HostPriorityList (0..10)
+//	POST /bind        ExtenderBindingArgs → ExtenderBindingResult
+//	POST /preempt     ExtenderPreemptionArgs → ExtenderPreemptionResult
+//	GET  /capacity    Report: per node capacity, used, reserved, free, pods
+//	GET  /healthz     200 while the process serves
+//	GET  /readyz      200 once the ledger is rebuilt from the informers
+//	GET  /metrics     Prometheus, capscale_extender_* plus Go and process
+//
+// Until /readyz is 200 the verbs and /capacity answer 503: a ledger that has
+// not seen every pod could over-commit a node. Bad input is a 400 (413 for a
+// body over the limit) with the body {"code","reason","message"}.
+//
+// Filter answers in the mode it was asked: NodeNames (nodeCacheCapable) or
+// full Nodes, returned exactly as received. A node without room is listed in
+// FailedNodes ("underlay IPs exhausted: 10/10 used, pod needs 1") or, when no
+// preemption can help (capacity too small or an invalid annotation), in
+// FailedAndUnresolvableNodes.
 package extender
