@@ -33,8 +33,10 @@ func testSource(name, url string) config.Source {
 		URL:      url,
 		JSONPath: "{.data.load_balance}",
 		Interval: metav1.Duration{Duration: 30 * time.Second},
-		Timeout:  metav1.Duration{Duration: 2 * time.Second},
-		MaxAge:   metav1.Duration{Duration: 2 * time.Minute},
+		// Generous: a loaded CI machine must not turn a good poll into a
+		// timeout. Tests about timeouts shorten it.
+		Timeout: metav1.Duration{Duration: 30 * time.Second},
+		MaxAge:  metav1.Duration{Duration: 2 * time.Minute},
 	}
 }
 
@@ -72,7 +74,7 @@ func loadServer(t *testing.T, status int, body string) *httptest.Server {
 // value and is counted under its reason.
 func TestPollBadData(t *testing.T) {
 	const good = `{"data":{"load_balance":0.83}}`
-	slowTimeout := 300 * time.Millisecond
+	const shortTimeout = 300 * time.Millisecond
 
 	refusedURL := func(t *testing.T) string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -97,6 +99,7 @@ func TestPollBadData(t *testing.T) {
 	tests := []struct {
 		name       string
 		url        func(t *testing.T) string
+		short      bool // poll with a short timeout; the server outlasts it
 		wantReason Reason
 	}{
 		{name: "refused connection", url: refusedURL, wantReason: ReasonConnection},
@@ -108,6 +111,7 @@ func TestPollBadData(t *testing.T) {
 				case <-time.After(10 * time.Second):
 				}
 			}),
+			short:      true,
 			wantReason: ReasonTimeout,
 		},
 		{
@@ -126,6 +130,7 @@ func TestPollBadData(t *testing.T) {
 				}
 				_, _ = w.Write([]byte(`0.9}}`))
 			}),
+			short:      true,
 			wantReason: ReasonTimeout,
 		},
 		{name: "500", url: bodyURL(http.StatusInternalServerError, good), wantReason: ReasonHTTPStatus},
@@ -165,9 +170,7 @@ func TestPollBadData(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// First a good poll, then the bad one against another URL.
 			goodSrv := loadServer(t, 0, good)
-			cfg := testSource("gpu-load", goodSrv.URL)
-			cfg.Timeout.Duration = slowTimeout
-			p, clk, m := newTestPoller(t, cfg)
+			p, clk, m := newTestPoller(t, testSource("gpu-load", goodSrv.URL))
 			ctx := context.Background()
 			if err := p.Poll(ctx); err != nil {
 				t.Fatalf("good poll: %v", err)
@@ -176,6 +179,10 @@ func TestPollBadData(t *testing.T) {
 
 			clk.Step(10 * time.Second)
 			p.cfg.URL = tc.url(t)
+			if tc.short {
+				// The per-poll context deadline comes from cfg.Timeout.
+				p.cfg.Timeout.Duration = shortTimeout
+			}
 			err := p.Poll(ctx)
 			var pe *PollError
 			if !errors.As(err, &pe) || pe.Reason != tc.wantReason {
@@ -395,7 +402,7 @@ func TestManagerApply(t *testing.T) {
 		t.Helper()
 		select {
 		case <-hits[name]:
-		case <-time.After(10 * time.Second):
+		case <-time.After(time.Minute):
 			t.Fatalf("source %s was not polled", name)
 		}
 	}
@@ -436,16 +443,27 @@ func TestManagerApply(t *testing.T) {
 
 	// Changing a's timeout restarts it but keeps its last sample.
 	waitForSample(t, mgr, "a")
+	// a's sample before the restart: the new poller starts with it.
+	carried := pa.last.Load()
 	a := src("a")
 	a.Timeout.Duration = time.Second
 	if err := mgr.Apply([]config.Source{a, src("c")}); err != nil {
 		t.Fatal(err)
 	}
-	if pa2, _ := mgr.Poller("a"); pa2 == pa {
+	pa2, _ := mgr.Poller("a")
+	if pa2 == pa {
 		t.Error("changed source a was not restarted")
 	}
 	if r, err := mgr.Read("a"); err != nil || r.Value != 1 {
 		t.Errorf("Read(a) after restart = %+v, %v; want the carried-over 1", r, err)
+	}
+	// Let the restarted poller's first poll land before the clock moves.
+	deadline := time.Now().Add(time.Minute)
+	for pa2.last.Load() == carried {
+		if time.Now().After(deadline) {
+			t.Fatal("restarted source a never polled")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 
 	// The gauges follow the sources: b is gone, a and c are there.
@@ -477,7 +495,7 @@ capscale_adapter_source_value{source="c"} 1
 
 func waitForSample(t *testing.T, mgr *Manager, name string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		if p, ok := mgr.Poller(name); ok {
 			if _, ok := p.Last(); ok {
