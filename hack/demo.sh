@@ -64,11 +64,12 @@ YAML
 bound() { [ "$(k -n demo get pods -l app=underlay --field-selector spec.nodeName!= -o name | wc -l)" -eq 34 ]; }
 wait_for "34 pods bound" 90 bound
 say "Pods per node (never above capacity):"
-k -n demo get pods -l app=underlay -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort | uniq -c | sed 's/^/   /'
+k -n demo get pods -l app=underlay -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep . | sort | uniq -c | sed 's/^/   /'
 say "The 6 pods that do not fit stay Pending, and say why:"
 k -n demo get events --field-selector reason=FailedScheduling -o jsonpath='{.items[-1:].message}{"\n"}' | sed 's/^/   /'
-say "The extender's own view (GET \$EXTENDER_URL/capacity):"
-curl -fsS "$EXTENDER_URL/capacity" | head -c 1500; echo
+say "The extender's own view (GET \$EXTENDER_URL/capacity, totals; per-node detail and pods follow in the full answer):"
+capacity=$(curl -fsS "$EXTENDER_URL/capacity")
+printf '   %s\n' "$(grep -o '"totals":{[^}]*}' <<<"$capacity")"
 
 bold "2. Autoscaling on a third-party load index (step policy)"
 say "A load source answers {\"data\":{\"load_balance\":V}} at \$LOAD_SOURCE_URL; the adapter polls it every 2s."
@@ -106,12 +107,16 @@ YAML
 replicas() { [ "$(k -n demo get deploy gpu-inference -o jsonpath='{.spec.replicas}')" -eq "$1" ]; }
 CA=$CAPSCALE_CA_FILE
 run curl -fsS --cacert "$CA" -X PUT --data 0.93 "$LOAD_SOURCE_URL"
-run k get --raw "/apis/external.metrics.k8s.io/v1beta1/namespaces/demo/capscale-load-index?labelSelector=source%3Dgpu-load"
-echo
+index() { k get --raw "/apis/external.metrics.k8s.io/v1beta1/namespaces/demo/capscale-load-index?labelSelector=source%3Dgpu-load"; }
+index_is() { index | grep -q "\"value\":\"$1\""; }
+wait_for "the adapter's next poll" 15 index_is 930m
+run index; echo
 wait_for "the HPA to add 3 replicas (1 -> 4)" 60 replicas 4
 run curl -fsS --cacert "$CA" -X PUT --data 0.3 "$LOAD_SOURCE_URL"
 say "Load 0.3 is below 0.5, but the new pods are younger than 20s: no scale-down until they are older."
 wait_for "the HPA to remove 1 replica (4 -> 3)" 90 replicas 3
+hpa_status() { [ "$(k -n demo get hpa gpu-inference -o jsonpath='{.status.currentReplicas}')" -eq 3 ]; }
+wait_for "the HPA status to catch up" 15 hpa_status
 run k -n demo get hpa gpu-inference
 
 bold "3. Replicas from QPS"
@@ -165,7 +170,9 @@ printf '\033[36m$ POST .../deployments/underlay/stop\033[0m\n'; api -X POST "$WO
 run k -n demo get deploy underlay -o jsonpath='{.spec.replicas} replicas, remembered: {.metadata.annotations.capscale\.io/replicas-before-stop}{"\n"}'
 printf '\033[36m$ POST .../deployments/underlay/start\033[0m\n'; api -X POST "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/underlay/start"
 printf '\033[36m$ POST .../deployments/web/restart\033[0m\n'; api -X POST "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/web/restart"
-printf '\033[36m$ GET .../deployments/underlay/capacity\033[0m\n'; api "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/underlay/capacity" | head -c 1200; echo
+printf '\033[36m$ GET .../deployments/underlay/capacity\033[0m\n'
+capacity=$(api "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/underlay/capacity")
+printf '   %s\n' "$(grep -o '"capacity":{"replicas":[0-9]*,"limitingResource":"[^"]*","reason":"[^"]*"' <<<"$capacity")"
 
 bold "Explore"
 cat <<EOT
