@@ -34,6 +34,10 @@ type Options struct {
 	ReservationTTL time.Duration
 	// ShutdownTimeout bounds graceful shutdown.
 	ShutdownTimeout time.Duration
+	// KubeAPIQPS and KubeAPIBurst limit calls to the apiserver; every bind
+	// is one, so client-go's default of 5 QPS would throttle a burst.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
 	// Logs are the component-base logging options (-v, --logging-format, ...).
 	Logs *logsapi.LoggingConfiguration
 }
@@ -46,6 +50,8 @@ func NewOptions() *Options {
 		MaxRequestBytes: extender.DefaultMaxRequestBytes,
 		ReservationTTL:  time.Minute,
 		ShutdownTimeout: 10 * time.Second,
+		KubeAPIQPS:      50,
+		KubeAPIBurst:    100,
 		Logs:            logsapi.NewLoggingConfiguration(),
 	}
 }
@@ -62,6 +68,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "Largest request body accepted; the default fits 5000 full Node objects.")
 	fs.DurationVar(&o.ReservationTTL, "reservation-ttl", o.ReservationTTL, "How long a bind whose outcome is unknown keeps its IPs reserved unless the pod shows up bound.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight requests may take to finish on SIGTERM.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the apiserver (each bind is one); kube-scheduler's own client uses 50.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the apiserver.")
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	return fss
 }
@@ -97,6 +105,9 @@ func (o *Options) Validate() []error {
 	}
 	if o.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout must be positive, got %s", o.ShutdownTimeout))
+	}
+	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps must be positive and --kube-api-burst at least 1, got %v and %d", o.KubeAPIQPS, o.KubeAPIBurst))
 	}
 	for _, err := range logsapi.Validate(o.Logs, nil, nil) {
 		errs = append(errs, err)

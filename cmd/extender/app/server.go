@@ -63,6 +63,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
 	cs, err := kube.Clientset(cfg)
 	if err != nil {
 		return err
