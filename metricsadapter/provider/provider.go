@@ -57,6 +57,15 @@ var allMetrics = []cmprovider.ExternalMetricInfo{
 	{Metric: names.RealQPSMetric},
 }
 
+// knownMetrics lists allMetrics for error messages.
+var knownMetrics = func() string {
+	n := make([]string, len(allMetrics))
+	for i, m := range allMetrics {
+		n[i] = m.Metric
+	}
+	return strings.Join(n, ", ")
+}()
+
 // Options configure a Provider.
 type Options struct {
 	// Informers is the shared factory the provider takes its listers from;
@@ -183,8 +192,9 @@ func (p *Provider) get(namespace string, selector labels.Selector, metric string
 	case names.TotalQPSMetric, names.RealQPSMetric:
 		want = []string{LabelWorkload}
 	default:
-		return external_metrics.ExternalMetricValue{}, cmprovider.NewMetricNotFoundError(
-			schema.GroupResource{Group: external_metrics.GroupName, Resource: metric}, metric)
+		e := cmprovider.NewMetricNotFoundError(schema.GroupResource{Group: external_metrics.GroupName}, metric)
+		e.ErrStatus.Message = fmt.Sprintf("the server could not find the metric %s: capscale serves %s", metric, knownMetrics)
+		return external_metrics.ExternalMetricValue{}, e
 	}
 	lbls, err := parseSelector(metric, selector, want)
 	if err != nil {

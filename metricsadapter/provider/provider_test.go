@@ -276,7 +276,7 @@ func TestGetExternalMetric(t *testing.T) {
 		{name: "load-step no policy for workload", namespace: "ai", metric: names.DesiredReplicasMetric, selector: "workload=other,policy=load-step", wantCode: 404, wantMsg: "no step policy"},
 		{name: "load-step namespace must match the policy", namespace: "web", metric: names.DesiredReplicasMetric, selector: "workload=gpu,policy=load-step", wantCode: 404, wantMsg: "no step policy"},
 
-		{name: "unknown metric", namespace: "web", metric: "cpu-magic", selector: "workload=shop", wantCode: 404, wantMsg: "could not find the metric cpu-magic"},
+		{name: "unknown metric", namespace: "web", metric: "cpu-magic", selector: "workload=shop", wantCode: 404, wantMsg: "could not find the metric cpu-magic: capscale serves capscale-load-index, capscale-desired-replicas"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
