@@ -171,11 +171,11 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, sele
 	item, err := p.get(namespace, selector, info.Metric)
 	p.metrics.observe(info.Metric, err)
 	if err != nil {
-		logger := klog.FromContext(ctx)
+		logger := klog.FromContext(ctx).WithValues("namespace", namespace, "metric", info.Metric, "selector", fmt.Sprint(selector))
 		if code := statusCode(err); code >= 500 {
-			logger.Info("External metric unavailable", "namespace", namespace, "metric", info.Metric, "selector", selector.String(), "err", err)
+			logger.Info("External metric unavailable", "err", err)
 		} else {
-			logger.V(2).Info("External metric request rejected", "namespace", namespace, "metric", info.Metric, "selector", selector.String(), "err", err)
+			logger.V(2).Info("External metric request rejected", "err", err)
 		}
 		return nil, err
 	}

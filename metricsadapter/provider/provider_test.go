@@ -328,6 +328,14 @@ func withSource(sp config.StepPolicy, src string) config.StepPolicy {
 	return sp
 }
 
+func TestGetExternalMetricNilSelector(t *testing.T) {
+	p, _ := newTestProvider(t, fakeSources{})
+	_, err := p.GetExternalMetric(context.Background(), "ns", nil, cmprovider.ExternalMetricInfo{Metric: names.LoadIndexMetric})
+	if !apierrors.IsBadRequest(err) {
+		t.Errorf("nil selector: err = %v, want BadRequest", err)
+	}
+}
+
 func TestListAllExternalMetrics(t *testing.T) {
 	p, _ := newTestProvider(t, fakeSources{})
 	got := p.ListAllExternalMetrics()
