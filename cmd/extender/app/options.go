@@ -19,6 +19,10 @@ import (
 type Options struct {
 	// BindAddress is host:port of the HTTP(S) server.
 	BindAddress string
+	// ProbeBindAddress, if set, serves only /healthz, /readyz and /metrics,
+	// so kubelet probes and Prometheus reach them on the pod IP while the
+	// verbs stay on loopback beside kube-scheduler.
+	ProbeBindAddress string
 	// Kubeconfig is a kubeconfig file; empty means in-cluster config.
 	Kubeconfig string
 	// DefaultCapacity is the underlay IP capacity of a node without the
@@ -61,6 +65,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 	fs := fss.FlagSet("extender")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "host:port to serve the extender API, /metrics and probes on.")
+	fs.StringVar(&o.ProbeBindAddress, "probe-bind-address", o.ProbeBindAddress, "host:port serving only /healthz, /readyz and /metrics (plain HTTP); empty turns it off.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; empty uses the in-cluster config.")
 	fs.Int64Var(&o.DefaultCapacity, "default-capacity", o.DefaultCapacity, "Underlay IP capacity of a node without the capscale.io/underlay-ip-capacity annotation.")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "x509 certificate file for HTTPS; needs --tls-private-key-file.")
@@ -84,12 +89,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate reports every invalid option.
 func (o *Options) Validate() []error {
 	var errs []error
-	if host, port, err := net.SplitHostPort(o.BindAddress); err != nil {
-		errs = append(errs, fmt.Errorf("--bind-address %q: %w", o.BindAddress, err))
-	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		errs = append(errs, fmt.Errorf("--bind-address %q: invalid port %q", o.BindAddress, port))
-	} else if host != "" && net.ParseIP(host) == nil && host != "localhost" {
-		errs = append(errs, fmt.Errorf("--bind-address %q: host must be an IP address or localhost", o.BindAddress))
+	if err := validateAddress("--bind-address", o.BindAddress); err != nil {
+		errs = append(errs, err)
+	}
+	if o.ProbeBindAddress != "" {
+		if err := validateAddress("--probe-bind-address", o.ProbeBindAddress); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if o.DefaultCapacity < 0 {
 		errs = append(errs, fmt.Errorf("--default-capacity must be >= 0, got %d", o.DefaultCapacity))
@@ -113,4 +119,18 @@ func (o *Options) Validate() []error {
 		errs = append(errs, err)
 	}
 	return errs
+}
+
+func validateAddress(flag, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%s %q: invalid port %q", flag, addr, port)
+	}
+	if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+		return fmt.Errorf("%s %q: host must be an IP address or localhost", flag, addr)
+	}
+	return nil
 }

@@ -81,6 +81,7 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "host name", argv: []string{"--bind-address=example.com:80"}, want: []string{"IP address"}},
 		{name: "tiny body limit", argv: []string{"--max-request-bytes=10"}, want: []string{"--max-request-bytes"}},
 		{name: "no ttl", argv: []string{"--reservation-ttl=0s"}, want: []string{"--reservation-ttl"}},
+		{name: "bad probe address", argv: []string{"--probe-bind-address=:x"}, want: []string{"--probe-bind-address"}},
 		{name: "zero qps", argv: []string{"--kube-api-qps=0"}, want: []string{"--kube-api-qps"}},
 		{name: "zero burst", argv: []string{"--kube-api-burst=0"}, want: []string{"--kube-api-burst"}},
 		{name: "bad log format", argv: []string{"--logging-format=xml"}, want: []string{"format"}},

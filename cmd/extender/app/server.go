@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -119,15 +120,50 @@ func (o *Options) RunWithClient(ctx context.Context, cs kubernetes.Interface, li
 		}
 	}()
 
+	var probeErr error
+	probeDone := make(chan struct{})
+	if o.ProbeBindAddress != "" {
+		go func() {
+			defer close(probeDone)
+			// A probe port that cannot serve stops the extender: without it
+			// the kubelet would restart it anyway.
+			if err := httpserver.Serve(ctx, httpserver.Options{Addr: o.ProbeBindAddress, ShutdownTimeout: o.ShutdownTimeout}, probeOnly(handler), nil); err != nil {
+				probeErr = fmt.Errorf("probe server: %w", err)
+				cancel()
+			}
+		}()
+	} else {
+		close(probeDone)
+	}
 	err = httpserver.Serve(ctx, httpserver.Options{
 		Addr:            o.BindAddress,
 		CertFile:        o.TLSCertFile,
 		KeyFile:         o.TLSPrivateKeyFile,
 		ShutdownTimeout: o.ShutdownTimeout,
 	}, handler, listening)
+	cancel()
+	<-probeDone
 	if err != nil {
 		return fmt.Errorf("extender server: %w", err)
 	}
+	if probeErr != nil {
+		return probeErr
+	}
 	klog.InfoS("Extender stopped")
 	return nil
+}
+
+// probeOnly lets through GET /healthz, /readyz and /metrics and nothing else:
+// the verbs (above all /bind) must not be reachable off loopback.
+func probeOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/healthz", "/readyz", "/metrics":
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
+		httpserver.WriteError(w, http.StatusNotFound, "the probe port serves only GET /healthz, /readyz and /metrics")
+	})
 }

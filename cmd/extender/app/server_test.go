@@ -167,3 +167,69 @@ func TestRunFailsWhenTheAddressIsTaken(t *testing.T) {
 		t.Fatal("RunWithClient hung after failing to listen")
 	}
 }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestProbePortServesOnlyProbesAndMetrics(t *testing.T) {
+	o := NewOptions()
+	o.BindAddress = "127.0.0.1:0"
+	o.ProbeBindAddress = freeAddr(t)
+	startServer(t, o, http.DefaultClient, "http")
+	probe := "http://" + o.ProbeBindAddress
+	tests := []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/healthz", 200},
+		{"GET", "/readyz", 200},
+		{"GET", "/metrics", 200},
+		{"POST", "/bind", 404},
+		{"POST", "/filter", 404},
+		{"POST", "/prioritize", 404},
+		{"POST", "/preempt", 404},
+		{"GET", "/capacity", 404},
+		{"POST", "/metrics", 404},
+	}
+	for _, tc := range tests {
+		t.Run(tc.method+tc.path, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, probe+tc.path, strings.NewReader("{}"))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("%s %s on the probe port: %d, want %d", tc.method, tc.path, resp.StatusCode, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunFailsWhenTheProbeAddressIsTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	o := NewOptions()
+	o.BindAddress = "127.0.0.1:0"
+	o.ProbeBindAddress = ln.Addr().String()
+	done := make(chan error, 1)
+	go func() { done <- o.RunWithClient(context.Background(), fake.NewClientset(), nil) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "probe server") {
+			t.Errorf("RunWithClient = %v, want a probe server error", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunWithClient kept running without its probe port")
+	}
+}
