@@ -48,6 +48,7 @@ It serves capscale-load-index (source=NAME), capscale-desired-replicas
 	}
 	cmd.SetContext(ctx)
 	o.AddFlags(cmd.Flags())
+	cmd.AddCommand(newPreflightCommand())
 	return cmd
 }
 
