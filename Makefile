@@ -61,6 +61,16 @@ local-down: ## Stop everything local-up started.
 demo: ## Build everything, start the local plane and walk through what capscale does.
 	@bash hack/demo.sh
 
+IMAGE ?= ghcr.io/capscale/capscale:$(VERSION)
+
+.PHONY: image
+image: ## Build the container image with docker or podman (IMAGE=...); its build stage runs `make build`.
+	@engine=$$(command -v podman || command -v docker || true); \
+	if [ -z "$$engine" ] || ! $$engine info >/dev/null 2>&1; then \
+	  echo "make image needs a running container engine (docker or podman); none here."; \
+	  echo "The Dockerfile's build stage runs 'make build', which 'make test' and CI exercise."; exit 1; fi; \
+	$$engine build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
 .PHONY: clean
 clean: local-down ## Stop the local plane and remove _output (the binary cache in ~/.cache/capscale stays).
 	rm -rf $(OUT)

@@ -181,3 +181,33 @@ func isComment(doc []byte) bool {
 }
 
 func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
+
+// TestDockerfile pins what the image must be: its build stage runs the same
+// `make build` as CI, and it ships every binary under cmd/ on distroless as
+// non-root. (No container engine runs here, so the image itself is not built.)
+func TestDockerfile(t *testing.T) {
+	df := string(mustRead(t, "../Dockerfile"))
+	for _, want := range []string{
+		"RUN make build ",
+		"CGO_ENABLED=0",
+		"FROM gcr.io/distroless/static:nonroot",
+		"USER 65532:65532",
+	} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	cmds, err := os.ReadDir("../cmd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		if c.IsDir() && !strings.Contains(df, "/out/bin/"+c.Name()) {
+			t.Errorf("Dockerfile does not copy the %s binary into the image", c.Name())
+		}
+	}
+	mk := string(mustRead(t, "../Makefile"))
+	if !strings.Contains(mk, "-trimpath") || !strings.Contains(mk, "internal/version.Version=") {
+		t.Errorf("make build must use -trimpath and stamp internal/version.Version")
+	}
+}

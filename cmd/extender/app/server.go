@@ -23,6 +23,7 @@ import (
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/kube"
+	"github.com/capscale/capscale/internal/version"
 )
 
 const component = "extender"
@@ -60,6 +61,7 @@ for pods that request the capscale.io/underlay-ip extended resource.`,
 
 // Run connects to the API server and serves until ctx is done.
 func (o *Options) Run(ctx context.Context) error {
+	klog.InfoS("Starting capscale extender", "version", version.Version)
 	cfg, err := kube.RESTConfig(o.Kubeconfig, component)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	cmmetrics "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver/metrics"
 
 	"github.com/capscale/capscale/internal/kube"
+	"github.com/capscale/capscale/internal/version"
 	"github.com/capscale/capscale/metricsadapter/config"
 	"github.com/capscale/capscale/metricsadapter/provider"
 	"github.com/capscale/capscale/metricsadapter/source"
@@ -93,7 +94,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	a.start(ctx)
 
-	logger.Info("Starting capscale metrics adapter", "config", o.ConfigFile, "sources", a.sources.Names())
+	logger.Info("Starting capscale metrics adapter", "version", version.Version, "config", o.ConfigFile, "sources", a.sources.Names())
 	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
 }
 

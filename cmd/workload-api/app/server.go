@@ -18,6 +18,7 @@ import (
 
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/kube"
+	"github.com/capscale/capscale/internal/version"
 	"github.com/capscale/capscale/workload"
 )
 
@@ -50,6 +51,7 @@ func NewCommand(ctx context.Context) *cobra.Command {
 
 // Run serves the API until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, o *Options) error {
+	klog.InfoS("Starting capscale workload API", "version", version.Version)
 	cfg, err := kube.RESTConfig(o.Kubeconfig, component)
 	if err != nil {
 		return err

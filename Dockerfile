@@ -1,0 +1,15 @@
+# One image with all three binaries: extender, metrics-adapter, workload-api.
+# The build stage runs the same `make build` as CI.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN make build VERSION=${VERSION} CGO_ENABLED=0 OUT=/out
+
+FROM gcr.io/distroless/static:nonroot
+COPY --from=build /out/bin/extender /out/bin/metrics-adapter /out/bin/workload-api /
+USER 65532:65532
+# No default entrypoint: each Deployment names its binary (/extender,
+# /metrics-adapter, /workload-api).
