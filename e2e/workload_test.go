@@ -233,6 +233,24 @@ func TestWorkloadAPI(t *testing.T) {
 			t.Errorf("start asked for 9 with an HPA max of 4 restored %d, want 4 (%s)", start.Replicas, start.Message)
 		}
 		waitReplicas(ctx, t, s, "managed", 4, time.Minute, nil, nil)
+
+		// Scaling an HPA-managed workload: refused, unless asked to move the
+		// HPA's bounds (which needs the API's own update on HPAs).
+		var e apiError
+		scalePath := "/v1/namespaces/" + ns + "/deployments/managed/scale"
+		if code := console.do(ctx, "PUT", scalePath, map[string]int32{"replicas": 6}, &e); code != 409 {
+			t.Errorf("scale of an HPA-managed Deployment: %d %+v, want 409", code, e)
+		}
+		if code := console.do(ctx, "PUT", scalePath+"?adjustHPA=true", map[string]int32{"replicas": 6}, nil); code != 200 {
+			t.Fatalf("scale with adjustHPA: %d, want 200", code)
+		}
+		h, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, "managed", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Spec.MaxReplicas < 6 {
+			t.Errorf("adjustHPA left the HPA's max at %d, want it to include 6", h.Spec.MaxReplicas)
+		}
 	})
 	t.Run("elasticweb apply reaches ceil(total/single) through the adapter", func(t *testing.T) {
 		body := map[string]any{"image": "registry.example/web:2", "port": 8080, "singlePodQPS": 500, "totalQPS": 1800}

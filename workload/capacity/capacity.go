@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/internal/names"
 )
 
@@ -299,15 +299,13 @@ func allocatable(n *corev1.Node, defIPs int64) Amounts {
 }
 
 // UnderlayIPCapacity is the node's underlay IP capacity: its
-// capscale.io/underlay-ip-capacity annotation when that is a non-negative
-// integer, else def.
+// capscale.io/underlay-ip-capacity annotation, def without one, 0 when the
+// annotation is invalid.
 func UnderlayIPCapacity(n *corev1.Node, def int64) int64 {
-	if v, ok := n.Annotations[names.UnderlayIPCapacityAnnotation]; ok {
-		if c, err := strconv.ParseInt(v, 10, 64); err == nil && c >= 0 {
-			return c
-		}
-	}
-	return def
+	// The extender's rule, so both agree: an invalid annotation is 0, never
+	// the default, because the extender places no pod on such a node.
+	c, _ := extender.NodeCapacity(n.Annotations, def)
+	return c
 }
 
 // fits is floor(min over needed resources of free/need) and the resource

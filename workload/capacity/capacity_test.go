@@ -150,10 +150,11 @@ func TestCompute(t *testing.T) {
 			wantLimiting: UnderlayIP,
 		},
 		{
-			name:         "invalid IP capacity annotation falls back to the default",
+			// As the extender sees it: such a node gets no underlay pod.
+			name:         "invalid IP capacity annotation counts as 0, like the extender",
 			tmpl:         template(container(nil, rl(names.UnderlayIPResource, "2"))),
-			nodes:        []*corev1.Node{node("a", "8", "10Gi", 110, ipCapacity("lots"))},
-			want:         5, // default 10 / 2
+			nodes:        []*corev1.Node{node("a", "8", "10Gi", 110, ipCapacity("lots")), node("b", "8", "10Gi", 110, ipCapacity(" 4 "))},
+			want:         2, // a: 0; b: 4 / 2
 			wantLimiting: UnderlayIP,
 		},
 		{

@@ -49,7 +49,9 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		BindAddress:     ":8888",
+		// Loopback by default: the verbs (above all /bind) are not
+		// authenticated and only the kube-scheduler beside it calls them.
+		BindAddress:     "127.0.0.1:8888",
 		DefaultCapacity: 10,
 		MaxRequestBytes: extender.DefaultMaxRequestBytes,
 		ReservationTTL:  time.Minute,
@@ -64,7 +66,7 @@ func NewOptions() *Options {
 func (o *Options) Flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 	fs := fss.FlagSet("extender")
-	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "host:port to serve the extender API, /metrics and probes on.")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "host:port to serve the extender API, /metrics and probes on. The verbs are not authenticated: keep it on loopback beside kube-scheduler, or use TLS.")
 	fs.StringVar(&o.ProbeBindAddress, "probe-bind-address", o.ProbeBindAddress, "host:port serving only /healthz, /readyz and /metrics (plain HTTP); empty turns it off.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; empty uses the in-cluster config.")
 	fs.Int64Var(&o.DefaultCapacity, "default-capacity", o.DefaultCapacity, "Underlay IP capacity of a node without the capscale.io/underlay-ip-capacity annotation.")

@@ -30,7 +30,7 @@ func TestOptionsParse(t *testing.T) {
 		{
 			name: "defaults",
 			check: func(t *testing.T, o *Options) {
-				if o.BindAddress != ":8888" || o.Kubeconfig != "" || o.DefaultCapacity != 10 ||
+				if o.BindAddress != "127.0.0.1:8888" || o.Kubeconfig != "" || o.DefaultCapacity != 10 ||
 					o.MaxRequestBytes != extender.DefaultMaxRequestBytes || o.ReservationTTL != time.Minute {
 					t.Errorf("defaults: %+v", o)
 				}

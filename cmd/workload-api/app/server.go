@@ -30,6 +30,12 @@ func NewCommand(ctx context.Context) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   component,
 		Short: "Serve capscale's workload lifecycle API (restart, stop, start, scale, elastic webs)",
+		Long: `workload-api serves restart, rollout status, stop, start, scale and capacity
+for Deployments and StatefulSets (restart also for DaemonSets), and "elastic
+web" apply, under /v1/namespaces/{namespace}/... Every /v1 request needs a
+bearer token: it is authenticated with a TokenReview and authorized with a
+SubjectAccessReview for the exact verb, so callers get exactly their own RBAC.
+GET /openapi.json describes the API.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if errs := o.Validate(); len(errs) > 0 {
