@@ -3,8 +3,13 @@
 package e2e
 
 import (
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +70,77 @@ func TestDeployManifests(t *testing.T) {
 	}
 	if out, err := preflight("--replace"); err != nil || !strings.Contains(out, "take it over") {
 		t.Errorf("preflight --replace: %v\n%s", err, out)
+	}
+}
+
+// TestInstallScript runs hack/install.sh as a server dry run (a real install
+// would route the aggregator to kwok pod IPs, which nothing may dial): the
+// preflight passes on an empty cluster, the APIService gets the generated CA
+// as caBundle, and with another adapter registered the script refuses.
+func TestInstallScript(t *testing.T) {
+	p := startPlane(t, plane.Options{Nodes: 1})
+	ctx := testContext(t, 2*time.Minute)
+	if _, err := p.Kubectl(ctx, "apply", "-f", stack.DeployFile("namespace.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	rendered := filepath.Join(t.TempDir(), "capscale.yaml")
+	install := func(env ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(plane.RepoRoot(), "hack", "install.sh"))
+		cmd.Env = append(os.Environ(), append([]string{
+			"KUBECONFIG=" + p.Kubeconfig, "KUBECTL=" + filepath.Join(p.Opts.BinDir, "kubectl"),
+			"METRICS_ADAPTER=" + filepath.Join(capscaleBin, "metrics-adapter"),
+			"DRY_RUN=server", "RENDER_TO=" + rendered,
+		}, env...)...)
+		b, err := cmd.CombinedOutput()
+		return string(b), err
+	}
+	out, err := install()
+	if err != nil {
+		t.Fatalf("install.sh: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "not registered") || !strings.Contains(out, "apiservice.apiregistration.k8s.io/v1beta1.external.metrics.k8s.io created (server dry run)") {
+		t.Errorf("install.sh output:\n%s", out)
+	}
+	b, err := os.ReadFile(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^  caBundle: (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no caBundle in the applied manifests")
+	}
+	der, err := base64.StdEncoding.DecodeString(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(der)
+	if block == nil {
+		t.Fatalf("caBundle is not PEM")
+	}
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || !ca.IsCA || ca.Subject.CommonName != "capscale-ca" {
+		t.Errorf("caBundle is not the generated CA: %v %+v", err, ca)
+	}
+
+	ac, err := aggregator.NewForConfig(p.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &apiregv1.APIService{
+		ObjectMeta: metav1.ObjectMeta{Name: "v1beta1.external.metrics.k8s.io"},
+		Spec: apiregv1.APIServiceSpec{
+			Service: &apiregv1.ServiceReference{Namespace: "monitoring", Name: "prometheus-adapter", Port: ptr.To(int32(443))},
+			Group:   "external.metrics.k8s.io", Version: "v1beta1",
+			InsecureSkipTLSVerify: true, GroupPriorityMinimum: 100, VersionPriority: 100,
+		},
+	}
+	if _, err := ac.ApiregistrationV1().APIServices().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := install(); err == nil || !strings.Contains(out, "monitoring/prometheus-adapter") || strings.Contains(out, "kubectl apply") && strings.Contains(out, "created") {
+		t.Errorf("install.sh with prometheus-adapter registered: err=%v, want a refusal before anything is applied:\n%s", err, out)
+	}
+	if out, err := install("REPLACE=true"); err != nil || !strings.Contains(out, "take it over") {
+		t.Errorf("install.sh REPLACE=true: %v\n%s", err, out)
 	}
 }
