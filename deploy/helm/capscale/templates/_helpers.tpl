@@ -1,0 +1,67 @@
+{{/*
+Labels on every object: Helm's standard labels plus part-of. Objects that
+kustomize labels with app.kubernetes.io/name add it after these.
+*/}}
+{{- define "capscale.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: capscale
+{{- end }}
+
+{{/*
+Pod template labels: the selector (app.kubernetes.io/name, given as the
+argument's "name") plus part-of, exactly as in deploy/. Selectors stay
+app.kubernetes.io/name only, so they match the kustomize install's.
+*/}}
+{{- define "capscale.podLabels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/part-of: capscale
+{{- end }}
+
+{{/* The namespace of capscale's namespaced objects. */}}
+{{- define "capscale.namespace" -}}
+{{ .Values.namespace }}
+{{- end }}
+
+{{/* capscale's image, tag defaulting to the chart's appVersion. */}}
+{{- define "capscale.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The pod-level security context every capscale pod runs with. */}}
+{{- define "capscale.podSecurityContext" -}}
+securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+{{- end }}
+
+{{/* The container security context every capscale container runs with. */}}
+{{- define "capscale.containerSecurityContext" -}}
+securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+{{- end }}
+
+{{/* Spread replicas over nodes, given the pods' app.kubernetes.io/name. */}}
+{{- define "capscale.antiAffinity" -}}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector: {matchLabels: {app.kubernetes.io/name: {{ . }}}}
+{{- end }}
+
+{{/*
+The APIService's caBundle: the value, else the ca.crt of the serving Secret
+when it exists in the cluster (empty under helm template).
+*/}}
+{{- define "capscale.caBundle" -}}
+{{- if .Values.apiService.caBundle -}}
+{{ .Values.apiService.caBundle }}
+{{- else -}}
+{{- $secret := lookup "v1" "Secret" .Values.namespace .Values.tls.secretName -}}
+{{- if $secret -}}
+{{ index ($secret.data | default dict) "ca.crt" | default "" }}
+{{- end -}}
+{{- end -}}
+{{- end }}
