@@ -41,6 +41,10 @@ e2e: control-plane ## End-to-end tests against a real local control plane.
 bench: ## Handler and provider benchmarks (figures go to BENCHMARKS.md).
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./extender/... ./metricsadapter/...
 
+.PHONY: bench-e2e
+bench-e2e: build control-plane ## Benchmarks on a real local plane: scheduling throughput with and without the extender (prints figures).
+	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) $(BENCH_E2E_FLAGS)
+
 .PHONY: lint
 lint: ## gofmt, go vet (unit and e2e builds).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

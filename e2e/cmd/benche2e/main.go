@@ -1,0 +1,234 @@
+// Command benche2e is `make bench-e2e`: it measures capscale inside a real
+// control plane and prints figures; it asserts nothing about speed.
+//
+// Scheduling throughput (issue 7, item 1): one plane of N kwok nodes whose
+// scheduler calls the extender; pods alternate, round by round, between
+// (a) requesting capscale.io/underlay-ip (filter, prioritize and bind go
+// through the extender) and (b) requesting the same capacity as a native
+// extended resource the nodes advertise (capscale.io/underlay-ip-native: 10;
+// kube-scheduler alone). Same cluster, same run, alternating sides, so the
+// ratio a/b is robust to a noisy machine.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/capscale/capscale/e2e/plane"
+	"github.com/capscale/capscale/e2e/stack"
+	"github.com/capscale/capscale/internal/names"
+)
+
+// nativeResource is the same capacity as a plain extended resource, which
+// the extender does not manage.
+const nativeResource = names.UnderlayIPResource + "-native"
+
+func main() {
+	nodes := flag.Int("nodes", 500, "kwok nodes")
+	pods := flag.Int("pods", 2000, "pods per side (extender, native)")
+	rounds := flag.Int("rounds", 4, "rounds per side, alternating")
+	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
+	flag.Parse()
+	if err := run(*nodes, *pods, *rounds, *binDir); err != nil {
+		fmt.Fprintln(os.Stderr, "benche2e:", err)
+		os.Exit(1)
+	}
+}
+
+func run(nodes, pods, rounds int, binDir string) error {
+	if pods%rounds != 0 || pods > nodes*10 {
+		return fmt.Errorf("--pods must be a multiple of --rounds and at most 10 per node")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	ten := resource.MustParse("10")
+	start := time.Now()
+	s, err := stack.Start(ctx, stack.Options{
+		BinDir: binDir,
+		Plane: plane.Options{
+			BinDir: binDir, Nodes: nodes,
+			Node: func(_ int, n *corev1.Node) {
+				n.Status.Capacity[nativeResource] = ten
+				n.Status.Allocatable[nativeResource] = ten
+			},
+			Logf: func(f string, a ...any) { fmt.Printf("# "+f+"\n", a...) },
+		},
+		Extender: true,
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	fmt.Printf("# plane with %d nodes and the extender up in %.1fs\n", nodes, time.Since(start).Seconds())
+	const ns = "bench"
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		return err
+	}
+	w := newBindWatcher(ctx, s.Client, ns)
+
+	per := pods / rounds
+	type result struct {
+		side    string
+		pods    int
+		seconds float64
+	}
+	var results []result
+	fmt.Printf("round\tside\tpods\tseconds\tpods/s\n")
+	for r := 0; r < rounds; r++ {
+		sides := []string{"extender", "native"}
+		if r%2 == 1 {
+			sides = []string{"native", "extender"}
+		}
+		for _, side := range sides {
+			res := corev1.ResourceName(names.UnderlayIPResource)
+			if side == "native" {
+				res = nativeResource
+			}
+			prefix := fmt.Sprintf("%s-%d", side, r)
+			secs, err := scheduleBatch(ctx, s.Client, w, ns, prefix, res, per)
+			if err != nil {
+				return err
+			}
+			results = append(results, result{side, per, secs})
+			fmt.Printf("%d\t%s\t%d\t%.2f\t%.1f\n", r, side, per, secs, float64(per)/secs)
+		}
+	}
+	total := map[string][2]float64{}
+	for _, r := range results {
+		t := total[r.side]
+		total[r.side] = [2]float64{t[0] + float64(r.pods), t[1] + r.seconds}
+	}
+	a := total["extender"][0] / total["extender"][1]
+	b := total["native"][0] / total["native"][1]
+	fmt.Printf("extender: %.0f pods in %.2fs = %.1f pods/s\n", total["extender"][0], total["extender"][1], a)
+	fmt.Printf("native:   %.0f pods in %.2fs = %.1f pods/s\n", total["native"][0], total["native"][1], b)
+	fmt.Printf("ratio extender/native: %.2f\n", a/b)
+	return checkCapacity(ctx, s.Client, ns)
+}
+
+// scheduleBatch creates n pods as fast as the client allows and returns the
+// seconds from the first create until the last pod is bound.
+func scheduleBatch(ctx context.Context, cs kubernetes.Interface, w *bindWatcher, ns, prefix string, res corev1.ResourceName, n int) (float64, error) {
+	one := resource.MustParse("1")
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%04d", prefix, i), Namespace: ns, Labels: map[string]string{"batch": prefix}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "app", Image: "registry.example/bench:1",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{res: one}, Limits: corev1.ResourceList{res: one}},
+				}}},
+			}
+			if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return 0, fmt.Errorf("creating pods: %w", err)
+	}
+	last, err := w.waitBound(ctx, prefix, n, 10*time.Minute)
+	if err != nil {
+		return 0, err
+	}
+	return last.Sub(start).Seconds(), nil
+}
+
+// bindWatcher records when each pod was first seen bound.
+type bindWatcher struct {
+	mu      sync.Mutex
+	boundAt map[string]time.Time // pod name -> first seen with a node
+	batch   map[string]string    // pod name -> batch label
+}
+
+func newBindWatcher(ctx context.Context, cs kubernetes.Interface, ns string) *bindWatcher {
+	w := &bindWatcher{boundAt: map[string]time.Time{}, batch: map[string]string{}}
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = fields.Everything().String() }))
+	inf := f.Core().V1().Pods().Informer()
+	record := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" {
+			return
+		}
+		w.mu.Lock()
+		if _, seen := w.boundAt[p.Name]; !seen {
+			w.boundAt[p.Name] = time.Now()
+			w.batch[p.Name] = p.Labels["batch"]
+		}
+		w.mu.Unlock()
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }})
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	return w
+}
+
+func (w *bindWatcher) waitBound(ctx context.Context, batch string, n int, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		w.mu.Lock()
+		var times []time.Time
+		for name, b := range w.batch {
+			if b == batch {
+				times = append(times, w.boundAt[name])
+			}
+		}
+		w.mu.Unlock()
+		if len(times) == n {
+			sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+			return times[n-1], nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("batch %s: %d of %d pods bound after %s", batch, len(times), n, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// checkCapacity verifies that no node holds more than 10 of either resource.
+func checkCapacity(ctx context.Context, cs kubernetes.Interface, ns string) error {
+	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	used := map[string]int{}
+	for _, p := range list.Items {
+		for r := range p.Spec.Containers[0].Resources.Limits {
+			used[p.Spec.NodeName+"/"+string(r)]++
+		}
+	}
+	for k, v := range used {
+		if v > 10 {
+			return fmt.Errorf("over capacity: %s holds %d", k, v)
+		}
+	}
+	fmt.Printf("# checked: no node above 10 of either resource (%d pods)\n", len(list.Items))
+	return nil
+}
