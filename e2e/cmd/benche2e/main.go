@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/yaml"
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
@@ -41,14 +42,30 @@ func main() {
 	pods := flag.Int("pods", 2000, "pods per side (extender, native)")
 	rounds := flag.Int("rounds", 4, "rounds per side, alternating")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
+	scenario := flag.String("scenario", "all", "throughput, reaction or all")
+	changes := flag.Int("changes", 10, "load-index changes for the reaction scenario")
+	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
-	if err := run(*nodes, *pods, *rounds, *binDir); err != nil {
+	var err error
+	switch *scenario {
+	case "throughput":
+		err = run(*nodes, *pods, *rounds, *clientQPS, *binDir)
+	case "reaction":
+		err = reaction(*changes, *binDir)
+	case "all":
+		if err = run(*nodes, *pods, *rounds, *clientQPS, *binDir); err == nil {
+			err = reaction(*changes, *binDir)
+		}
+	default:
+		err = fmt.Errorf("--scenario must be throughput, reaction or all, got %q", *scenario)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "benche2e:", err)
 		os.Exit(1)
 	}
 }
 
-func run(nodes, pods, rounds int, binDir string) error {
+func run(nodes, pods, rounds, clientQPS int, binDir string) error {
 	if pods%rounds != 0 || pods > nodes*10 {
 		return fmt.Errorf("--pods must be a multiple of --rounds and at most 10 per node")
 	}
@@ -56,8 +73,14 @@ func run(nodes, pods, rounds int, binDir string) error {
 	defer cancel()
 	ten := resource.MustParse("10")
 	start := time.Now()
+	schedCfg, extArgs, err := clientLimits(clientQPS)
+	if err != nil {
+		return err
+	}
 	s, err := stack.Start(ctx, stack.Options{
-		BinDir: binDir,
+		SchedulerConfigFile: schedCfg,
+		ExtenderArgs:        extArgs,
+		BinDir:              binDir,
 		Plane: plane.Options{
 			BinDir: binDir, Nodes: nodes,
 			Node: func(_ int, n *corev1.Node) {
@@ -72,7 +95,7 @@ func run(nodes, pods, rounds int, binDir string) error {
 		return err
 	}
 	defer s.Stop()
-	fmt.Printf("# plane with %d nodes and the extender up in %.1fs\n", nodes, time.Since(start).Seconds())
+	fmt.Printf("# plane with %d nodes and the extender up in %.1fs; client QPS %s\n", nodes, time.Since(start).Seconds(), qpsLabel(clientQPS))
 	const ns = "bench"
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
 		return err
@@ -231,4 +254,42 @@ func checkCapacity(ctx context.Context, cs kubernetes.Interface, ns string) erro
 	}
 	fmt.Printf("# checked: no node above 10 of either resource (%d pods)\n", len(list.Items))
 	return nil
+}
+
+// clientLimits returns the scheduler config file and extender flags for the
+// given client QPS; 0 keeps deploy/'s configuration and the defaults.
+func clientLimits(qps int) (string, []string, error) {
+	file := stack.DeployFile("scheduler/kube-scheduler-config.yaml")
+	if qps == 0 {
+		return file, nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", nil, err
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return "", nil, err
+	}
+	m["clientConnection"] = map[string]any{"qps": qps, "burst": 2 * qps}
+	out, err := yaml.Marshal(m)
+	if err != nil {
+		return "", nil, err
+	}
+	f, err := os.CreateTemp("", "capscale-bench-scheduler-*.yaml")
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	if _, err := f.Write(out); err != nil {
+		return "", nil, err
+	}
+	return f.Name(), []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", 2*qps)}, nil
+}
+
+func qpsLabel(qps int) string {
+	if qps == 0 {
+		return "as deployed (50, burst 100)"
+	}
+	return fmt.Sprintf("%d, burst %d", qps, 2*qps)
 }
