@@ -1,0 +1,180 @@
+package extender
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// checkSameAsStdlib fails unless the fast decoder and json.Unmarshal into
+// Args agree on data: both reject it, or both give equal Args.
+func checkSameAsStdlib(t *testing.T, data []byte) {
+	t.Helper()
+	fast, ferr := DecodeExtenderArgs(data)
+	std, serr := decodeExtenderArgsStdlib(data)
+	if (ferr == nil) != (serr == nil) {
+		t.Fatalf("fast error %v, encoding/json error %v, for %q", ferr, serr, data)
+	}
+	if ferr != nil {
+		return
+	}
+	if !reflect.DeepEqual(fast, std) {
+		t.Fatalf("fast decoder gives\n%#v\nencoding/json gives\n%#v\nfor %q", fast, std, data)
+	}
+	if a, b := PodNeed(fast.Pod), PodNeed(std.Pod); a != b {
+		t.Fatalf("PodNeed %d, encoding/json %d, for %q", a, b, data)
+	}
+}
+
+// decoderCases are bodies where a hand-written JSON decoder typically goes
+// wrong; each must decode exactly as json.Unmarshal does.
+var decoderCases = []string{
+	// Plain shapes.
+	`{"Pod":{},"NodeNames":["a","b"]}`,
+	`{"Pod":{},"NodeNames":[]}`,
+	`{"Pod":{},"Nodes":{"items":[]}}`,
+	`{"Pod":{},"Nodes":{}}`,
+	`{"Pod":{},"Nodes":{"items":null}}`,
+	`{"Pod":{},"NodeNames":null,"Nodes":null}`,
+	`{"Pod":null,"NodeNames":["a"]}`,
+	`null`,
+	` {"Pod" : { } , "NodeNames" : [ "a" , "b" ] } ` + "\n\t\r",
+	// Key matching: case-insensitive, escapes, Unicode folding.
+	`{"pod":{},"nodenames":["a"]}`,
+	`{"POD":{},"NODES":{"ITEMS":[{"METADATA":{"NAME":"x","ANNOTATIONS":{"k":"v"}}}]}}`,
+	`{"\u0050od":{},"Node\u004eames":["a"]}`,
+	`{"Pod":{},"NodeNameſ":["a"]}`,
+	`{"Pod":{},"Nodeſ":{"itemſ":[{"metadata":{"name":"ſ"}}]}}`,
+	`{"Pod":{},"NodeNames ":["a"]}`,
+	`{"Pod":{},"Node":["a"]}`,
+	`{"Pod":{},"NodeNamesX":["a"],"Nodes":{}}`,
+	// Strings: escapes, Unicode, invalid UTF-8, surrogates.
+	`{"Pod":{},"NodeNames":["a\"b","\\","\/","\b\f\n\r\t","\u00e9","\ud83d\ude00","\ud800","é","日本"]}`,
+	"{\"Pod\":{},\"NodeNames\":[\"\xff\xfe\",\"a\xc3\"]}",
+	"{\"Pod\":{},\"Nodes\":{\"items\":[{\"metadata\":{\"name\":\"\xe2\x82\",\"annotations\":{\"\xff\":\"\xc0\"}}}]}}",
+	`{"Pod":{},"NodeNames":["\u0000"]}`,
+	// Duplicate keys: last wins, objects merge, slices are reused.
+	`{"Pod":{},"NodeNames":["a","b","c"],"NodeNames":["x"],"NodeNames":["y",null,null]}`,
+	`{"Pod":{},"NodeNames":["a","b"],"NodeNames":[null]}`,
+	`{"Pod":{},"NodeNames":["a","b"],"NodeNames":[]}`,
+	`{"Pod":{},"NodeNames":["a"],"NodeNames":null}`,
+	`{"Pod":{},"NodeNames":[null,null]}`,
+	`{"Pod":{"metadata":{"name":"p"}},"Pod":{"metadata":{"namespace":"n"}},"NodeNames":[]}`,
+	`{"Pod":{"metadata":{"name":"p"}},"Pod":null,"Pod":{"metadata":{"namespace":"n"}},"NodeNames":[]}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"a"}}]},"Nodes":{}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"a"}}]},"Nodes":{"items":[]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"a"}},{}]},"Nodes":{"items":[{}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"a","name":"b","name":null}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"a"},"metadata":{"annotations":{"k":"v"}},"metadata":null}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":{"a":"1"},"annotations":{"b":"2","a":"3"}}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":{"a":"1"},"annotations":null,"annotations":{"b":"2"}}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":{"a":null,"b":"x","b":null}}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":{}}}]}}`,
+	// Nulls where objects are expected, unknown fields of every type.
+	`{"Pod":{},"Nodes":{"items":[null,{},{"metadata":null},{"metadata":{"name":null,"annotations":null}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"kind":"Node","spec":{"x":[1,-2.5e+3,true,false,null,{"a":[]}]},"metadata":{"labels":{"a":"b"},"name":"n"}}],"kind":"NodeList"},"Extra":[{},[]]}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"n","uid":"u","annotations":{"capscale.io/underlay-ip-capacity":"3"}},"status":{"images":[{"names":["a","b"],"sizeBytes":5}]}}]}}`,
+	// Pod fields the need is computed from.
+	`{"Pod":{"spec":{"containers":[{"resources":{"limits":{"capscale.io/underlay-ip":"2"}}}]}},"NodeNames":["a"]}`,
+	`{"Pod":{"spec":{"initContainers":[{"restartPolicy":"Always","resources":{"requests":{"capscale.io/underlay-ip":"1"}}},{"resources":{"limits":{"capscale.io/underlay-ip":"3"}}}],"overhead":{"capscale.io/underlay-ip":"1"}}},"NodeNames":["a"]}`,
+	`{"Pod":{"spec":{"containers":[{"resources":{"limits":{"capscale.io/underlay-ip":"x"}}}]}},"NodeNames":["a"]}`,
+	`{"Pod":{"spec":{"containers":[{"resources":{"limits":{"capscale.io/underlay-ip":2}}}]}},"NodeNames":["a"]}`,
+	`{"Pod":{"metadata":{"name":5}},"NodeNames":["a"]}`,
+	`{"Pod":"x","NodeNames":["a"]}`,
+	`{"Pod":[],"NodeNames":["a"]}`,
+	// Type errors.
+	`{"Pod":{},"NodeNames":"a"}`,
+	`{"Pod":{},"NodeNames":{}}`,
+	`{"Pod":{},"NodeNames":[1]}`,
+	`{"Pod":{},"NodeNames":[["a"]]}`,
+	`{"Pod":{},"NodeNames":[true]}`,
+	`{"Pod":{},"Nodes":[]}`,
+	`{"Pod":{},"Nodes":"x"}`,
+	`{"Pod":{},"Nodes":{"items":{}}}`,
+	`{"Pod":{},"Nodes":{"items":[1]}}`,
+	`{"Pod":{},"Nodes":{"items":["x"]}}`,
+	`{"Pod":{},"Nodes":{"items":[[]]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":[]}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":5}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":true}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":[]}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":{"a":1}}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":{"a":{}}}}]}}`,
+	`[]`, `"x"`, `1`, `true`,
+	// Syntax errors.
+	``, ` `, `{`, `{"Pod":{}`, `{"Pod":{},}`, `{"Pod":{},"NodeNames":["a",]}`, `{"Pod":{} "NodeNames":[]}`,
+	`{"Pod":{},"NodeNames":["a"]}x`, `{"Pod":{},"NodeNames":["a"]}{}`, `{"Pod":{},"NodeNames":["a"]},`,
+	`{Pod:{},"NodeNames":[]}`, `{'Pod':{},"NodeNames":[]}`, `{"Pod":{},"NodeNames":['a']}`,
+	`{"Pod":{},"NodeNames":["a]}`, `{"Pod":{},"NodeNames":["a\x"]}`, `{"Pod":{},"NodeNames":["\u12"]}`, `{"Pod":{},"NodeNames":["\u12G4"]}`,
+	"{\"Pod\":{},\"NodeNames\":[\"a\tb\"]}", "{\"Pod\":{},\"NodeNames\":[\"a\nb\"]}", "{\"Pod\":{},\"NodeNames\":[\"\x7f\"]}",
+	`{"Pod":{},"NodeNames":[],"x":01}`, `{"Pod":{},"NodeNames":[],"x":-}`, `{"Pod":{},"NodeNames":[],"x":1.}`, `{"Pod":{},"NodeNames":[],"x":.5}`,
+	`{"Pod":{},"NodeNames":[],"x":1e}`, `{"Pod":{},"NodeNames":[],"x":1e+}`, `{"Pod":{},"NodeNames":[],"x":+1}`, `{"Pod":{},"NodeNames":[],"x":-0.0e-0}`,
+	`{"Pod":{},"NodeNames":[],"x":0x10}`, `{"Pod":{},"NodeNames":[],"x":Infinity}`, `{"Pod":{},"NodeNames":[],"x":NaN}`,
+	`{"Pod":{},"NodeNames":[],"x":tru}`, `{"Pod":{},"NodeNames":[],"x":truee}`, `{"Pod":{},"NodeNames":[],"x":nul}`, `{"Pod":{},"NodeNames":[],"x":nulll}`,
+	`{"Pod":{},"NodeNames":[nul]}`, `{"Pod":nul,"NodeNames":[]}`, `{"Pod":{},"NodeNames":nul}`, `{"Pod":{},"Nodes":{"items":[nul]}}`,
+	`{"Pod":{},"NodeNames":[],"x":[1 2]}`, `{"Pod":{},"NodeNames":[],"x":{"a" 1}}`, `{"Pod":{},"NodeNames":[],"x":{"a":1,}}`, `{"Pod":{},"NodeNames":[],"x":{1:1}}`,
+	"\xef\xbb\xbf{\"Pod\":{},\"NodeNames\":[]}", "{\"Pod\":{},\"NodeNames\":[]}\x00", "{\"Pod\":{},\u00a0\"NodeNames\":[]}",
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"a"}}]}`, `{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"a"}]}}`,
+}
+
+func TestDecodeExtenderArgsMatchesStdlib(t *testing.T) {
+	for i, tc := range decoderCases {
+		t.Run(fmt.Sprint(i), func(t *testing.T) { checkSameAsStdlib(t, []byte(tc)) })
+	}
+}
+
+// TestDecodeExtenderArgsNesting checks encoding/json's depth limit of 10000
+// nested arrays and objects, which the fast decoder shares.
+func TestDecodeExtenderArgsNesting(t *testing.T) {
+	for _, depth := range []int{9998, 9999, 10000, 10001} {
+		t.Run(fmt.Sprint(depth), func(t *testing.T) {
+			// The top-level object is one level.
+			inner := strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1)
+			checkSameAsStdlib(t, []byte(`{"Pod":{},"NodeNames":[],"x":`+inner+`}`))
+			inner = strings.Repeat(`{"a":`, depth-1) + "1" + strings.Repeat("}", depth-1)
+			checkSameAsStdlib(t, []byte(`{"Pod":{},"NodeNames":[],"x":`+inner+`}`))
+		})
+	}
+}
+
+// TestDecodeExtenderArgsRealisticNodes decodes what kube-scheduler sends.
+func TestDecodeExtenderArgsRealisticNodes(t *testing.T) {
+	list := &v1.NodeList{}
+	for i := range 20 {
+		n := realisticNode(i)
+		if i%3 == 0 {
+			n.Annotations["capscale.io/underlay-ip-capacity"] = fmt.Sprint(i)
+		}
+		list.Items = append(list.Items, n)
+	}
+	names := []string{"a", "b"}
+	for _, args := range []*extenderv1.ExtenderArgs{
+		{Pod: pod("p", "", 2), Nodes: list},
+		{Pod: pod("p", "", 1), NodeNames: &names},
+	} {
+		data := mustJSON(t, args)
+		checkSameAsStdlib(t, data)
+		indented, err := json.MarshalIndent(args, "", "\t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSameAsStdlib(t, indented)
+	}
+}
+
+func FuzzDecodeExtenderArgsEquivalence(f *testing.F) {
+	for _, tc := range decoderCases {
+		f.Add([]byte(tc))
+	}
+	seed(f, nodesArgs(pod("p", "", 2), node("a", ""), node("late", "4"), node("bad", "-1")))
+	n := realisticNode(1)
+	seed(f, &extenderv1.ExtenderArgs{Pod: pod("p", "", 1), Nodes: &v1.NodeList{Items: []v1.Node{n}}})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkSameAsStdlib(t, data)
+	})
+}
