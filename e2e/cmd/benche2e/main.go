@@ -42,7 +42,9 @@ func main() {
 	pods := flag.Int("pods", 2000, "pods per side (extender, native)")
 	rounds := flag.Int("rounds", 4, "rounds per side, alternating")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
-	scenario := flag.String("scenario", "all", "throughput, reaction or all")
+	scenario := flag.String("scenario", "all", "throughput, reaction, memory or all")
+	memNodes := flag.Int("memory-nodes", 5000, "kwok nodes for the memory scenario")
+	memPods := flag.Int("memory-pods", 50000, "pods for the memory scenario")
 	changes := flag.Int("changes", 10, "load-index changes for the reaction scenario")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
@@ -52,12 +54,17 @@ func main() {
 		err = run(*nodes, *pods, *rounds, *clientQPS, *binDir)
 	case "reaction":
 		err = reaction(*changes, *binDir)
+	case "memory":
+		err = memory(*memNodes, *memPods, *binDir)
 	case "all":
 		if err = run(*nodes, *pods, *rounds, *clientQPS, *binDir); err == nil {
 			err = reaction(*changes, *binDir)
 		}
+		if err == nil {
+			err = memory(*memNodes, *memPods, *binDir)
+		}
 	default:
-		err = fmt.Errorf("--scenario must be throughput, reaction or all, got %q", *scenario)
+		err = fmt.Errorf("--scenario must be throughput, reaction, memory or all, got %q", *scenario)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benche2e:", err)
