@@ -38,8 +38,10 @@ e2e: control-plane ## End-to-end tests against a real local control plane.
 	CAPSCALE_BIN_DIR=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -timeout 50m -v $(E2E_FLAGS) ./e2e/
 
 .PHONY: bench
-bench: ## Handler and provider benchmarks (figures go to BENCHMARKS.md).
+bench: build control-plane ## Handler and provider benchmarks, and external-metrics GET load vs the framework's floor (figures go to BENCHMARKS.md).
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./extender/... ./metricsadapter/...
+	$(GO) build -o $(BIN)/test-adapter sigs.k8s.io/custom-metrics-apiserver/test-adapter
+	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) --scenario metrics
 
 .PHONY: bench-e2e
 bench-e2e: build control-plane ## Benchmarks on a real local plane: scheduling throughput with and without the extender (prints figures).

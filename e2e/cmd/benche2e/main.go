@@ -42,7 +42,10 @@ func main() {
 	pods := flag.Int("pods", 2000, "pods per side (extender, native)")
 	rounds := flag.Int("rounds", 4, "rounds per side, alternating")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
-	scenario := flag.String("scenario", "all", "throughput, reaction, memory or all")
+	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics or all (all but metrics, which make bench runs)")
+	series := flag.Int("series", 1000, "series for the metrics scenario")
+	clients := flag.Int("clients", 100, "concurrent clients for the metrics scenario")
+	phase := flag.Duration("phase", 8*time.Second, "length of each load phase of the metrics scenario")
 	memNodes := flag.Int("memory-nodes", 5000, "kwok nodes for the memory scenario")
 	memPods := flag.Int("memory-pods", 50000, "pods for the memory scenario")
 	changes := flag.Int("changes", 10, "load-index changes for the reaction scenario")
@@ -56,6 +59,8 @@ func main() {
 		err = reaction(*changes, *binDir)
 	case "memory":
 		err = memory(*memNodes, *memPods, *binDir)
+	case "metrics":
+		err = metricsLoad(*series, *clients, *phase, *binDir)
 	case "all":
 		if err = run(*nodes, *pods, *rounds, *clientQPS, *binDir); err == nil {
 			err = reaction(*changes, *binDir)
@@ -64,7 +69,7 @@ func main() {
 			err = memory(*memNodes, *memPods, *binDir)
 		}
 	default:
-		err = fmt.Errorf("--scenario must be throughput, reaction, memory or all, got %q", *scenario)
+		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics or all, got %q", *scenario)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benche2e:", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/pem"
 	"fmt"
+	"math/rand/v2"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -135,6 +136,9 @@ func reaction(changes int, binDir string) error {
 		if i%2 == 1 {
 			load = 0.3
 		}
+		// A random wait, so flips land at random points of the HPA's and
+		// the poller's cycles instead of phase-locked to them.
+		time.Sleep(time.Duration(rand.Int64N(int64(15 * time.Second))))
 		t0 := time.Now()
 		src.Set(load)
 		for {

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/capscale/capscale/e2e/plane"
+	"github.com/capscale/capscale/e2e/stack"
+	"github.com/capscale/capscale/internal/names"
+)
+
+// metricsLoad measures GET latency and throughput of an external metric with
+// series series and clients concurrent clients, directly and through the
+// aggregator, against capscale's adapter and, alternating in the same run,
+// the floor of the same framework: custom-metrics-apiserver's test-adapter
+// serving static values (issue 7, item 3).
+func metricsLoad(series, clients int, phase time.Duration, binDir string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	floorBin := filepath.Join(binDir, "test-adapter")
+	if _, err := os.Stat(floorBin); err != nil {
+		return fmt.Errorf("the floor adapter is missing (make bench builds it): %w", err)
+	}
+	s, err := stack.Start(ctx, stack.Options{
+		BinDir: binDir,
+		Plane:  plane.Options{BinDir: binDir, Nodes: 1},
+		// No config: the QPS metrics come from workload annotations only.
+		Adapter: true,
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	const ns = "bench"
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		return err
+	}
+	if err := createQPSWorkloads(ctx, s, ns, series); err != nil {
+		return err
+	}
+	floorURL, floorPort, err := startFloor(ctx, s, floorBin)
+	if err != nil {
+		return err
+	}
+	adapterPort, _ := strconv.Atoi(s.AdapterURL[len("https://127.0.0.1:"):])
+
+	ours := func(base string) func(*rand.Rand) string {
+		return func(r *rand.Rand) string {
+			return fmt.Sprintf("%s/apis/external.metrics.k8s.io/v1beta1/namespaces/%s/%s?labelSelector=workload%%3Dw-%04d,policy%%3Dqps", base, ns, names.DesiredReplicasMetric, r.IntN(series))
+		}
+	}
+	floor := func(base string) func(*rand.Rand) string {
+		return func(*rand.Rand) string {
+			return base + "/apis/external.metrics.k8s.io/v1beta1/namespaces/" + ns + "/my-external-metric?labelSelector=foo%3Dbar"
+		}
+	}
+	direct, err := adminClient(s, clients)
+	if err != nil {
+		return err
+	}
+	// Every request must succeed before anything is timed.
+	for _, u := range []string{ours(s.AdapterURL)(rand.New(rand.NewPCG(1, 2))), floor(floorURL)(nil)} {
+		if err := getOK(ctx, direct, u); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("# %d series, %d concurrent clients, %s per phase\n", series, clients, phase)
+	fmt.Printf("path\tadapter\trequests\treq/s\tp50 ms\tp99 ms\n")
+	type agg struct {
+		lat  []time.Duration
+		n    int
+		secs float64
+	}
+	results := map[string]*agg{}
+	runPhase := func(path, who string, c *http.Client, url func(*rand.Rand) string) error {
+		lat, n, secs, err := load(ctx, c, url, clients, phase)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", path, who, err)
+		}
+		p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
+		fmt.Printf("%s\t%s\t%d\t%.0f\t%.2f\t%.2f\n", path, who, n, float64(n)/secs, ms(p50), ms(p99))
+		k := path + "/" + who
+		if results[k] == nil {
+			results[k] = &agg{}
+		}
+		results[k].lat = append(results[k].lat, lat...)
+		results[k].n += n
+		results[k].secs += secs
+		return nil
+	}
+	for round := 0; round < 3; round++ {
+		order := []string{"capscale", "floor"}
+		if round%2 == 1 {
+			order = []string{"floor", "capscale"}
+		}
+		for _, who := range order {
+			u := ours(s.AdapterURL)
+			if who == "floor" {
+				u = floor(floorURL)
+			}
+			if err := runPhase("direct", who, direct, u); err != nil {
+				return err
+			}
+		}
+	}
+	// Through the aggregator: the APIService's EndpointSlice decides which
+	// adapter the aggregator dials; swap it between phases.
+	viaAPI, err := aggregatorClient(s, clients)
+	if err != nil {
+		return err
+	}
+	for round := 0; round < 2; round++ {
+		order := []string{"capscale", "floor"}
+		if round%2 == 1 {
+			order = []string{"floor", "capscale"}
+		}
+		for _, who := range order {
+			port, u := adapterPort, ours(s.APIServerURL)
+			if who == "floor" {
+				port, u = floorPort, floor(s.APIServerURL)
+			}
+			if err := routeAggregator(ctx, s, port, viaAPI, u(rand.New(rand.NewPCG(3, 4)))); err != nil {
+				return err
+			}
+			if err := runPhase("aggregator", who, viaAPI, u); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Printf("summary\tp50 ms\tp99 ms\treq/s\n")
+	for _, k := range []string{"direct/capscale", "direct/floor", "aggregator/capscale", "aggregator/floor"} {
+		r := results[k]
+		fmt.Printf("%s\t%.2f\t%.2f\t%.0f\n", k, ms(percentile(r.lat, .5)), ms(percentile(r.lat, .99)), float64(r.n)/r.secs)
+	}
+	for _, path := range []string{"direct", "aggregator"} {
+		o, f := results[path+"/capscale"], results[path+"/floor"]
+		fmt.Printf("ratio capscale/floor %s: p50 %.2f, p99 %.2f, throughput %.2f (goal: latency ratio <= 1.2)\n", path,
+			float64(percentile(o.lat, .5))/float64(percentile(f.lat, .5)),
+			float64(percentile(o.lat, .99))/float64(percentile(f.lat, .99)),
+			(float64(o.n)/o.secs)/(float64(f.n)/f.secs))
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func percentile(lat []time.Duration, p float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), lat...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(p*float64(len(s)-1))]
+}
+
+// load runs clients goroutines issuing GETs for d and returns every latency.
+func load(ctx context.Context, c *http.Client, url func(*rand.Rand) string, clients int, d time.Duration) ([]time.Duration, int, float64, error) {
+	var (
+		mu   sync.Mutex
+		all  []time.Duration
+		wg   sync.WaitGroup
+		ferr error
+	)
+	start := time.Now()
+	end := start.Add(d)
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(i), 7))
+			var mine []time.Duration
+			for time.Now().Before(end) {
+				t0 := time.Now()
+				if err := getOK(ctx, c, url(r)); err != nil {
+					mu.Lock()
+					ferr = err
+					mu.Unlock()
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return all, len(all), time.Since(start).Seconds(), ferr
+}
+
+func getOK(ctx context.Context, c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return nil
+}
+
+// adminClient talks to the adapters directly with the admin client
+// certificate, which they accept through the cluster's client CA.
+func adminClient(s *stack.Stack, clients int) (*http.Client, error) {
+	cert, err := tls.LoadX509KeyPair(s.Config.CertFile, s.Config.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(s.PKI.ClusterCA.CertFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		MaxIdleConnsPerHost: clients, ForceAttemptHTTP2: true,
+	}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}, nil
+}
+
+func aggregatorClient(s *stack.Stack, clients int) (*http.Client, error) {
+	cfg := rest.CopyConfig(s.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: rt, Timeout: 30 * time.Second}, nil
+}
+
+// routeAggregator points the APIService's EndpointSlice at port and waits
+// until a request through the aggregator succeeds against it.
+func routeAggregator(ctx context.Context, s *stack.Stack, port int, c *http.Client, probe string) error {
+	patch := fmt.Sprintf(`{"ports":[{"name":"https","port":%d,"protocol":"TCP"}]}`, port)
+	if _, err := s.Client.DiscoveryV1().EndpointSlices(stack.Namespace).Patch(ctx, stack.AdapterService+"-local", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("re-pointing the aggregator: %w", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if getOK(ctx, c, probe) == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the aggregator did not reach port %d within 30s", port)
+		}
+	}
+}
+
+// startFloor runs the framework's test-adapter with a serving certificate
+// the APIService's caBundle (the cluster CA) verifies.
+func startFloor(ctx context.Context, s *stack.Stack, bin string) (string, int, error) {
+	port, err := plane.FreePort()
+	if err != nil {
+		return "", 0, err
+	}
+	cert, err := s.ServingCert("test-adapter", stack.AdapterService+"."+stack.Namespace+".svc")
+	if err != nil {
+		return "", 0, err
+	}
+	proc, err := s.StartProcess("test-adapter", bin,
+		fmt.Sprintf("--secure-port=%d", port), "--bind-address=127.0.0.1",
+		"--tls-cert-file="+cert.CertFile, "--tls-private-key-file="+cert.KeyFile,
+		"--lister-kubeconfig="+s.Kubeconfig, "--authentication-kubeconfig="+s.Kubeconfig, "--authorization-kubeconfig="+s.Kubeconfig)
+	if err != nil {
+		return "", 0, err
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d", port)
+	c, err := adminClient(s, 1)
+	if err != nil {
+		return "", 0, err
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if getOK(ctx, c, url+"/readyz") == nil {
+			return url, port, nil
+		}
+		if exited, err := proc.Exited(); exited || time.Now().After(deadline) {
+			return "", 0, fmt.Errorf("test-adapter not ready (%v):\n%s", err, proc.Tail(20))
+		}
+	}
+}
+
+// createQPSWorkloads makes n Deployments (0 replicas) with QPS annotations:
+// n series of capscale-desired-replicas{policy=qps}.
+func createQPSWorkloads(ctx context.Context, s *stack.Stack, ns string, n int) error {
+	cfg := rest.CopyConfig(s.Config)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			name := fmt.Sprintf("w-%04d", i)
+			labels := map[string]string{"app": name}
+			d := &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{
+					names.SinglePodQPSAnnotation: "100", names.TotalQPSAnnotation: strconv.Itoa(100 + i),
+				}},
+				Spec: appsv1.DeploymentSpec{
+					Replicas: ptr.To(int32(0)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/web:1"}}}},
+				},
+			}
+			if _, err := s.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return fmt.Errorf("creating workloads: %w", err)
+	}
+	return nil
+}
