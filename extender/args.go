@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -78,9 +80,11 @@ type FilterResult struct {
 
 // WriteTo writes r as JSON. Unlike json.Marshal it copies the Nodes' JSON
 // as is instead of re-validating tens of megabytes that were validated when
-// they were decoded.
+// they were decoded, and writes names and reasons without reflection. The
+// failed-node maps come out in map order, not sorted: JSON objects are
+// unordered and kube-scheduler decodes them into maps.
 func (r *FilterResult) WriteTo(w io.Writer) (int64, error) {
-	bw := &countingWriter{w: w}
+	bw := &jsonWriter{w: w, buf: make([]byte, 0, 32<<10)}
 	bw.str(`{"Nodes":`)
 	if r.Nodes == nil {
 		bw.str("null")
@@ -94,54 +98,130 @@ func (r *FilterResult) WriteTo(w io.Writer) (int64, error) {
 			if err != nil {
 				return bw.n, fmt.Errorf("encoding node %q: %w", r.Nodes.Items[i].Name, err)
 			}
-			bw.bytes(raw)
+			bw.raw(raw)
 		}
 		bw.str("]}")
 	}
-	for _, f := range []struct {
-		key string
-		v   any
-	}{
-		{`,"NodeNames":`, r.NodeNames},
-		{`,"FailedNodes":`, r.FailedNodes},
-		{`,"FailedAndUnresolvableNodes":`, r.FailedAndUnresolvableNodes},
-		{`,"Error":`, r.Error},
-	} {
-		b, err := json.Marshal(f.v)
-		if err != nil {
-			return bw.n, fmt.Errorf("encoding %s: %w", f.key, err)
+	bw.str(`,"NodeNames":`)
+	if r.NodeNames == nil || *r.NodeNames == nil {
+		bw.str("null")
+	} else {
+		bw.str("[")
+		for i, name := range *r.NodeNames {
+			if i > 0 {
+				bw.str(",")
+			}
+			bw.quote(name)
 		}
-		bw.str(f.key)
-		bw.bytes(b)
+		bw.str("]")
 	}
+	bw.str(`,"FailedNodes":`)
+	bw.stringMap(r.FailedNodes)
+	bw.str(`,"FailedAndUnresolvableNodes":`)
+	bw.stringMap(r.FailedAndUnresolvableNodes)
+	bw.str(`,"Error":`)
+	bw.quote(r.Error)
 	bw.str("}\n")
+	bw.flush()
 	return bw.n, bw.err
 }
 
-// countingWriter remembers the first write error so that WriteTo can write
-// without checking every call.
-type countingWriter struct {
+// writeHostPriorities writes list as json.Encoder would (newline included).
+func writeHostPriorities(w io.Writer, list extenderv1.HostPriorityList) (int64, error) {
+	bw := &jsonWriter{w: w, buf: make([]byte, 0, 32<<10)}
+	if list == nil {
+		bw.str("null\n")
+	} else {
+		bw.str("[")
+		for i := range list {
+			if i > 0 {
+				bw.str(",")
+			}
+			bw.str(`{"Host":`)
+			bw.quote(list[i].Host)
+			bw.str(`,"Score":`)
+			bw.buf = strconv.AppendInt(bw.buf, list[i].Score, 10)
+			bw.str("}")
+		}
+		bw.str("]\n")
+	}
+	bw.flush()
+	return bw.n, bw.err
+}
+
+// jsonWriter buffers small pieces of JSON, passes large ones through, and
+// remembers the first write error so that callers need not check each call.
+type jsonWriter struct {
 	w   io.Writer
+	buf []byte
 	n   int64
 	err error
 }
 
-func (c *countingWriter) bytes(b []byte) {
-	if c.err != nil {
-		return
+func (j *jsonWriter) str(s string) {
+	j.buf = append(j.buf, s...)
+	if len(j.buf) >= cap(j.buf)-1024 {
+		j.flush()
 	}
-	n, err := c.w.Write(b)
-	c.n += int64(n)
-	c.err = err
 }
 
-func (c *countingWriter) str(s string) {
-	if c.err != nil {
+// raw writes b (a Node's JSON, typically kilobytes) without copying it.
+func (j *jsonWriter) raw(b []byte) {
+	j.flush()
+	j.write(b)
+}
+
+func (j *jsonWriter) flush() {
+	if len(j.buf) > 0 {
+		j.write(j.buf)
+		j.buf = j.buf[:0]
+	}
+}
+
+func (j *jsonWriter) write(b []byte) {
+	if j.err != nil {
 		return
 	}
-	n, err := io.WriteString(c.w, s)
-	c.n += int64(n)
-	c.err = err
+	n, err := j.w.Write(b)
+	j.n += int64(n)
+	j.err = err
+}
+
+// quote writes s as a JSON string. Strings that encoding/json would escape
+// (quotes, control characters, <, >, &, non-ASCII) go through it, so the
+// output is the same.
+func (j *jsonWriter) quote(s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // a string always encodes
+			j.buf = append(j.buf, b...)
+			j.str("")
+			return
+		}
+	}
+	j.buf = append(j.buf, '"')
+	j.buf = append(j.buf, s...)
+	j.buf = append(j.buf, '"')
+	j.str("")
+}
+
+func (j *jsonWriter) stringMap(m map[string]string) {
+	if m == nil {
+		j.str("null")
+		return
+	}
+	j.str("{")
+	first := true
+	for k, v := range m {
+		if !first {
+			j.str(",")
+		}
+		first = false
+		j.quote(k)
+		j.str(":")
+		j.quote(v)
+	}
+	j.str("}")
 }
 
 // DecodeExtenderArgs decodes and validates the body of /filter and

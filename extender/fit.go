@@ -63,6 +63,36 @@ func Fits(u NodeUsage, need int64) Verdict {
 	return Verdict{Fit: true}
 }
 
+// fits is Fits(u, need).Fit without building a reason.
+func fits(u NodeUsage, need int64) bool {
+	return need <= 0 || u.Known && u.CapacityError == "" && need <= u.Capacity && u.Used+u.Reserved+need <= u.Capacity
+}
+
+// verdicts memoises Fits for one need: thousands of full nodes share a few
+// (used, capacity) pairs, and formatting a reason for each is most of a
+// filter call's CPU.
+type verdicts struct {
+	need  int64
+	cache map[NodeUsage]Verdict
+}
+
+func (c *verdicts) of(u NodeUsage) Verdict {
+	if fits(u, c.need) {
+		return Verdict{Fit: true}
+	}
+	// Reserved only matters through the sum.
+	u.Used, u.Reserved = u.Used+u.Reserved, 0
+	if v, ok := c.cache[u]; ok {
+		return v
+	}
+	if c.cache == nil {
+		c.cache = map[NodeUsage]Verdict{}
+	}
+	v := Fits(u, c.need)
+	c.cache[u] = v
+	return v
+}
+
 // Scores maps free IPs to the extender scale: the node with the most free
 // IPs gets MaxExtenderPriority, the others proportionally less (rounded
 // down), a node where the pod does not fit 0. A pod that needs no IPs gets 0
@@ -73,14 +103,14 @@ func Scores(need int64, usages []NodeUsage, out []int64) []int64 {
 	var best int64
 	if need > 0 {
 		for _, u := range usages {
-			if Fits(u, need).Fit {
+			if fits(u, need) {
 				best = max(best, u.Free())
 			}
 		}
 	}
 	for _, u := range usages {
 		var s int64
-		if best > 0 && Fits(u, need).Fit {
+		if best > 0 && fits(u, need) {
 			s = u.Free() * extenderv1.MaxExtenderPriority / best
 		}
 		out = append(out, s)

@@ -83,3 +83,31 @@ func TestScores(t *testing.T) {
 		})
 	}
 }
+
+// TestFitsShortcuts checks fits and the verdict cache against Fits.
+func TestFitsShortcuts(t *testing.T) {
+	for _, need := range []int64{-1, 0, 1, 2, 5} {
+		vs := verdicts{need: need}
+		for _, known := range []bool{false, true} {
+			for _, capErr := range []string{"", "bad"} {
+				for capacity := int64(0); capacity <= 4; capacity++ {
+					for used := int64(0); used <= 5; used++ {
+						for reserved := int64(-1); reserved <= 2; reserved++ {
+							u := NodeUsage{Known: known, Capacity: capacity, CapacityError: capErr, Used: used, Reserved: reserved}
+							want := Fits(u, need)
+							if got := fits(u, need); got != want.Fit {
+								t.Errorf("fits(%+v, %d) = %v, want %v", u, need, got, want.Fit)
+							}
+							// Twice: computed, then cached.
+							for range 2 {
+								if got := vs.of(u); got != want {
+									t.Errorf("verdicts.of(%+v) for %d = %+v, want %+v", u, need, got, want)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -182,7 +182,11 @@ func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
 	}
 	res := s.ledger.Prioritize(args)
 	logDecision(r.Context(), "Prioritized nodes", args)
-	httpserver.WriteJSON(w, http.StatusOK, res)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if _, err := writeHostPriorities(w, res); err != nil {
+		klog.FromContext(r.Context()).Error(err, "Writing the prioritize response failed")
+	}
 }
 
 func (s *server) preempt(w http.ResponseWriter, r *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,7 +125,10 @@ func (l *Ledger) node(name string) *nodeState {
 	n := l.nodes[name]
 	if n == nil {
 		n = &nodeState{}
-		l.nodes[name] = n
+		// A copy of the name, allocated next to its state: the names an
+		// informer hands out lie scattered among their Nodes, and a filter
+		// looks up thousands of them per call.
+		l.nodes[strings.Clone(name)] = n
 	}
 	return n
 }

@@ -98,8 +98,9 @@ func (l *Ledger) Filter(args *Args) *FilterResult {
 	} else {
 		keptNodes = make([]NodeItem, 0, len(names))
 	}
+	vs := verdicts{need: need}
 	for i, name := range names {
-		v := Fits(usages[i], need)
+		v := vs.of(usages[i])
 		if v.Fit {
 			if args.NodeNames != nil {
 				keptNames = append(keptNames, name)

@@ -1,0 +1,113 @@
+package extender
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// awkwardStrings need escaping, or look as if they might.
+var awkwardStrings = []string{"", "node-a", `q"uote`, `back\slash`, "tab\tnl\n", "\x00\x1f", "<b>&amp;</b>", "é日本",
+	"\u2028\u2029", "\xff\xfe bad utf-8", "a\xc3", "/slash", "\x7f"}
+
+// checkFilterResult fails unless WriteTo and json.Marshal give the same
+// document once decoded the way kube-scheduler decodes it.
+func checkFilterResult(t *testing.T, res *FilterResult) {
+	t.Helper()
+	var buf bytes.Buffer
+	n, err := res.WriteTo(&buf)
+	if err != nil || n != int64(buf.Len()) {
+		t.Fatalf("WriteTo = %d, %v; wrote %d", n, err, buf.Len())
+	}
+	if !json.Valid(buf.Bytes()) {
+		t.Fatalf("invalid JSON: %q", buf.Bytes())
+	}
+	want, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, exp extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(want, &exp); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, exp) {
+		t.Fatalf("WriteTo decodes to %+v, json.Marshal to %+v", got, exp)
+	}
+}
+
+// checkHostPriorities fails unless writeHostPriorities writes exactly what
+// json.Encoder writes.
+func checkHostPriorities(t *testing.T, list extenderv1.HostPriorityList) {
+	t.Helper()
+	var got, want bytes.Buffer
+	n, err := writeHostPriorities(&got, list)
+	if err != nil || n != int64(got.Len()) {
+		t.Fatalf("writeHostPriorities = %d, %v; wrote %d", n, err, got.Len())
+	}
+	if err := json.NewEncoder(&want).Encode(list); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("writeHostPriorities wrote\n%q\njson.Encoder\n%q", got.Bytes(), want.Bytes())
+	}
+}
+
+func TestFilterResultWriteToStrings(t *testing.T) {
+	names := append([]string(nil), awkwardStrings...)
+	failed := extenderv1.FailedNodesMap{}
+	for i, s := range awkwardStrings {
+		failed[s] = awkwardStrings[len(awkwardStrings)-1-i]
+	}
+	var nilNames []string
+	tests := []struct {
+		name string
+		res  *FilterResult
+	}{
+		{name: "awkward strings", res: &FilterResult{NodeNames: &names, FailedNodes: failed, FailedAndUnresolvableNodes: failed, Error: strings.Join(awkwardStrings, "|")}},
+		{name: "nil names", res: &FilterResult{NodeNames: &nilNames}},
+		{name: "empty names", res: &FilterResult{NodeNames: &[]string{}, FailedNodes: extenderv1.FailedNodesMap{}}},
+		{name: "zero", res: &FilterResult{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { checkFilterResult(t, tc.res) })
+	}
+}
+
+func TestWriteHostPriorities(t *testing.T) {
+	tests := []struct {
+		name string
+		list extenderv1.HostPriorityList
+	}{
+		{name: "nil"},
+		{name: "empty", list: extenderv1.HostPriorityList{}},
+		{name: "scores", list: extenderv1.HostPriorityList{{Host: "a", Score: 10}, {Host: "b"}, {Host: "c", Score: -3}, {Host: "d", Score: 1 << 62}}},
+	}
+	for _, s := range awkwardStrings {
+		tests = append(tests, struct {
+			name string
+			list extenderv1.HostPriorityList
+		}{name: "host " + s, list: extenderv1.HostPriorityList{{Host: s, Score: 5}}})
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { checkHostPriorities(t, tc.list) })
+	}
+}
+
+func FuzzWriteResults(f *testing.F) {
+	for i, s := range awkwardStrings {
+		f.Add(s, awkwardStrings[(i+1)%len(awkwardStrings)], int64(i))
+	}
+	f.Fuzz(func(t *testing.T, a, b string, score int64) {
+		checkHostPriorities(t, extenderv1.HostPriorityList{{Host: a, Score: score}, {Host: b}})
+		names := []string{a, b}
+		checkFilterResult(t, &FilterResult{NodeNames: &names, FailedNodes: extenderv1.FailedNodesMap{a: b, b: a},
+			FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{b: a}, Error: a + b})
+	})
+}
