@@ -76,10 +76,18 @@ func metricsLoad(series, clients int, phase time.Duration, binDir string) error 
 	if err != nil {
 		return err
 	}
-	// Every request must succeed before anything is timed.
+	// Every request must succeed before anything is timed. Both load the
+	// client CA for delegated authentication shortly after /readyz, so a
+	// first request may still be anonymous.
 	for _, u := range []string{ours(s.AdapterURL)(rand.New(rand.NewPCG(1, 2))), floor(floorURL)(nil)} {
-		if err := getOK(ctx, direct, u); err != nil {
-			return err
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			err := getOK(ctx, direct, u)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return err
+			}
 		}
 	}
 	fmt.Printf("# %d series, %d concurrent clients, %s per phase\n", series, clients, phase)
