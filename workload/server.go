@@ -262,7 +262,7 @@ func (s *Server) audit(action string) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ai := &auditInfo{}
 			ctx := context.WithValue(r.Context(), auditInfoKey{}, ai)
-			sw := &codeWriter{ResponseWriter: w, code: http.StatusOK}
+			sw := httpserver.NewStatusRecorder(w)
 			next.ServeHTTP(sw, r.WithContext(ctx))
 			resource := chi.URLParam(r, "resource")
 			if resource == "" {
@@ -274,25 +274,9 @@ func (s *Server) audit(action string) func(http.Handler) http.Handler {
 				"resource", resource,
 				"namespace", chi.URLParam(r, "namespace"),
 				"name", chi.URLParam(r, "name"),
-				"code", sw.code,
+				"code", sw.Code(),
 				"remote", r.RemoteAddr)
-			s.mutations.WithLabelValues(action, strconv.Itoa(sw.code)).Inc()
+			s.mutations.WithLabelValues(action, strconv.Itoa(sw.Code())).Inc()
 		})
 	}
 }
-
-// codeWriter remembers the status code written.
-type codeWriter struct {
-	http.ResponseWriter
-	code        int
-	wroteHeader bool
-}
-
-func (c *codeWriter) WriteHeader(code int) {
-	if !c.wroteHeader {
-		c.code, c.wroteHeader = code, true
-	}
-	c.ResponseWriter.WriteHeader(code)
-}
-
-func (c *codeWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }

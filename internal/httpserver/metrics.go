@@ -37,25 +37,37 @@ func NewInstrumenter(component string, reg prometheus.Registerer) *Instrumenter 
 func (i *Instrumenter) Wrap(route string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		sw := NewStatusRecorder(w)
 		h.ServeHTTP(sw, r)
-		code := strconv.Itoa(sw.code)
+		code := strconv.Itoa(sw.Code())
 		i.requests.WithLabelValues(route, code).Inc()
 		i.duration.WithLabelValues(route, code).Observe(time.Since(start).Seconds())
 	})
 }
 
-type statusWriter struct {
+// StatusRecorder is a ResponseWriter that remembers the status code written
+// (200 when the handler never calls WriteHeader).
+type StatusRecorder struct {
 	http.ResponseWriter
 	code        int
 	wroteHeader bool
 }
 
-func (s *statusWriter) WriteHeader(code int) {
+// NewStatusRecorder wraps w.
+func NewStatusRecorder(w http.ResponseWriter) *StatusRecorder {
+	return &StatusRecorder{ResponseWriter: w, code: http.StatusOK}
+}
+
+// Code is the status code written so far.
+func (s *StatusRecorder) Code() int { return s.code }
+
+// WriteHeader records the first code and passes it on.
+func (s *StatusRecorder) WriteHeader(code int) {
 	if !s.wroteHeader {
 		s.code, s.wroteHeader = code, true
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
 
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *StatusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
