@@ -76,6 +76,28 @@ type FilterResult struct {
 	FailedNodes                extenderv1.FailedNodesMap
 	FailedAndUnresolvableNodes extenderv1.FailedNodesMap
 	Error                      string
+
+	// failed are rejected nodes not (yet) in the maps; WriteTo adds them.
+	failed []failedNode
+}
+
+// failedNode is one node filter rejected.
+type failedNode struct {
+	name, reason string
+	unresolvable bool
+}
+
+// failedCounts counts the rejected nodes: failed, then unresolvable.
+func (r *FilterResult) failedCounts() (int, int) {
+	failed, unresolvable := len(r.FailedNodes), len(r.FailedAndUnresolvableNodes)
+	for _, f := range r.failed {
+		if f.unresolvable {
+			unresolvable++
+		} else {
+			failed++
+		}
+	}
+	return failed, unresolvable
 }
 
 // WriteTo writes r as JSON. Unlike json.Marshal it copies the Nodes' JSON
@@ -116,9 +138,9 @@ func (r *FilterResult) WriteTo(w io.Writer) (int64, error) {
 		bw.str("]")
 	}
 	bw.str(`,"FailedNodes":`)
-	bw.stringMap(r.FailedNodes)
+	bw.failedMap(r.FailedNodes, r.failed, false)
 	bw.str(`,"FailedAndUnresolvableNodes":`)
-	bw.stringMap(r.FailedAndUnresolvableNodes)
+	bw.failedMap(r.FailedAndUnresolvableNodes, r.failed, true)
 	bw.str(`,"Error":`)
 	bw.quote(r.Error)
 	bw.str("}\n")
@@ -205,14 +227,22 @@ func (j *jsonWriter) quote(s string) {
 	j.str("")
 }
 
-func (j *jsonWriter) stringMap(m map[string]string) {
-	if m == nil {
+// failedMap writes m and the entries of failed of the given kind as one
+// JSON object. A node named twice comes out twice, with the same reason.
+func (j *jsonWriter) failedMap(m map[string]string, failed []failedNode, unresolvable bool) {
+	n := len(m)
+	for _, f := range failed {
+		if f.unresolvable == unresolvable {
+			n++
+		}
+	}
+	if m == nil && n == 0 {
 		j.str("null")
 		return
 	}
 	j.str("{")
 	first := true
-	for k, v := range m {
+	entry := func(k, v string) {
 		if !first {
 			j.str(",")
 		}
@@ -220,6 +250,14 @@ func (j *jsonWriter) stringMap(m map[string]string) {
 		j.quote(k)
 		j.str(":")
 		j.quote(v)
+	}
+	for k, v := range m {
+		entry(k, v)
+	}
+	for _, f := range failed {
+		if f.unresolvable == unresolvable {
+			entry(f.name, f.reason)
+		}
 	}
 	j.str("}")
 }

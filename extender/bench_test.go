@@ -2,6 +2,7 @@ package extender
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -15,8 +16,10 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
-// realisticNode is a Node the way kube-scheduler's cache holds it (no
-// managedFields): labels, annotations, conditions and the kubelet's 50 images.
+// realisticNode is a full Node as a kube-scheduler without a managedFields
+// transform sends it: labels, annotations, conditions, the kubelet's 50
+// images and the managedFields of kubelet, kube-controller-manager and the
+// cloud provider, about 17.6 KiB of JSON (5000 nodes: ~86 MiB).
 func realisticNode(i int) v1.Node {
 	name := fmt.Sprintf("node-%05d.zone-a.example.internal", i)
 	n := v1.Node{
@@ -52,6 +55,12 @@ func realisticNode(i int) v1.Node {
 			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "KubeletHasSufficientResources",
 			Message: "kubelet has sufficient resources available"})
 	}
+	for j := range 6 {
+		vol := v1.UniqueVolumeName(fmt.Sprintf("kubernetes.io/csi/ebs.csi.aws.com^vol-0%016x", i*16+j))
+		n.Status.VolumesAttached = append(n.Status.VolumesAttached, v1.AttachedVolume{Name: vol})
+		n.Status.VolumesInUse = append(n.Status.VolumesInUse, vol)
+	}
+	n.ManagedFields = realisticManagedFields(&n)
 	for j := range 50 {
 		img := fmt.Sprintf("registry.example.com/team-%02d/service-%02d", j%7, j)
 		n.Status.Images = append(n.Status.Images, v1.ContainerImage{
@@ -63,6 +72,87 @@ func realisticNode(i int) v1.Node {
 		})
 	}
 	return n
+}
+
+// fieldSet is the fieldsV1 form of a set of paths: every key maps to the
+// set below it.
+type fieldSet map[string]fieldSet
+
+func (f fieldSet) add(path ...string) {
+	for _, p := range path {
+		if f[p] == nil {
+			f[p] = fieldSet{}
+		}
+		f = f[p]
+	}
+}
+
+func (f fieldSet) raw() *metav1.FieldsV1 {
+	b, err := json.Marshal(f)
+	if err != nil {
+		panic(err)
+	}
+	return &metav1.FieldsV1{Raw: b}
+}
+
+// realisticManagedFields are the managedFields entries the API server keeps
+// for a kubelet-registered cloud node.
+func realisticManagedFields(n *v1.Node) []metav1.ManagedFieldsEntry {
+	kubelet, status, kcm, ccm := fieldSet{}, fieldSet{}, fieldSet{}, fieldSet{}
+	for k := range n.Annotations {
+		kubelet.add("f:metadata", "f:annotations", "f:"+k)
+	}
+	for k := range n.Labels {
+		kubelet.add("f:metadata", "f:labels", "f:"+k)
+	}
+	kubelet.add("f:spec", "f:providerID")
+	kcm.add("f:metadata", "f:annotations", "f:node.alpha.kubernetes.io/ttl")
+	kcm.add("f:spec", "f:podCIDR")
+	kcm.add("f:spec", "f:podCIDRs", "v:\"10.0.0.0/24\"")
+	ccm.add("f:metadata", "f:labels", "f:topology.kubernetes.io/region")
+	ccm.add("f:metadata", "f:labels", "f:topology.kubernetes.io/zone")
+	ccm.add("f:metadata", "f:labels", "f:node.kubernetes.io/instance-type")
+	for _, c := range n.Status.Conditions {
+		key := fmt.Sprintf("k:{\"type\":\"%s\"}", c.Type)
+		for _, f := range []string{"f:lastHeartbeatTime", "f:lastTransitionTime", "f:message", "f:reason", "f:status", "f:type", "."} {
+			status.add("f:status", "f:conditions", key, f)
+		}
+	}
+	for _, list := range []string{"f:allocatable", "f:capacity"} {
+		for r := range n.Status.Capacity {
+			status.add("f:status", list, "f:"+string(r))
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		key := fmt.Sprintf("k:{\"type\":\"%s\"}", a.Type)
+		status.add("f:status", "f:addresses", key, "f:address")
+		status.add("f:status", "f:addresses", key, "f:type")
+		status.add("f:status", "f:addresses", key, ".")
+	}
+	status.add("f:status", "f:daemonEndpoints", "f:kubeletEndpoint", "f:Port")
+	status.add("f:status", "f:images")
+	for _, f := range []string{"architecture", "bootID", "containerRuntimeVersion", "kernelVersion", "kubeProxyVersion",
+		"kubeletVersion", "machineID", "operatingSystem", "osImage", "systemUUID"} {
+		status.add("f:status", "f:nodeInfo", "f:"+f)
+	}
+	status.add("f:status", "f:runtimeHandlers")
+	status.add("f:status", "f:volumesInUse")
+	kcm.add("f:status", "f:volumesAttached")
+	status.add("f:status", "f:features", "f:supplementalGroupsPolicy")
+	t := metav1.Now()
+	entry := func(manager string, op metav1.ManagedFieldsOperationType, sub string, f fieldSet) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "v1", Time: &t,
+			FieldsType: "FieldsV1", FieldsV1: f.raw(), Subresource: sub}
+	}
+	return []metav1.ManagedFieldsEntry{
+		entry("kubelet", metav1.ManagedFieldsOperationUpdate, "", kubelet),
+		entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, "", kcm),
+		entry("cloud-controller-manager", metav1.ManagedFieldsOperationUpdate, "", ccm),
+		entry("kubelet", metav1.ManagedFieldsOperationUpdate, "status", status),
+		// The kubelet's heartbeats and the controller's status writes
+		// alternate, so the status is usually owned twice over.
+		entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, "status", status),
+	}
 }
 
 // benchServer returns a handler over a ledger of n nodes, a third of them
@@ -97,8 +187,13 @@ func benchVerb(b *testing.B, path string) {
 			b.Run(fmt.Sprintf("%s-%d", mode.name, n), func(b *testing.B) {
 				b.ReportAllocs()
 				b.SetBytes(int64(len(body)))
+				// One response buffer for all iterations: a server streams
+				// the response to the connection, it does not accumulate it.
+				out := &bytes.Buffer{}
 				for b.Loop() {
+					out.Reset()
 					rec := httptest.NewRecorder()
+					rec.Body = out
 					h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body)))
 					if rec.Code != http.StatusOK {
 						b.Fatalf("%s: %d %s", path, rec.Code, rec.Body.String())
@@ -112,3 +207,45 @@ func benchVerb(b *testing.B, path string) {
 
 func BenchmarkFilter(b *testing.B)     { benchVerb(b, "/filter") }
 func BenchmarkPrioritize(b *testing.B) { benchVerb(b, "/prioritize") }
+
+// nodesBody is the /filter body of n realistic full Nodes.
+func nodesBody(b *testing.B, n int) []byte {
+	b.Helper()
+	list := &v1.NodeList{Items: make([]v1.Node, n)}
+	for i := range n {
+		list.Items[i] = realisticNode(i)
+	}
+	return mustJSON(b, &extenderv1.ExtenderArgs{Pod: pod("new", "", 1), Nodes: list})
+}
+
+// BenchmarkDecodeNodesStdlib is the baseline of issue 7: the filter body of
+// 5000 realistic full Nodes decoded into extenderv1.ExtenderArgs with
+// encoding/json, as an extender using the upstream types would.
+func BenchmarkDecodeNodesStdlib(b *testing.B) {
+	body := nodesBody(b, 5000)
+	b.Run("5000", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			var args extenderv1.ExtenderArgs
+			if err := json.Unmarshal(body, &args); err != nil || len(args.Nodes.Items) != 5000 {
+				b.Fatalf("decoding: %v", err)
+			}
+		}
+	})
+}
+
+// BenchmarkDecodeNodesFast decodes the same body with DecodeExtenderArgs.
+func BenchmarkDecodeNodesFast(b *testing.B) {
+	body := nodesBody(b, 5000)
+	b.Run("5000", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			args, err := DecodeExtenderArgs(body)
+			if err != nil || len(args.Nodes.Items) != 5000 {
+				b.Fatalf("decoding: %v", err)
+			}
+		}
+	})
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
@@ -515,12 +514,16 @@ func (s *scanner) nodeNames(args *Args) error {
 	// One string holds every plain name: one allocation, not one per node.
 	all := string(s.data[arrStart:s.pos])
 	names := *args.NodeNames
+	if cap(names) < len(elems) {
+		// Grow once, keeping what lies beyond len: encoding/json would
+		// have reused it before growing.
+		grown := make([]string, len(names), len(elems))
+		copy(grown[:cap(names)], names[:cap(names)])
+		names = grown
+	}
 	for i, e := range elems {
 		// Like encoding/json, reuse the slice an earlier key decoded: a
 		// null element keeps what was there.
-		if i >= cap(names) {
-			names = slices.Grow(names, 1)
-		}
 		if i >= len(names) {
 			names = names[:i+1]
 		}

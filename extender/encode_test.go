@@ -111,3 +111,31 @@ func FuzzWriteResults(f *testing.F) {
 			FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{b: a}, Error: a + b})
 	})
 }
+
+// TestHandlerFilterResultMatchesFilter checks that what the handler writes
+// (rejected nodes as a list) decodes to what Filter returns (as maps).
+func TestHandlerFilterResultMatchesFilter(t *testing.T) {
+	l := fuzzLedger()
+	for _, args := range []*Args{
+		namesArgs(pod("p", "", 1), "a", "b", "c", "ghost", "a", "b"),
+		namesArgs(pod("p", "", 4), "a", "b", "c"),
+		namesArgs(pod("p", "", 0), "a", "b"),
+		namesArgs(pod("p", "", 1)),
+		nodesArgs(pod("p", "", 2), node("a", ""), node("late", "4"), node("bad", "-1"), node("c", "")),
+	} {
+		var buf bytes.Buffer
+		if _, err := l.filter(args).WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		var got, want extenderv1.ExtenderFilterResult
+		if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+			t.Fatalf("%v: %s", err, buf.Bytes())
+		}
+		if err := json.Unmarshal(mustJSON(t, l.Filter(args)), &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("handler writes %+v, Filter gives %+v", got, want)
+		}
+	}
+}

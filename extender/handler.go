@@ -158,8 +158,9 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	res := s.ledger.Filter(args)
-	logDecision(r.Context(), "Filtered nodes", args, "failed", len(res.FailedNodes), "unresolvable", len(res.FailedAndUnresolvableNodes))
+	res := s.ledger.filter(args)
+	failed, unresolvable := res.failedCounts()
+	logDecision(r.Context(), "Filtered nodes", args, "failed", failed, "unresolvable", unresolvable)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	// net/http buffers the many small writes; the Nodes' JSON goes through

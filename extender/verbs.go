@@ -70,6 +70,22 @@ func (l *Ledger) usagesFor(args *Args, names []string) []NodeUsage {
 // Filter keeps the candidate nodes with room for the pod and explains every
 // other one. It answers in the mode it was asked: NodeNames or Nodes.
 func (l *Ledger) Filter(args *Args) *FilterResult {
+	res := l.filter(args)
+	for _, f := range res.failed {
+		if f.unresolvable {
+			res.FailedAndUnresolvableNodes[f.name] = f.reason
+		} else {
+			res.FailedNodes[f.name] = f.reason
+		}
+	}
+	res.failed = nil
+	return res
+}
+
+// filter is Filter with the rejected nodes listed in res.failed instead of
+// the maps, which cost more to build than the rest of a names-only call.
+// WriteTo writes both.
+func (l *Ledger) filter(args *Args) *FilterResult {
 	need := PodNeed(args.Pod)
 	res := &FilterResult{
 		FailedNodes:                extenderv1.FailedNodesMap{},
@@ -113,11 +129,7 @@ func (l *Ledger) Filter(args *Args) *FilterResult {
 			causes = map[string]int{}
 		}
 		causes[v.Cause]++
-		if v.Unresolvable {
-			res.FailedAndUnresolvableNodes[name] = v.Reason
-		} else {
-			res.FailedNodes[name] = v.Reason
-		}
+		res.failed = append(res.failed, failedNode{name: name, reason: v.Reason, unresolvable: v.Unresolvable})
 	}
 	for cause, n := range causes {
 		l.metrics.FilteredNodes.WithLabelValues(cause).Add(float64(n))
