@@ -213,8 +213,12 @@ func (j *jsonWriter) write(b []byte) {
 // (quotes, control characters, <, >, &, non-ASCII) go through it, so the
 // output is the same.
 func (j *jsonWriter) quote(s string) {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+	i := 0
+	for i+4 <= len(s) && !quoteSpecial[s[i]] && !quoteSpecial[s[i+1]] && !quoteSpecial[s[i+2]] && !quoteSpecial[s[i+3]] {
+		i += 4
+	}
+	for ; i < len(s); i++ {
+		if quoteSpecial[s[i]] {
 			b, _ := json.Marshal(s) // a string always encodes
 			j.buf = append(j.buf, b...)
 			j.str("")
@@ -229,6 +233,15 @@ func (j *jsonWriter) quote(s string) {
 
 // failedMap writes m and the entries of failed of the given kind as one
 // JSON object. A node named twice comes out twice, with the same reason.
+// quoteSpecial marks the bytes after which encoding/json writes a string
+// differently from its bytes.
+var quoteSpecial = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&'
+	}
+	return t
+}()
+
 func (j *jsonWriter) failedMap(m map[string]string, failed []failedNode, unresolvable bool) {
 	n := len(m)
 	for _, f := range failed {

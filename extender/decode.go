@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
@@ -444,6 +445,9 @@ func (s *scanner) pod(args *Args) error {
 	return nil
 }
 
+// elementPool recycles the element lists of nodeNames.
+var elementPool = sync.Pool{New: func() any { return new([]element) }}
+
 // element is one NodeNames element before it is turned into a string.
 type element struct {
 	start, end int
@@ -467,10 +471,13 @@ func (s *scanner) nodeNames(args *Args) error {
 	if err != nil {
 		return err
 	}
-	var elems []element
+	pooled := elementPool.Get().(*[]element)
+	elems := (*pooled)[:0]
+	defer func() {
+		*pooled = elems[:0]
+		elementPool.Put(pooled)
+	}()
 	if !empty {
-		// About 40 bytes per name: one allocation for most requests.
-		elems = make([]element, 0, min(len(s.data)-s.pos, 1<<20)/32+1)
 		for {
 			s.ws()
 			switch s.peek() {

@@ -74,6 +74,10 @@ func fits(u NodeUsage, need int64) bool {
 type verdicts struct {
 	need  int64
 	cache map[NodeUsage]Verdict
+	// last is the most recent miss: full nodes tend to look alike.
+	last     NodeUsage
+	lastV    Verdict
+	haveLast bool
 }
 
 func (c *verdicts) of(u NodeUsage) Verdict {
@@ -82,14 +86,18 @@ func (c *verdicts) of(u NodeUsage) Verdict {
 	}
 	// Reserved only matters through the sum.
 	u.Used, u.Reserved = u.Used+u.Reserved, 0
-	if v, ok := c.cache[u]; ok {
-		return v
+	if c.haveLast && u == c.last {
+		return c.lastV
 	}
-	if c.cache == nil {
-		c.cache = map[NodeUsage]Verdict{}
+	v, ok := c.cache[u]
+	if !ok {
+		if c.cache == nil {
+			c.cache = map[NodeUsage]Verdict{}
+		}
+		v = Fits(u, c.need)
+		c.cache[u] = v
 	}
-	v := Fits(u, c.need)
-	c.cache[u] = v
+	c.last, c.lastV, c.haveLast = u, v, true
 	return v
 }
 
