@@ -24,6 +24,10 @@ type Args struct {
 	NodeNames *[]string
 	// Nodes are the candidates otherwise.
 	Nodes *NodeItems
+
+	// plainNames is set by the decoder when every NodeNames element is a
+	// plain string (see scanner.str): JSON-encoding one is quoting it.
+	plainNames bool
 }
 
 // NodeItems is the wire shape of a v1.NodeList as far as the extender needs it.
@@ -79,6 +83,8 @@ type FilterResult struct {
 
 	// failed are rejected nodes not (yet) in the maps; WriteTo adds them.
 	failed []failedNode
+	// plainNames: every name in NodeNames and failed is a plain string.
+	plainNames bool
 }
 
 // failedNode is one node filter rejected.
@@ -133,14 +139,14 @@ func (r *FilterResult) WriteTo(w io.Writer) (int64, error) {
 			if i > 0 {
 				bw.str(",")
 			}
-			bw.quote(name)
+			bw.name(name, r.plainNames)
 		}
 		bw.str("]")
 	}
 	bw.str(`,"FailedNodes":`)
-	bw.failedMap(r.FailedNodes, r.failed, false)
+	bw.failedMap(r.FailedNodes, r.failed, false, r.plainNames)
 	bw.str(`,"FailedAndUnresolvableNodes":`)
-	bw.failedMap(r.FailedAndUnresolvableNodes, r.failed, true)
+	bw.failedMap(r.FailedAndUnresolvableNodes, r.failed, true, r.plainNames)
 	bw.str(`,"Error":`)
 	bw.quote(r.Error)
 	bw.str("}\n")
@@ -213,6 +219,12 @@ func (j *jsonWriter) write(b []byte) {
 // (quotes, control characters, <, >, &, non-ASCII) go through it, so the
 // output is the same.
 func (j *jsonWriter) quote(s string) {
+	j.buf = appendQuoted(j.buf, s)
+	j.str("")
+}
+
+// appendQuoted appends s as a JSON string, the way encoding/json writes it.
+func appendQuoted(dst []byte, s string) []byte {
 	i := 0
 	for i+4 <= len(s) && !quoteSpecial[s[i]] && !quoteSpecial[s[i+1]] && !quoteSpecial[s[i+2]] && !quoteSpecial[s[i+3]] {
 		i += 4
@@ -220,19 +232,14 @@ func (j *jsonWriter) quote(s string) {
 	for ; i < len(s); i++ {
 		if quoteSpecial[s[i]] {
 			b, _ := json.Marshal(s) // a string always encodes
-			j.buf = append(j.buf, b...)
-			j.str("")
-			return
+			return append(dst, b...)
 		}
 	}
-	j.buf = append(j.buf, '"')
-	j.buf = append(j.buf, s...)
-	j.buf = append(j.buf, '"')
-	j.str("")
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
-// failedMap writes m and the entries of failed of the given kind as one
-// JSON object. A node named twice comes out twice, with the same reason.
 // quoteSpecial marks the bytes after which encoding/json writes a string
 // differently from its bytes.
 var quoteSpecial = func() (t [256]bool) {
@@ -242,7 +249,19 @@ var quoteSpecial = func() (t [256]bool) {
 	return t
 }()
 
-func (j *jsonWriter) failedMap(m map[string]string, failed []failedNode, unresolvable bool) {
+// name writes a string known to be plain without looking at it again.
+func (j *jsonWriter) name(s string, plain bool) {
+	if !plain {
+		j.quote(s)
+		return
+	}
+	j.buf = append(j.buf, '"')
+	j.buf = append(j.buf, s...)
+	j.buf = append(j.buf, '"')
+	j.str("")
+}
+
+func (j *jsonWriter) failedMap(m map[string]string, failed []failedNode, unresolvable, plainNames bool) {
 	n := len(m)
 	for _, f := range failed {
 		if f.unresolvable == unresolvable {
@@ -267,10 +286,24 @@ func (j *jsonWriter) failedMap(m map[string]string, failed []failedNode, unresol
 	for k, v := range m {
 		entry(k, v)
 	}
+	// Reasons repeat (see verdicts): quote each distinct one once.
+	var reason string
+	var quoted []byte
 	for _, f := range failed {
-		if f.unresolvable == unresolvable {
-			entry(f.name, f.reason)
+		if f.unresolvable != unresolvable {
+			continue
 		}
+		if !first {
+			j.str(",")
+		}
+		first = false
+		j.name(f.name, plainNames)
+		j.str(":")
+		if quoted == nil || f.reason != reason {
+			quoted, reason = appendQuoted(quoted[:0], f.reason), f.reason
+		}
+		j.buf = append(j.buf, quoted...)
+		j.str("")
 	}
 	j.str("}")
 }

@@ -83,12 +83,13 @@ func (s *scanner) expect(c byte, what string) error {
 }
 
 // strSpecial marks the bytes that end a run of plain string content: the
-// quote, the backslash and the control characters JSON forbids.
+// quote, the backslash and the control characters JSON forbids, which the
+// scanner acts on, and the bytes that make a string other than plain (see
+// str), which it only notes.
 var strSpecial = func() (t [256]bool) {
-	for c := range 0x20 {
-		t[c] = true
+	for c := range 256 {
+		t[c] = c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&'
 	}
-	t['"'], t['\\'] = true, true
 	return t
 }()
 
@@ -96,12 +97,14 @@ func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
-// str scans the string at s.pos (which holds '"'). It returns the span of
-// its content and whether it has escapes.
-func (s *scanner) str() (start, end int, escaped bool, err error) {
+// str scans the string at s.pos (which holds '"') and returns the span of
+// its content. plain means no escapes and only ASCII other than <, > and &:
+// the content is the string, and encoding/json writes it back unchanged.
+func (s *scanner) str() (start, end int, plain bool, err error) {
 	d := s.data
 	i := s.pos + 1
 	start = i
+	plain = true
 	for {
 		// The plain run is the hot loop: Node JSON is mostly strings.
 		for i+8 <= len(d) && !strSpecial[d[i]] && !strSpecial[d[i+1]] && !strSpecial[d[i+2]] && !strSpecial[d[i+3]] &&
@@ -118,9 +121,9 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 		switch c := d[i]; {
 		case c == '"':
 			s.pos = i + 1
-			return start, i, escaped, nil
+			return start, i, plain, nil
 		case c == '\\':
-			escaped = true
+			plain = false
 			if i+1 >= len(d) {
 				s.pos = i + 1
 				return 0, 0, false, s.syntaxErr("escape")
@@ -140,18 +143,22 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 				s.pos = i + 1
 				return 0, 0, false, s.syntaxErr("escape character")
 			}
-		default:
+		case c < 0x20:
 			s.pos = i
 			return 0, 0, false, s.syntaxErr("string character (control characters must be escaped)")
+		default:
+			// Non-ASCII, <, > or &: valid, but not plain.
+			plain = false
+			i++
 		}
 	}
 }
 
 // text returns the string whose content is d[start:end], quotes at
 // start-1 and end, the way encoding/json decodes it.
-func (s *scanner) text(start, end int, escaped bool) (string, error) {
+func (s *scanner) text(start, end int, plain bool) (string, error) {
 	raw := s.data[start:end]
-	if !escaped && utf8.Valid(raw) {
+	if plain || bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 		return string(raw), nil
 	}
 	// Escapes and invalid UTF-8 (replaced by U+FFFD) are rare: let
@@ -170,7 +177,7 @@ func (s *scanner) key(names ...string) (int, error) {
 	if s.peek() != '"' {
 		return -1, s.syntaxErr("object key")
 	}
-	start, end, escaped, err := s.str()
+	start, end, plain, err := s.str()
 	if err != nil {
 		return -1, err
 	}
@@ -179,8 +186,8 @@ func (s *scanner) key(names ...string) (int, error) {
 	}
 	s.ws()
 	k := s.data[start:end]
-	if escaped || !isASCII(k) {
-		t, err := s.text(start, end, escaped)
+	if !plain {
+		t, err := s.text(start, end, plain)
 		if err != nil {
 			return -1, err
 		}
@@ -192,15 +199,6 @@ func (s *scanner) key(names ...string) (int, error) {
 		}
 	}
 	return -1, nil
-}
-
-func isASCII(b []byte) bool {
-	for _, c := range b {
-		if c >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 // next consumes the ',' or the closing byte after a member or element and
@@ -457,7 +455,7 @@ type element struct {
 
 func (s *scanner) nodeNames(args *Args) error {
 	if s.null() {
-		args.NodeNames = nil
+		args.NodeNames, args.plainNames = nil, false
 		return nil
 	}
 	if s.peek() != '[' {
@@ -482,12 +480,12 @@ func (s *scanner) nodeNames(args *Args) error {
 			s.ws()
 			switch s.peek() {
 			case '"':
-				start, end, escaped, err := s.str()
+				start, end, plain, err := s.str()
 				if err != nil {
 					return err
 				}
 				e := element{start: start, end: end}
-				if escaped || !isASCII(s.data[start:end]) {
+				if !plain {
 					e.kind = 1
 				}
 				elems = append(elems, e)
@@ -514,6 +512,10 @@ func (s *scanner) nodeNames(args *Args) error {
 	if args.NodeNames == nil {
 		args.NodeNames = new([]string)
 	}
+	args.plainNames = true
+	for _, e := range elems {
+		args.plainNames = args.plainNames && e.kind == 0
+	}
 	if len(elems) == 0 {
 		*args.NodeNames = []string{}
 		return nil
@@ -538,7 +540,7 @@ func (s *scanner) nodeNames(args *Args) error {
 		case 0:
 			names[i] = all[e.start-arrStart : e.end-arrStart]
 		case 1:
-			t, err := s.text(e.start, e.end, true)
+			t, err := s.text(e.start, e.end, false)
 			if err != nil {
 				return err
 			}
@@ -691,9 +693,9 @@ func (s *scanner) metadata(item *NodeItem) error {
 				err = s.literal("null")
 			case '"':
 				var start, end int
-				var escaped bool
-				if start, end, escaped, err = s.str(); err == nil {
-					item.Name, err = s.text(start, end, escaped)
+				var plain bool
+				if start, end, plain, err = s.str(); err == nil {
+					item.Name, err = s.text(start, end, plain)
 				}
 			default:
 				if err = s.skip(); err == nil {
@@ -738,7 +740,7 @@ func (s *scanner) annotations(item *NodeItem) error {
 		if s.peek() != '"' {
 			return s.syntaxErr("object key")
 		}
-		ks, ke, kesc, err := s.str()
+		ks, ke, kplain, err := s.str()
 		if err != nil {
 			return err
 		}
@@ -753,9 +755,9 @@ func (s *scanner) annotations(item *NodeItem) error {
 			err = s.literal("null")
 		case '"':
 			var start, end int
-			var escaped bool
-			if start, end, escaped, err = s.str(); err == nil {
-				v, err = s.text(start, end, escaped)
+			var plain bool
+			if start, end, plain, err = s.str(); err == nil {
+				v, err = s.text(start, end, plain)
 			}
 		default:
 			if err = s.skip(); err == nil {
@@ -765,7 +767,7 @@ func (s *scanner) annotations(item *NodeItem) error {
 		if err != nil {
 			return err
 		}
-		k, err := s.text(ks, ke, kesc)
+		k, err := s.text(ks, ke, kplain)
 		if err != nil {
 			return err
 		}

@@ -104,11 +104,39 @@ func FuzzWriteResults(f *testing.F) {
 	for i, s := range awkwardStrings {
 		f.Add(s, awkwardStrings[(i+1)%len(awkwardStrings)], int64(i))
 	}
+	f.Add("a", strings.Repeat("long reason ", 4000), int64(1))
 	f.Fuzz(func(t *testing.T, a, b string, score int64) {
 		checkHostPriorities(t, extenderv1.HostPriorityList{{Host: a, Score: score}, {Host: b}})
 		names := []string{a, b}
 		checkFilterResult(t, &FilterResult{NodeNames: &names, FailedNodes: extenderv1.FailedNodesMap{a: b, b: a},
 			FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{b: a}, Error: a + b})
+		// The handler's form: rejected nodes as a list, names marked
+		// plain when they are.
+		listed := &FilterResult{NodeNames: &names, FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
+			plainNames: allPlain(names),
+			failed:     []failedNode{{name: a, reason: b}, {name: b, reason: b}, {name: a + "x", reason: a, unresolvable: true}, {name: b + "y", reason: a, unresolvable: true}}}
+		mapped := &FilterResult{NodeNames: &names, FailedNodes: extenderv1.FailedNodesMap{a: b, b: b},
+			FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{a + "x": a, b + "y": a}}
+		if a == b {
+			return // the same node named twice: last wins in both forms only when reasons agree
+		}
+		var got, want bytes.Buffer
+		if _, err := listed.WriteTo(&got); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mapped.WriteTo(&want); err != nil {
+			t.Fatal(err)
+		}
+		var g, w extenderv1.ExtenderFilterResult
+		if err := json.Unmarshal(got.Bytes(), &g); err != nil {
+			t.Fatalf("%v: %q", err, got.Bytes())
+		}
+		if err := json.Unmarshal(want.Bytes(), &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Fatalf("listed form decodes to %+v, mapped form to %+v", g, w)
+		}
 	})
 }
 

@@ -107,7 +107,7 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 	if need == 0 {
 		// Not an underlay pod: no opinion.
 		if args.NodeNames != nil {
-			res.NodeNames = args.NodeNames
+			res.NodeNames, res.plainNames = args.NodeNames, args.plainNames
 		} else {
 			res.Nodes = args.Nodes
 		}
@@ -149,7 +149,7 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 		l.metrics.FilteredNodes.WithLabelValues(cause).Add(float64(n))
 	}
 	if args.NodeNames != nil {
-		res.NodeNames = &keptNames
+		res.NodeNames, res.plainNames = &keptNames, args.plainNames
 	} else {
 		res.Nodes = &NodeItems{Items: keptNodes}
 	}
