@@ -249,3 +249,23 @@ func BenchmarkDecodeNodesFast(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLedgerUsages is the ledger's share of a names-only call: one
+// usage lookup per candidate under one read lock.
+func BenchmarkLedgerUsages(b *testing.B) {
+	_, namesArgs, _ := benchServer(b, 5000)
+	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
+	for i := range 5000 {
+		n := realisticNode(i)
+		l.SetNode(&n)
+	}
+	names := *namesArgs.NodeNames
+	// Names as the decoder makes them: one string per request.
+	b.Run("5000", func(b *testing.B) {
+		b.ReportAllocs()
+		out := make([]NodeUsage, 0, len(names))
+		for b.Loop() {
+			out = l.Usages("uid", names, out[:0])
+		}
+	})
+}

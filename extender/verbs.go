@@ -119,7 +119,7 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 	defer putUsages(usages)
 
 	var (
-		causes    map[string]int
+		causes    []causeCount
 		keptNames []string
 		keptNodes []NodeItem
 	)
@@ -139,14 +139,11 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 			}
 			continue
 		}
-		if causes == nil {
-			causes = map[string]int{}
-		}
-		causes[v.Cause]++
+		causes = countCause(causes, v.Cause)
 		res.failed = append(res.failed, failedNode{name: name, reason: v.Reason, unresolvable: v.Unresolvable})
 	}
-	for cause, n := range causes {
-		l.metrics.FilteredNodes.WithLabelValues(cause).Add(float64(n))
+	for _, c := range causes {
+		l.metrics.FilteredNodes.WithLabelValues(c.cause).Add(float64(c.n))
 	}
 	if args.NodeNames != nil {
 		res.NodeNames, res.plainNames = &keptNames, args.plainNames
@@ -154,6 +151,24 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 		res.Nodes = &NodeItems{Items: keptNodes}
 	}
 	return res
+}
+
+// causeCount counts the rejected nodes of one cause.
+type causeCount struct {
+	cause string
+	n     int
+}
+
+// countCause adds one to cause in counts: a handful of causes, so a list
+// beats a map.
+func countCause(counts []causeCount, cause string) []causeCount {
+	for i := range counts {
+		if counts[i].cause == cause {
+			counts[i].n++
+			return counts
+		}
+	}
+	return append(counts, causeCount{cause: cause, n: 1})
 }
 
 // Prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,
