@@ -46,6 +46,7 @@ func main() {
 	series := flag.Int("series", 1000, "series for the metrics scenario")
 	clients := flag.Int("clients", 100, "concurrent clients for the metrics scenario")
 	phase := flag.Duration("phase", 8*time.Second, "length of each load phase of the metrics scenario")
+	rate := flag.Int("rate", 0, "metrics scenario: open-loop requests per second (0: closed loop with --clients)")
 	memNodes := flag.Int("memory-nodes", 5000, "kwok nodes for the memory scenario")
 	memPods := flag.Int("memory-pods", 50000, "pods for the memory scenario")
 	changes := flag.Int("changes", 10, "load-index changes for the reaction scenario")
@@ -60,7 +61,7 @@ func main() {
 	case "memory":
 		err = memory(*memNodes, *memPods, *binDir)
 	case "metrics":
-		err = metricsLoad(*series, *clients, *phase, *binDir)
+		err = metricsLoad(*series, *clients, *rate, *phase, *binDir)
 	case "all":
 		if err = run(*nodes, *pods, *rounds, *clientQPS, *binDir); err == nil {
 			err = reaction(*changes, *binDir)

@@ -32,7 +32,7 @@ import (
 // aggregator, against capscale's adapter and, alternating in the same run,
 // the floor of the same framework: custom-metrics-apiserver's test-adapter
 // serving static values (issue 7, item 3).
-func metricsLoad(series, clients int, phase time.Duration, binDir string) error {
+func metricsLoad(series, clients, rate int, phase time.Duration, binDir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	floorBin := filepath.Join(binDir, "test-adapter")
@@ -90,7 +90,11 @@ func metricsLoad(series, clients int, phase time.Duration, binDir string) error 
 			}
 		}
 	}
-	fmt.Printf("# %d series, %d concurrent clients, %s per phase\n", series, clients, phase)
+	if rate > 0 {
+		fmt.Printf("# %d series, open loop at %d req/s (at most %d in flight), %s per phase\n", series, rate, clients, phase)
+	} else {
+		fmt.Printf("# %d series, %d concurrent closed-loop clients, %s per phase\n", series, clients, phase)
+	}
 	fmt.Printf("path\tadapter\trequests\treq/s\tp50 ms\tp99 ms\n")
 	type agg struct {
 		lat  []time.Duration
@@ -99,7 +103,7 @@ func metricsLoad(series, clients int, phase time.Duration, binDir string) error 
 	}
 	results := map[string]*agg{}
 	runPhase := func(path, who string, c *http.Client, url func(*rand.Rand) string) error {
-		lat, n, secs, err := load(ctx, c, url, clients, phase)
+		lat, n, secs, err := load(ctx, c, url, clients, rate, phase)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", path, who, err)
 		}
@@ -179,35 +183,79 @@ func percentile(lat []time.Duration, p float64) time.Duration {
 	return s[int(p*float64(len(s)-1))]
 }
 
-// load runs clients goroutines issuing GETs for d and returns every latency.
-func load(ctx context.Context, c *http.Client, url func(*rand.Rand) string, clients int, d time.Duration) ([]time.Duration, int, float64, error) {
+// load issues GETs for d and returns every latency. With rate 0 it runs
+// clients closed-loop goroutines (each sends its next request when the last
+// one returned: throughput at saturation); with a rate it sends that many
+// requests per second whatever the answers' speed (open loop, at most
+// clients in flight), which is what a latency percentile needs.
+func load(ctx context.Context, c *http.Client, url func(*rand.Rand) string, clients, rate int, d time.Duration) ([]time.Duration, int, float64, error) {
 	var (
 		mu   sync.Mutex
 		all  []time.Duration
 		wg   sync.WaitGroup
 		ferr error
+		shed int
 	)
+	defer func() {
+		if shed > 0 {
+			fmt.Printf("# %d requests not sent: %d already in flight\n", shed, clients)
+		}
+	}()
+	record := func(lat time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			ferr = err
+			return
+		}
+		all = append(all, lat)
+	}
 	start := time.Now()
 	end := start.Add(d)
+	if rate > 0 {
+		sem := make(chan struct{}, clients)
+		r := rand.New(rand.NewPCG(9, 9))
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		for now := range tick.C {
+			if now.After(end) {
+				break
+			}
+			select {
+			case sem <- struct{}{}:
+			default:
+				// All in flight: the server cannot keep up right now; the
+				// request is not sent and is counted as shed.
+				mu.Lock()
+				shed++
+				mu.Unlock()
+				continue
+			}
+			u := url(r)
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				t0 := time.Now()
+				err := getOK(ctx, c, u)
+				record(time.Since(t0), err)
+			}()
+		}
+		wg.Wait()
+		return all, len(all), time.Since(start).Seconds(), ferr
+	}
 	for i := 0; i < clients; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(i), 7))
-			var mine []time.Duration
 			for time.Now().Before(end) {
 				t0 := time.Now()
-				if err := getOK(ctx, c, url(r)); err != nil {
-					mu.Lock()
-					ferr = err
-					mu.Unlock()
+				err := getOK(ctx, c, url(r))
+				record(time.Since(t0), err)
+				if err != nil {
 					return
 				}
-				mine = append(mine, time.Since(t0))
 			}
-			mu.Lock()
-			all = append(all, mine...)
-			mu.Unlock()
 		}()
 	}
 	wg.Wait()
