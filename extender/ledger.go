@@ -25,6 +25,8 @@ type Ledger struct {
 
 	mu    sync.RWMutex
 	nodes map[string]*nodeState
+	// scattered counts the nodes added since compactLocked last ran.
+	scattered int
 	// pods are the bound, non-terminal pods that hold IPs.
 	pods map[types.UID]*holder
 	// reservations are binds that passed the re-check and whose pod the
@@ -120,17 +122,51 @@ func NewLedger(o LedgerOptions) *Ledger {
 // DefaultCapacity is the capacity of a node without the annotation.
 func (l *Ledger) DefaultCapacity() int64 { return l.defaultCapacity }
 
-// node returns the state of name, creating it unknown; callers hold mu.
+// node returns the state of name, creating it unknown; callers hold mu. The
+// state is valid until the next call: creating a node may move them all.
 func (l *Ledger) node(name string) *nodeState {
 	n := l.nodes[name]
 	if n == nil {
 		n = &nodeState{}
-		// A copy of the name, allocated next to its state: the names an
-		// informer hands out lie scattered among their Nodes, and a filter
-		// looks up thousands of them per call.
 		l.nodes[strings.Clone(name)] = n
+		l.scattered++
+		if l.scattered >= max(64, len(l.nodes)/8) {
+			l.compactLocked()
+			n = l.nodes[name] // moved
+		}
 	}
 	return n
+}
+
+// compactLocked moves every node's name into one string and every state
+// into one slice; callers hold mu. A filter looks up thousands of names per
+// call, and names and states allocated one by one as the informer delivers
+// Nodes lie scattered among them over hundreds of megabytes: each lookup
+// then misses the cache and the TLB twice. Compacted, 5000 nodes take
+// about 400 KB in two runs. Run also compacts what is left scattered.
+func (l *Ledger) compactLocked() {
+	names := make([]string, 0, len(l.nodes))
+	size := 0
+	for name := range l.nodes {
+		names = append(names, name)
+		size += len(name)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, name := range names {
+		b.WriteString(name)
+	}
+	all := b.String()
+	slab := make([]nodeState, len(names))
+	nodes := make(map[string]*nodeState, len(names))
+	off := 0
+	for i, name := range names {
+		slab[i] = *l.nodes[name]
+		nodes[all[off:off+len(name)]] = &slab[i]
+		off += len(name)
+	}
+	l.nodes = nodes
+	l.scattered = 0
 }
 
 // gc forgets an unknown node nothing refers to; callers hold mu.
@@ -419,6 +455,9 @@ func (l *Ledger) RememberedNeed(uid types.UID) (int64, bool) {
 func (l *Ledger) Expire() {
 	now := l.clock.Now()
 	l.mu.Lock()
+	if l.scattered > 0 {
+		l.compactLocked()
+	}
 	for uid, r := range l.reservations {
 		if !r.expires.IsZero() && now.After(r.expires) {
 			klog.InfoS("Dropping unconfirmed underlay IP reservation", "pod", klog.KRef(r.namespace, r.name), "node", r.node, "ips", r.need)

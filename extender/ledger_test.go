@@ -1,6 +1,8 @@
 package extender
 
 import (
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -254,5 +257,54 @@ capscale_extender_used_ips 3
 		"capscale_extender_invalid_capacity_annotations_total", "capscale_extender_nodes",
 		"capscale_extender_reserved_ips", "capscale_extender_used_ips"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestLedgerCompaction feeds the same changes to a ledger that compacts
+// after every change and to one that compacts only when it chooses to: the
+// reports must agree throughout.
+func TestLedgerCompaction(t *testing.T) {
+	eager := NewLedger(LedgerOptions{DefaultCapacity: 10})
+	lazy := NewLedger(LedgerOptions{DefaultCapacity: 10})
+	both := func(f func(l *Ledger)) {
+		f(lazy)
+		f(eager)
+		eager.mu.Lock()
+		eager.compactLocked()
+		eager.mu.Unlock()
+		if a, b := lazy.Report(), eager.Report(); !reflect.DeepEqual(a, b) {
+			if len(a.Nodes) != len(b.Nodes) {
+				t.Fatalf("reports differ: %d nodes, %d after compacting", len(a.Nodes), len(b.Nodes))
+			}
+			for i := range a.Nodes {
+				if !reflect.DeepEqual(a.Nodes[i], b.Nodes[i]) {
+					t.Fatalf("reports differ:\nlazy  %+v\neager %+v", a.Nodes[i], b.Nodes[i])
+				}
+			}
+			t.Fatalf("reports differ:\nlazy  %+v\neager %+v", a.Totals, b.Totals)
+		}
+	}
+	for i := range 300 {
+		name := fmt.Sprintf("n%03d", i)
+		both(func(l *Ledger) { l.SetNode(node(name, fmt.Sprint(i%7))) })
+		both(func(l *Ledger) { l.SetPod(pod(fmt.Sprintf("p%03d", i), name, int64(i%3))) })
+		if i%5 == 0 {
+			both(func(l *Ledger) { l.Reserve(types.UID(fmt.Sprintf("r%03d", i)), "ns", "r", name, 1) })
+		}
+		if i%7 == 3 {
+			both(func(l *Ledger) { l.DeleteNode(fmt.Sprintf("n%03d", i-3)) })
+			both(func(l *Ledger) { l.DeletePod(types.UID(fmt.Sprintf("uid-p%03d", i-1))) })
+		}
+	}
+	// A pod on a node the informer has not delivered, then the node.
+	both(func(l *Ledger) { l.SetPod(pod("early", "late", 2)) })
+	both(func(l *Ledger) { l.SetNode(node("late", "3")) })
+	lazy.Expire()
+	if lazy.scattered != 0 {
+		t.Errorf("%d nodes left scattered after Expire", lazy.scattered)
+	}
+	names := []string{"n001", "n299", "late", "ghost"}
+	if a, b := lazy.Usages("x", names, nil), eager.Usages("x", names, nil); !reflect.DeepEqual(a, b) {
+		t.Errorf("usages differ: %+v, %+v", a, b)
 	}
 }
