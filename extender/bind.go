@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
@@ -20,15 +20,37 @@ import (
 // the ledger lock first.
 type Binder struct {
 	client  kubernetes.Interface
-	pods    corelisters.PodLister
+	pods    PodLookup
 	ledger  *Ledger
 	metrics *Metrics
 }
 
-// NewBinder returns a Binder that reads pods from the lister and creates
-// Bindings with client.
-func NewBinder(client kubernetes.Interface, pods corelisters.PodLister, ledger *Ledger) *Binder {
+// NewBinder returns a Binder that reads pods with pods (IndexerLookup over
+// the pod informer) and creates Bindings with client.
+func NewBinder(client kubernetes.Interface, pods PodLookup, ledger *Ledger) *Binder {
 	return &Binder{client: client, pods: pods, ledger: ledger, metrics: ledger.metrics}
+}
+
+// PodLookup finds a pod in the extender's pod cache.
+type PodLookup func(namespace, name string) (*CachedPod, bool)
+
+// IndexerLookup looks pods up by namespace/name in the pod informer's
+// indexer, whose entries are CachedPods (or full pods, without the
+// transform).
+func IndexerLookup(idx cache.Indexer) PodLookup {
+	return func(namespace, name string) (*CachedPod, bool) {
+		obj, ok, err := idx.GetByKey(namespace + "/" + name)
+		if err != nil || !ok {
+			return nil, false
+		}
+		switch p := obj.(type) {
+		case *CachedPod:
+			return p, true
+		case *v1.Pod:
+			return Compact(p), true
+		}
+		return nil, false
+	}
 }
 
 // Bind result labels of capscale_extender_binds_total.
@@ -58,30 +80,28 @@ func (b *Binder) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs)
 func (b *Binder) bind(ctx context.Context, logger klog.Logger, args *extenderv1.ExtenderBindingArgs) (string, error) {
 	uid := args.PodUID
 	var need int64
-	pod, err := b.pods.Pods(args.PodNamespace).Get(args.PodName)
+	pod, found := b.pods(args.PodNamespace, args.PodName)
 	switch {
-	case err == nil:
+	case found:
 		if uid != "" && pod.UID != uid {
 			return bindError, fmt.Errorf("pod %s/%s has UID %s, not %s: it was recreated", args.PodNamespace, args.PodName, pod.UID, uid)
 		}
 		uid = pod.UID
-		if pod.Spec.NodeName == args.Node {
+		if pod.NodeName == args.Node {
 			return bindAlreadyBound, nil
 		}
-		if pod.Spec.NodeName != "" {
+		if pod.NodeName != "" {
 			b.metrics.BindConflicts.WithLabelValues("bound_elsewhere").Inc()
-			return bindError, fmt.Errorf("pod %s/%s is already bound to node %s", args.PodNamespace, args.PodName, pod.Spec.NodeName)
+			return bindError, fmt.Errorf("pod %s/%s is already bound to node %s", args.PodNamespace, args.PodName, pod.NodeName)
 		}
-		need = PodNeed(pod)
-	case apierrors.IsNotFound(err):
+		need = pod.Need
+	default:
 		// The informer may lag behind the scheduler's: use what filter saw.
 		n, ok := b.ledger.RememberedNeed(uid)
 		if !ok {
 			return bindError, fmt.Errorf("pod %s/%s is not known to the extender yet, retry", args.PodNamespace, args.PodName)
 		}
 		need = n
-	default:
-		return bindError, fmt.Errorf("reading pod %s/%s from the informer cache: %w", args.PodNamespace, args.PodName, err)
 	}
 
 	res := b.ledger.Reserve(uid, args.PodNamespace, args.PodName, args.Node, need)
@@ -103,7 +123,7 @@ func (b *Binder) bind(ctx context.Context, logger klog.Logger, args *extenderv1.
 		ObjectMeta: metav1.ObjectMeta{Namespace: args.PodNamespace, Name: args.PodName, UID: uid},
 		Target:     v1.ObjectReference{Kind: "Node", Name: args.Node},
 	}
-	err = b.client.CoreV1().Pods(args.PodNamespace).Bind(ctx, binding, metav1.CreateOptions{})
+	err := b.client.CoreV1().Pods(args.PodNamespace).Bind(ctx, binding, metav1.CreateOptions{})
 	if err == nil {
 		// The reservation stays until the informer shows the pod bound.
 		return bindBound, nil
@@ -131,8 +151,8 @@ func (b *Binder) bind(ctx context.Context, logger klog.Logger, args *extenderv1.
 // boundTo returns the node the pod is bound to, from the informer or, since
 // this only runs after a conflicting Binding, one GET to the API server.
 func (b *Binder) boundTo(ctx context.Context, namespace, name string, uid types.UID) string {
-	if pod, err := b.pods.Pods(namespace).Get(name); err == nil && pod.UID == uid && pod.Spec.NodeName != "" {
-		return pod.Spec.NodeName
+	if pod, ok := b.pods(namespace, name); ok && pod.UID == uid && pod.NodeName != "" {
+		return pod.NodeName
 	}
 	pod, err := b.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil || pod.UID != uid {

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
@@ -135,7 +134,7 @@ func TestBinder(t *testing.T) {
 			if tc.hint > 0 {
 				l.RememberNeed(tc.bind.PodUID, tc.hint)
 			}
-			b := NewBinder(cs, corelisters.NewPodLister(indexer), l)
+			b := NewBinder(cs, IndexerLookup(indexer), l)
 			err := b.Bind(context.Background(), tc.bind)
 			if tc.wantErr == "" && err != nil {
 				t.Fatalf("Bind: %v", err)
@@ -164,11 +163,12 @@ func TestBinder(t *testing.T) {
 
 // informerEnv is a fake API server with the real informer wiring on top.
 type informerEnv struct {
-	cs     *fake.Clientset
-	api    *bindingAPI
-	ledger *Ledger
-	binder *Binder
-	synced func() bool
+	cs          *fake.Clientset
+	podInformer cache.SharedIndexInformer
+	api         *bindingAPI
+	ledger      *Ledger
+	binder      *Binder
+	synced      func() bool
 }
 
 func newInformerEnv(t testing.TB, objs ...runtime.Object) *informerEnv {
@@ -192,8 +192,8 @@ func newInformerEnv(t testing.TB, objs ...runtime.Object) *informerEnv {
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		t.Fatal("informers did not sync")
 	}
-	return &informerEnv{cs: cs, api: api, ledger: l, synced: synced,
-		binder: NewBinder(cs, corelisters.NewPodLister(podInformer.GetIndexer()), l)}
+	return &informerEnv{cs: cs, podInformer: podInformer, api: api, ledger: l, synced: synced,
+		binder: NewBinder(cs, IndexerLookup(podInformer.GetIndexer()), l)}
 }
 
 // boundPerNode sums the need of the pods the API server has bound, by node.

@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -32,56 +33,52 @@ func PodInformer(factory informers.SharedInformerFactory) (cache.SharedIndexInfo
 	return inf, nil
 }
 
-// StripPod is a cache transform that keeps of a pod only what the ledger and
-// the binder read: identity, node, phase and the underlay IP requests. In a
-// cluster of many pods the cache then costs a fraction of the full objects.
-// Other objects pass through.
-func StripPod(obj any) (any, error) {
-	pod, ok := obj.(*v1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	out := &v1.Pod{
-		TypeMeta: pod.TypeMeta,
+// CachedPod is all the extender keeps of a pod: identity, node, phase and
+// the underlay IPs it needs. A stripped v1.Pod still costs about 3 KB (its
+// structs and resource maps); this costs a few hundred bytes, which is what
+// makes 50,000 pods fit in the extender's memory budget.
+type CachedPod struct {
+	metav1.TypeMeta
+	// Only Name, Namespace, UID, ResourceVersion and DeletionTimestamp.
+	metav1.ObjectMeta
+	NodeName string
+	Phase    v1.PodPhase
+	// Need is PodNeed of the full pod, computed once.
+	Need int64
+}
+
+// DeepCopyObject makes CachedPod a runtime.Object, as informer caches expect.
+func (p *CachedPod) DeepCopyObject() runtime.Object {
+	c := *p
+	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	return &c
+}
+
+// Terminal reports whether the pod has finished (and so holds no IPs).
+func (p *CachedPod) Terminal() bool {
+	return p.Phase == v1.PodSucceeded || p.Phase == v1.PodFailed
+}
+
+// Compact reduces pod to what the ledger and the binder read.
+func Compact(pod *v1.Pod) *CachedPod {
+	return &CachedPod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
 			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp,
 		},
-		Spec: v1.PodSpec{
-			NodeName: pod.Spec.NodeName,
-			Overhead: keepUnderlay(pod.Spec.Overhead),
-		},
-		Status: v1.PodStatus{Phase: pod.Status.Phase},
+		NodeName: pod.Spec.NodeName,
+		Phase:    pod.Status.Phase,
+		Need:     PodNeed(pod),
 	}
-	out.Spec.Containers = stripContainers(pod.Spec.Containers)
-	out.Spec.InitContainers = stripContainers(pod.Spec.InitContainers)
-	return out, nil
 }
 
-func stripContainers(in []v1.Container) []v1.Container {
-	if len(in) == 0 {
-		return nil
+// StripPod is the pod cache's transform: it replaces each *v1.Pod with its
+// CachedPod. Other objects (deletion tombstones) pass through.
+func StripPod(obj any) (any, error) {
+	if pod, ok := obj.(*v1.Pod); ok {
+		return Compact(pod), nil
 	}
-	out := make([]v1.Container, len(in))
-	for i := range in {
-		out[i] = v1.Container{
-			Name:          in[i].Name,
-			RestartPolicy: in[i].RestartPolicy,
-			Resources: v1.ResourceRequirements{
-				Requests: keepUnderlay(in[i].Resources.Requests),
-				Limits:   keepUnderlay(in[i].Resources.Limits),
-			},
-		}
-	}
-	return out
-}
-
-func keepUnderlay(rl v1.ResourceList) v1.ResourceList {
-	q, ok := rl[underlayResource]
-	if !ok {
-		return nil
-	}
-	return v1.ResourceList{underlayResource: q}
+	return obj, nil
 }
 
 // Attach feeds the ledger from the pod and node informers. The returned
@@ -109,7 +106,10 @@ func (l *Ledger) Attach(pods, nodes cache.SharedIndexInformer) (synced func() bo
 }
 
 func (l *Ledger) onPod(obj any) {
-	if pod, ok := obj.(*v1.Pod); ok {
+	switch pod := obj.(type) {
+	case *CachedPod:
+		l.SetCachedPod(pod)
+	case *v1.Pod:
 		l.SetPod(pod)
 	}
 }
@@ -118,12 +118,14 @@ func (l *Ledger) onPodDelete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	pod, ok := obj.(*v1.Pod)
-	if !ok {
+	switch pod := obj.(type) {
+	case *CachedPod:
+		l.DeletePod(pod.UID)
+	case *v1.Pod:
+		l.DeletePod(pod.UID)
+	default:
 		klog.ErrorS(nil, "Unexpected object in pod delete event", "type", fmt.Sprintf("%T", obj))
-		return
 	}
-	l.DeletePod(pod.UID)
 }
 
 func (l *Ledger) onNode(obj any) {

@@ -2,6 +2,7 @@ package extender
 
 import (
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -29,20 +30,24 @@ func TestStripPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := obj.(*v1.Pod)
-	if got.Name != "p" || got.Namespace != "ns" || got.UID != full.UID || got.Spec.NodeName != "a" ||
-		got.Status.Phase != v1.PodRunning || got.DeletionTimestamp == nil {
+	got, ok := obj.(*CachedPod)
+	if !ok {
+		t.Fatalf("StripPod returned %T, want *CachedPod", obj)
+	}
+	if got.Name != "p" || got.Namespace != "ns" || got.UID != full.UID || got.NodeName != "a" ||
+		got.Phase != v1.PodRunning || got.DeletionTimestamp == nil || got.ResourceVersion != full.ResourceVersion {
 		t.Errorf("identity, node or phase lost: %+v", got)
 	}
-	if got.Labels != nil || got.Annotations != nil || got.ManagedFields != nil || got.Status.Conditions != nil ||
-		got.Spec.Containers[0].Image != "" || got.Spec.Containers[0].Env != nil {
+	if got.Labels != nil || got.Annotations != nil || got.ManagedFields != nil || got.OwnerReferences != nil {
 		t.Errorf("kept more than needed: %+v", got)
 	}
-	if _, ok := got.Spec.Overhead[v1.ResourceCPU]; ok {
-		t.Errorf("kept other resources: %v", got.Spec.Overhead)
+	if got.Need != PodNeed(full) || PodNeed(full) != 4 {
+		t.Errorf("need %d cached, %d of the full pod, want 4", got.Need, PodNeed(full))
 	}
-	if PodNeed(got) != PodNeed(full) || PodNeed(full) != 4 {
-		t.Errorf("PodNeed changed: %d stripped, %d full", PodNeed(got), PodNeed(full))
+	cp := got.DeepCopyObject().(*CachedPod)
+	cp.DeletionTimestamp.Time = cp.DeletionTimestamp.Add(time.Hour)
+	if !got.DeletionTimestamp.Equal(&now) {
+		t.Error("DeepCopyObject shares the deletion timestamp")
 	}
 	if full.Labels == nil {
 		t.Error("the input was modified")
@@ -58,11 +63,32 @@ func TestPodInformerCachesStrippedPods(t *testing.T) {
 	p := pod("p", "a", 1)
 	p.Labels = map[string]string{"app": "x"}
 	env := newInformerEnv(t, node("a", ""), p)
-	got, err := env.binder.pods.Pods("ns").Get("p")
-	if err != nil {
-		t.Fatal(err)
+	obj, ok, err := env.podInformer.GetIndexer().GetByKey("ns/p")
+	if err != nil || !ok {
+		t.Fatalf("pod not cached: %v", err)
 	}
-	if got.Labels != nil || PodNeed(got) != 1 {
-		t.Errorf("cached pod not stripped or need lost: %+v", got)
+	got, ok := obj.(*CachedPod)
+	if !ok || got.Labels != nil || got.Need != 1 {
+		t.Errorf("cached %T %+v, want a compact pod needing 1", obj, obj)
+	}
+	if found, ok := env.binder.pods("ns", "p"); !ok || found.UID != p.UID {
+		t.Errorf("binder lookup = %+v, %v", found, ok)
+	}
+	if _, ok := env.binder.pods("ns", "missing"); ok {
+		t.Error("binder lookup found a pod that does not exist")
+	}
+}
+
+func TestLedgerReleasesOnTombstoneOfCachedPod(t *testing.T) {
+	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
+	l.SetNode(node("a", ""))
+	cp := Compact(pod("p", "a", 3))
+	l.onPod(cp)
+	if used := l.Report().Totals.Used; used != 3 {
+		t.Fatalf("used %d after add, want 3", used)
+	}
+	l.onPodDelete(cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: cp})
+	if used := l.Report().Totals.Used; used != 0 {
+		t.Errorf("used %d after a tombstone delete, want 0", used)
 	}
 }

@@ -231,17 +231,20 @@ func (l *Ledger) DeleteNode(name string) {
 // SetPod accounts for pod after an informer add or update: a bound,
 // non-terminal pod holds its need on its node; any reservation for it ends,
 // because from now on the informer is the source of truth.
-func (l *Ledger) SetPod(pod *v1.Pod) {
-	need := PodNeed(pod)
-	settled := pod.Spec.NodeName != "" || IsTerminal(pod)
-	holds := pod.Spec.NodeName != "" && !IsTerminal(pod) && need > 0
+func (l *Ledger) SetPod(pod *v1.Pod) { l.SetCachedPod(Compact(pod)) }
+
+// SetCachedPod is SetPod for the pod cache's compact form.
+func (l *Ledger) SetCachedPod(pod *CachedPod) {
+	need := pod.Need
+	settled := pod.NodeName != "" || pod.Terminal()
+	holds := pod.NodeName != "" && !pod.Terminal() && need > 0
 	l.mu.Lock()
 	if settled {
 		l.dropReservationLocked(pod.UID)
 	}
 	l.removePodLocked(pod.UID)
 	if holds {
-		h := &holder{namespace: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName, need: need}
+		h := &holder{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, need: need}
 		l.pods[pod.UID] = h
 		l.node(h.node).used += need
 		l.totals.Used += need

@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -96,7 +95,7 @@ func (o *Options) RunWithClient(ctx context.Context, cs kubernetes.Interface, li
 	if err != nil {
 		return err
 	}
-	binder := extender.NewBinder(cs, corelisters.NewPodLister(podInformer.GetIndexer()), ledger)
+	binder := extender.NewBinder(cs, extender.IndexerLookup(podInformer.GetIndexer()), ledger)
 	handler := extender.NewHandler(extender.HandlerOptions{
 		Ledger:          ledger,
 		Binder:          binder,

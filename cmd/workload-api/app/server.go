@@ -36,7 +36,7 @@ web" apply, under /v1/namespaces/{namespace}/... Every /v1 request needs a
 bearer token: it is authenticated with a TokenReview and authorized with a
 SubjectAccessReview for the exact verb, so callers get exactly their own RBAC.
 GET /openapi.json describes the API.`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if errs := o.Validate(); len(errs) > 0 {
 				return utilerrors.NewAggregate(errs)
