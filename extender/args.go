@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
@@ -85,6 +86,8 @@ type FilterResult struct {
 	failed []failedNode
 	// plainNames: every name in NodeNames and failed is a plain string.
 	plainNames bool
+	// pooledNames is NodeNames when it came from namePool.
+	pooledNames *[]string
 }
 
 // failedNode is one node filter rejected.
@@ -112,7 +115,8 @@ func (r *FilterResult) failedCounts() (int, int) {
 // failed-node maps come out in map order, not sorted: JSON objects are
 // unordered and kube-scheduler decodes them into maps.
 func (r *FilterResult) WriteTo(w io.Writer) (int64, error) {
-	bw := &jsonWriter{w: w, buf: make([]byte, 0, 32<<10)}
+	bw := newJSONWriter(w)
+	defer bw.release()
 	bw.str(`{"Nodes":`)
 	if r.Nodes == nil {
 		bw.str("null")
@@ -156,7 +160,8 @@ func (r *FilterResult) WriteTo(w io.Writer) (int64, error) {
 
 // writeHostPriorities writes list as json.Encoder would (newline included).
 func writeHostPriorities(w io.Writer, list extenderv1.HostPriorityList) (int64, error) {
-	bw := &jsonWriter{w: w, buf: make([]byte, 0, 32<<10)}
+	bw := newJSONWriter(w)
+	defer bw.release()
 	if list == nil {
 		bw.str("null\n")
 	} else {
@@ -184,6 +189,25 @@ type jsonWriter struct {
 	buf []byte
 	n   int64
 	err error
+}
+
+// writerBufs recycles the 32 KiB buffers of jsonWriter.
+var writerBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, 32<<10)
+	return &b
+}}
+
+func newJSONWriter(w io.Writer) *jsonWriter {
+	return &jsonWriter{w: w, buf: (*writerBufs.Get().(*[]byte))[:0]}
+}
+
+// release returns the buffer to writerBufs unless a huge string grew it.
+func (j *jsonWriter) release() {
+	if cap(j.buf) <= 1<<20 {
+		b := j.buf[:0]
+		writerBufs.Put(&b)
+	}
+	j.buf = nil
 }
 
 func (j *jsonWriter) str(s string) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -131,7 +132,7 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	)
 	if r.ContentLength > 0 {
 		// Known size: one allocation instead of repeated growth.
-		data = make([]byte, r.ContentLength)
+		data = getBody(r.ContentLength)
 		_, err = io.ReadFull(body, data)
 	} else {
 		data, err = io.ReadAll(body)
@@ -148,17 +149,46 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	return data, true
 }
 
+// maxPooledBody bounds the request bodies that are recycled: names-only
+// bodies (~40 bytes a node), not the tens of megabytes of full Nodes.
+const maxPooledBody = 1 << 20
+
+var bodyPool sync.Pool
+
+// getBody returns a buffer of n bytes, from bodyPool if n is small.
+func getBody(n int64) []byte {
+	if n <= maxPooledBody {
+		if p, ok := bodyPool.Get().(*[]byte); ok && int64(cap(*p)) >= n {
+			return (*p)[:n]
+		}
+		return make([]byte, n, max(n, 64<<10))
+	}
+	return make([]byte, n)
+}
+
+// putBody recycles a body once nothing refers to it any more: the decoded
+// arguments copy what they keep, except full Nodes, which are written out
+// before the handler returns.
+func putBody(b []byte) {
+	if cap(b) <= maxPooledBody {
+		b = b[:0]
+		bodyPool.Put(&b)
+	}
+}
+
 func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 	data, ok := s.readBody(w, r)
 	if !ok {
 		return
 	}
+	defer putBody(data)
 	args, err := DecodeExtenderArgs(data)
 	if err != nil {
 		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	res := s.ledger.filter(args)
+	defer res.release()
 	failed, unresolvable := res.failedCounts()
 	logDecision(r.Context(), "Filtered nodes", args, "failed", failed, "unresolvable", unresolvable)
 	w.Header().Set("Content-Type", "application/json")
@@ -176,6 +206,7 @@ func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer putBody(data)
 	args, err := DecodeExtenderArgs(data)
 	if err != nil {
 		httpserver.WriteError(w, http.StatusBadRequest, err.Error())

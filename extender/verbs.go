@@ -91,6 +91,7 @@ func (l *Ledger) Filter(args *Args) *FilterResult {
 			res.FailedNodes[f.name] = f.reason
 		}
 	}
+	putFailed(res.failed)
 	res.failed = nil
 	return res
 }
@@ -123,8 +124,10 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 		keptNames []string
 		keptNodes []NodeItem
 	)
+	res.failed = getFailed()
 	if args.NodeNames != nil {
-		keptNames = make([]string, 0, len(names))
+		res.pooledNames = namePool.Get().(*[]string)
+		keptNames = (*res.pooledNames)[:0]
 	} else {
 		keptNodes = make([]NodeItem, 0, len(names))
 	}
@@ -146,11 +149,46 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 		l.metrics.FilteredNodes.WithLabelValues(c.cause).Add(float64(c.n))
 	}
 	if args.NodeNames != nil {
-		res.NodeNames, res.plainNames = &keptNames, args.plainNames
+		*res.pooledNames = keptNames
+		res.NodeNames, res.plainNames = res.pooledNames, args.plainNames
 	} else {
 		res.Nodes = &NodeItems{Items: keptNodes}
 	}
 	return res
+}
+
+// The names-only path allocates nothing per node: its slices come from
+// these pools and go back when the response is written (release). GC work
+// of a few hundred kilobytes per call otherwise costs as much as the call.
+var (
+	namePool   = sync.Pool{New: func() any { return new([]string) }}
+	failedPool = sync.Pool{New: func() any { return new([]failedNode) }}
+)
+
+func getFailed() []failedNode {
+	return (*failedPool.Get().(*[]failedNode))[:0]
+}
+
+func putFailed(f []failedNode) {
+	if f == nil {
+		return
+	}
+	clear(f)
+	f = f[:0]
+	failedPool.Put(&f)
+}
+
+// release gives the pooled slices of a result of filter back; r must not be
+// used afterwards.
+func (r *FilterResult) release() {
+	if r.pooledNames != nil {
+		clear(*r.pooledNames)
+		*r.pooledNames = (*r.pooledNames)[:0]
+		namePool.Put(r.pooledNames)
+		r.pooledNames, r.NodeNames = nil, nil
+	}
+	putFailed(r.failed)
+	r.failed = nil
 }
 
 // causeCount counts the rejected nodes of one cause.
