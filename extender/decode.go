@@ -472,8 +472,10 @@ func (s *scanner) nodeNames(args *Args) error {
 	pooled := elementPool.Get().(*[]element)
 	elems := (*pooled)[:0]
 	defer func() {
-		*pooled = elems[:0]
-		elementPool.Put(pooled)
+		if cap(elems) <= maxPooledLen {
+			*pooled = elems[:0]
+			elementPool.Put(pooled)
+		}
 	}()
 	if !empty {
 		for {

@@ -74,7 +74,14 @@ func (l *Ledger) usagesFor(args *Args, names []string) []NodeUsage {
 // 240 KB, and allocating it per call costs more in GC than in copying.
 var usagePool = sync.Pool{New: func() any { return new([]NodeUsage) }}
 
+// maxPooledLen bounds the per-call slices kept for reuse: a cluster's
+// worth of nodes, not whatever a hostile body once held.
+const maxPooledLen = 1 << 16
+
 func putUsages(u []NodeUsage) {
+	if cap(u) > maxPooledLen {
+		return
+	}
 	clear(u) // drop the reason strings
 	u = u[:0]
 	usagePool.Put(&u)
@@ -170,7 +177,7 @@ func getFailed() []failedNode {
 }
 
 func putFailed(f []failedNode) {
-	if f == nil {
+	if f == nil || cap(f) > maxPooledLen {
 		return
 	}
 	clear(f)
@@ -182,9 +189,11 @@ func putFailed(f []failedNode) {
 // used afterwards.
 func (r *FilterResult) release() {
 	if r.pooledNames != nil {
-		clear(*r.pooledNames)
-		*r.pooledNames = (*r.pooledNames)[:0]
-		namePool.Put(r.pooledNames)
+		if cap(*r.pooledNames) <= maxPooledLen {
+			clear(*r.pooledNames)
+			*r.pooledNames = (*r.pooledNames)[:0]
+			namePool.Put(r.pooledNames)
+		}
 		r.pooledNames, r.NodeNames = nil, nil
 	}
 	putFailed(r.failed)
