@@ -160,24 +160,31 @@ func (r *FilterResult) WriteTo(w io.Writer) (int64, error) {
 
 // writeHostPriorities writes list as json.Encoder would (newline included).
 func writeHostPriorities(w io.Writer, list extenderv1.HostPriorityList) (int64, error) {
+	if list == nil {
+		n, err := io.WriteString(w, "null\n")
+		return int64(n), err
+	}
+	return writeScores(w, len(list), func(i int) (string, int64) { return list[i].Host, list[i].Score }, false)
+}
+
+// writeScores writes n hosts and scores as a HostPriorityList; plain says
+// every host is a plain string (see scanner.str).
+func writeScores(w io.Writer, n int, at func(i int) (string, int64), plain bool) (int64, error) {
 	bw := newJSONWriter(w)
 	defer bw.release()
-	if list == nil {
-		bw.str("null\n")
-	} else {
-		bw.str("[")
-		for i := range list {
-			if i > 0 {
-				bw.str(",")
-			}
-			bw.str(`{"Host":`)
-			bw.quote(list[i].Host)
-			bw.str(`,"Score":`)
-			bw.buf = strconv.AppendInt(bw.buf, list[i].Score, 10)
-			bw.str("}")
+	bw.str("[")
+	for i := range n {
+		if i > 0 {
+			bw.str(",")
 		}
-		bw.str("]\n")
+		host, score := at(i)
+		bw.str(`{"Host":`)
+		bw.name(host, plain)
+		bw.str(`,"Score":`)
+		bw.buf = strconv.AppendInt(bw.buf, score, 10)
+		bw.str("}")
 	}
+	bw.str("]\n")
 	bw.flush()
 	return bw.n, bw.err
 }

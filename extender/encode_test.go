@@ -167,3 +167,33 @@ func TestHandlerFilterResultMatchesFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerPrioritizeMatchesPrioritize checks that what the handler writes
+// is byte for byte json.Encoder's encoding of Prioritize.
+func TestHandlerPrioritizeMatchesPrioritize(t *testing.T) {
+	l := fuzzLedger()
+	for _, args := range []*Args{
+		namesArgs(pod("p", "", 1), "a", "b", "c", "ghost", "a"),
+		namesArgs(pod("p", "", 0), "a", "<b>"),
+		namesArgs(pod("p", "", 1)),
+		nodesArgs(pod("p", "", 2), node("a", ""), node("late", "4"), node("bad", "-1"), node("c&d", "")),
+	} {
+		data := mustJSON(t, args)
+		decoded, err := DecodeExtenderArgs(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, scores := l.prioritize(decoded, nil)
+		var got, want bytes.Buffer
+		at := func(i int) (string, int64) { return names[i], scores[i] }
+		if _, err := writeScores(&got, len(names), at, decoded.NodeNames != nil && decoded.plainNames); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.NewEncoder(&want).Encode(l.Prioritize(decoded)); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes(), want.Bytes()) {
+			t.Errorf("handler writes %q, want %q", got.Bytes(), want.Bytes())
+		}
+	}
+}

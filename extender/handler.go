@@ -212,11 +212,19 @@ func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	res := s.ledger.Prioritize(args)
+	pooled := scorePool.Get().(*[]int64)
+	names, scores := s.ledger.prioritize(args, *pooled)
+	defer func() {
+		if cap(scores) <= maxPooledLen {
+			*pooled = scores[:0]
+			scorePool.Put(pooled)
+		}
+	}()
 	logDecision(r.Context(), "Prioritized nodes", args)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	if _, err := writeHostPriorities(w, res); err != nil {
+	at := func(i int) (string, int64) { return names[i], scores[i] }
+	if _, err := writeScores(w, len(names), at, args.NodeNames != nil && args.plainNames); err != nil {
 		klog.FromContext(r.Context()).Error(err, "Writing the prioritize response failed")
 	}
 }

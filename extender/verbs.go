@@ -221,23 +221,35 @@ func countCause(counts []causeCount, cause string) []causeCount {
 // Prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,
 // in the order the scheduler sent them.
 func (l *Ledger) Prioritize(args *Args) extenderv1.HostPriorityList {
-	names := candidateNames(args)
+	names, scores := l.prioritize(args, nil)
 	out := make(extenderv1.HostPriorityList, len(names))
-	need := PodNeed(args.Pod)
-	if need == 0 {
-		for i, name := range names {
-			out[i] = extenderv1.HostPriority{Host: name}
-		}
-		return out
-	}
-	usages := l.usagesFor(args, names)
-	scores := Scores(need, usages, make([]int64, 0, len(names)))
-	putUsages(usages)
 	for i, name := range names {
 		out[i] = extenderv1.HostPriority{Host: name, Score: scores[i]}
 	}
 	return out
 }
+
+// prioritize is Prioritize as two parallel slices, the candidates and their
+// scores (written into out), which the handler writes without building a
+// HostPriorityList.
+func (l *Ledger) prioritize(args *Args, out []int64) ([]string, []int64) {
+	names := candidateNames(args)
+	out = out[:0]
+	need := PodNeed(args.Pod)
+	if need == 0 {
+		for range names {
+			out = append(out, 0)
+		}
+		return names, out
+	}
+	usages := l.usagesFor(args, names)
+	out = Scores(need, usages, out)
+	putUsages(usages)
+	return names, out
+}
+
+// scorePool recycles the score slices of the prioritize handler.
+var scorePool = sync.Pool{New: func() any { return new([]int64) }}
 
 // Preempt keeps the candidate nodes where evicting the proposed victims frees
 // enough underlay IPs for the preemptor, with the victims unchanged. Victims
