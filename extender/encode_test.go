@@ -175,7 +175,7 @@ func TestHandlerPrioritizeMatchesPrioritize(t *testing.T) {
 	for _, args := range []*Args{
 		namesArgs(pod("p", "", 1), "a", "b", "c", "ghost", "a"),
 		namesArgs(pod("p", "", 0), "a", "<b>"),
-		namesArgs(pod("p", "", 1)),
+		{Pod: pod("p", "", 1), NodeNames: &[]string{}},
 		nodesArgs(pod("p", "", 2), node("a", ""), node("late", "4"), node("bad", "-1"), node("c&d", "")),
 	} {
 		data := mustJSON(t, args)
