@@ -103,6 +103,11 @@ func metricsLoad(series, clients, rate int, phase time.Duration, binDir string) 
 	}
 	results := map[string]*agg{}
 	runPhase := func(path, who string, c *http.Client, url func(*rand.Rand) string) error {
+		// Untimed warm-up at the same load: connections, caches and the
+		// delegated-authorization cache settle before the timed phase.
+		if _, _, _, err := load(ctx, c, url, clients, rate, 2*time.Second); err != nil {
+			return fmt.Errorf("%s %s warm-up: %w", path, who, err)
+		}
 		lat, n, secs, err := load(ctx, c, url, clients, rate, phase)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", path, who, err)
