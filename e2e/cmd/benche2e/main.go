@@ -160,29 +160,18 @@ func run(nodes, pods, rounds, clientQPS int, binDir string) error {
 func scheduleBatch(ctx context.Context, cs kubernetes.Interface, w *bindWatcher, ns, prefix string, res corev1.ResourceName, n int) (float64, error) {
 	one := resource.MustParse("1")
 	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 32)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			pod := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%04d", prefix, i), Namespace: ns, Labels: map[string]string{"batch": prefix}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "app", Image: "registry.example/bench:1",
-					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{res: one}, Limits: corev1.ResourceList{res: one}},
-				}}},
-			}
-			if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	err := forEach(ctx, n, 32, nil, func(ctx context.Context, i int) error {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%04d", prefix, i), Namespace: ns, Labels: map[string]string{"batch": prefix}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "app", Image: "registry.example/bench:1",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{res: one}, Limits: corev1.ResourceList{res: one}},
+			}}},
+		}
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
 		return 0, fmt.Errorf("creating pods: %w", err)
 	}
 	last, err := w.waitBound(ctx, prefix, n, 10*time.Minute)

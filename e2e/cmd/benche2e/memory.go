@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,62 +61,40 @@ func memory(nodes, pods int, binDir string) error {
 	}
 	one := resource.MustParse("1")
 	var created atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 1)
-	work := make(chan int)
-	for w := 0; w < 64; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				pod := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%05d", i), Namespace: ns, Labels: map[string]string{"app": "memory"}},
-					Spec: corev1.PodSpec{
-						NodeName: plane.NodeName(i / 10),
-						Containers: []corev1.Container{{
-							Name: "app", Image: "registry.example/memory:1",
-							Resources: corev1.ResourceRequirements{
-								Requests: corev1.ResourceList{names.UnderlayIPResource: one, corev1.ResourceCPU: resource.MustParse("10m")},
-								Limits:   corev1.ResourceList{names.UnderlayIPResource: one},
-							},
-						}},
-					},
-				}
-				if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-					select {
-					case errs <- fmt.Errorf("creating pod %d: %w", i, err):
-					default:
-					}
-					return
-				}
-				created.Add(1)
-			}
-		}()
-	}
 	t0 := time.Now()
+	progress, stop := context.WithCancel(ctx)
 	go func() {
-		for range time.Tick(10 * time.Second) {
-			if int(created.Load()) >= pods {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-progress.Done():
 				return
+			case <-t.C:
+				fmt.Printf("# %d pods created (%.0fs)\n", created.Load(), time.Since(t0).Seconds())
 			}
-			fmt.Printf("# %d pods created (%.0fs)\n", created.Load(), time.Since(t0).Seconds())
 		}
 	}()
-	for i := 0; i < pods; i++ {
-		select {
-		case work <- i:
-		case err := <-errs:
-			close(work)
-			wg.Wait()
-			return err
+	err = forEach(ctx, pods, 64, &created, func(ctx context.Context, i int) error {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%05d", i), Namespace: ns, Labels: map[string]string{"app": "memory"}},
+			Spec: corev1.PodSpec{
+				NodeName: plane.NodeName(i / 10),
+				Containers: []corev1.Container{{
+					Name: "app", Image: "registry.example/memory:1",
+					Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{names.UnderlayIPResource: one, corev1.ResourceCPU: resource.MustParse("10m")},
+						Limits:   corev1.ResourceList{names.UnderlayIPResource: one},
+					},
+				}},
+			},
 		}
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		return err
-	default:
+	})
+	stop()
+	if err != nil {
+		return fmt.Errorf("creating pods: %w", err)
 	}
 	fmt.Printf("# %d pods created in %.0fs\n", pods, time.Since(t0).Seconds())
 	// Wait until the extender's ledger holds them all.

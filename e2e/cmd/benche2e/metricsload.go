@@ -369,34 +369,23 @@ func startFloor(ctx context.Context, s *stack.Stack, bin string) (string, int, e
 func createQPSWorkloads(ctx context.Context, s *stack.Stack, ns string, n int) error {
 	cfg := rest.CopyConfig(s.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 32)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			name := fmt.Sprintf("w-%04d", i)
-			labels := map[string]string{"app": name}
-			d := &appsv1.Deployment{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{
-					names.SinglePodQPSAnnotation: "100", names.TotalQPSAnnotation: strconv.Itoa(100 + i),
-				}},
-				Spec: appsv1.DeploymentSpec{
-					Replicas: ptr.To(int32(0)), Selector: &metav1.LabelSelector{MatchLabels: labels},
-					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/web:1"}}}},
-				},
-			}
-			if _, err := s.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	err := forEach(ctx, n, 32, nil, func(ctx context.Context, i int) error {
+		name := fmt.Sprintf("w-%04d", i)
+		labels := map[string]string{"app": name}
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{
+				names.SinglePodQPSAnnotation: "100", names.TotalQPSAnnotation: strconv.Itoa(100 + i),
+			}},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To(int32(0)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/web:1"}}}},
+			},
+		}
+		_, err := s.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("creating workloads: %w", err)
 	}
 	return nil
