@@ -342,10 +342,17 @@ func startFloor(ctx context.Context, s *stack.Stack, bin string) (string, int, e
 	if err != nil {
 		return "", 0, err
 	}
+	// The same identity as capscale's adapter (its ServiceAccount, its
+	// RBAC), so that delegated authentication and authorization cost the
+	// same on both sides and only the providers differ.
+	kc, err := s.ServiceAccountKubeconfig(ctx, stack.Namespace, "capscale-metrics-adapter")
+	if err != nil {
+		return "", 0, err
+	}
 	proc, err := s.StartProcess("test-adapter", bin,
 		fmt.Sprintf("--secure-port=%d", port), "--bind-address=127.0.0.1",
 		"--tls-cert-file="+cert.CertFile, "--tls-private-key-file="+cert.KeyFile,
-		"--lister-kubeconfig="+s.Kubeconfig, "--authentication-kubeconfig="+s.Kubeconfig, "--authorization-kubeconfig="+s.Kubeconfig)
+		"--lister-kubeconfig="+kc, "--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc)
 	if err != nil {
 		return "", 0, err
 	}
