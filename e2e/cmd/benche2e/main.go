@@ -90,6 +90,9 @@ func run(nodes, pods, rounds, clientQPS int, binDir string) error {
 	if err != nil {
 		return err
 	}
+	if clientQPS != 0 {
+		defer os.Remove(schedCfg)
+	}
 	s, err := stack.Start(ctx, stack.Options{
 		SchedulerConfigFile: schedCfg,
 		ExtenderArgs:        extArgs,
