@@ -201,6 +201,29 @@ func (s *scanner) key(names ...string) (int, error) {
 	return -1, nil
 }
 
+// fields reads the members of the object that starts at '{': for each
+// member it calls field with the index of the member's key among names (-1
+// for any other key; field must then consume the value, usually with skip).
+func (s *scanner) fields(field func(k int) error, names ...string) error {
+	empty, err := s.open('}')
+	if err != nil || empty {
+		return err
+	}
+	for {
+		k, err := s.key(names...)
+		if err != nil {
+			return err
+		}
+		if err := field(k); err != nil {
+			return err
+		}
+		more, err := s.next('}')
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
 // next consumes the ',' or the closing byte after a member or element and
 // reports whether the container continues.
 func (s *scanner) next(closing byte) (bool, error) {
@@ -389,38 +412,17 @@ func decodeExtenderArgsFast(data []byte) (*Args, error) {
 }
 
 func (s *scanner) args(args *Args) error {
-	empty, err := s.open('}')
-	if err != nil || empty {
-		return err
-	}
-	for {
-		k, err := s.key("Pod", "NodeNames", "Nodes")
-		if err != nil {
-			return err
-		}
+	return s.fields(func(k int) error {
 		switch k {
 		case 0:
-			if err := s.pod(args); err != nil {
-				return err
-			}
+			return s.pod(args)
 		case 1:
-			if err := s.nodeNames(args); err != nil {
-				return err
-			}
+			return s.nodeNames(args)
 		case 2:
-			if err := s.nodes(args); err != nil {
-				return err
-			}
-		default:
-			if err := s.skip(); err != nil {
-				return err
-			}
+			return s.nodes(args)
 		}
-		more, err := s.next('}')
-		if err != nil || !more {
-			return err
-		}
-	}
+		return s.skip()
+	}, "Pod", "NodeNames", "Nodes")
 }
 
 // pod decodes the Pod with encoding/json, into the Pod an earlier "Pod" key
@@ -567,27 +569,12 @@ func (s *scanner) nodes(args *Args) error {
 	if args.Nodes == nil {
 		args.Nodes = &NodeItems{}
 	}
-	empty, err := s.open('}')
-	if err != nil || empty {
-		return err
-	}
-	for {
-		k, err := s.key("items")
-		if err != nil {
-			return err
-		}
+	return s.fields(func(k int) error {
 		if k == 0 {
-			if err := s.items(args.Nodes); err != nil {
-				return err
-			}
-		} else if err := s.skip(); err != nil {
-			return err
+			return s.items(args.Nodes)
 		}
-		more, err := s.next('}')
-		if err != nil || !more {
-			return err
-		}
-	}
+		return s.skip()
+	}, "items")
 }
 
 func (s *scanner) items(nodes *NodeItems) error {
@@ -644,28 +631,12 @@ func (s *scanner) node(item *NodeItem) error {
 		}
 		return s.typeErr("Node", errNotObject)
 	}
-	empty, err := s.open('}')
-	if err != nil || empty {
-		return err
-	}
-	for {
-		k, err := s.key("metadata")
-		if err != nil {
-			return err
-		}
+	return s.fields(func(k int) error {
 		if k == 0 {
-			err = s.metadata(item)
-		} else {
-			err = s.skip()
+			return s.metadata(item)
 		}
-		if err != nil {
-			return err
-		}
-		more, err := s.next('}')
-		if err != nil || !more {
-			return err
-		}
-	}
+		return s.skip()
+	}, "metadata")
 }
 
 func (s *scanner) metadata(item *NodeItem) error {
@@ -679,44 +650,34 @@ func (s *scanner) metadata(item *NodeItem) error {
 		}
 		return s.typeErr("Node metadata", errNotObject)
 	}
-	empty, err := s.open('}')
-	if err != nil || empty {
-		return err
-	}
-	for {
-		k, err := s.key("name", "annotations")
-		if err != nil {
-			return err
-		}
+	return s.fields(func(k int) error {
 		switch k {
 		case 0:
-			switch s.peek() {
-			case 'n':
-				err = s.literal("null")
-			case '"':
-				var start, end int
-				var plain bool
-				if start, end, plain, err = s.str(); err == nil {
-					item.Name, err = s.text(start, end, plain)
-				}
-			default:
-				if err = s.skip(); err == nil {
-					err = s.typeErr("Node metadata.name", errors.New("not a string"))
-				}
-			}
+			return s.nodeName(item)
 		case 1:
-			err = s.annotations(item)
-		default:
-			err = s.skip()
+			return s.annotations(item)
 		}
+		return s.skip()
+	}, "name", "annotations")
+}
+
+// nodeName reads metadata.name: a string, or null (which leaves it as is).
+func (s *scanner) nodeName(item *NodeItem) error {
+	switch s.peek() {
+	case 'n':
+		return s.literal("null")
+	case '"':
+		start, end, plain, err := s.str()
 		if err != nil {
 			return err
 		}
-		more, err := s.next('}')
-		if err != nil || !more {
-			return err
-		}
+		item.Name, err = s.text(start, end, plain)
+		return err
 	}
+	if err := s.skip(); err != nil {
+		return err
+	}
+	return s.typeErr("Node metadata.name", errors.New("not a string"))
 }
 
 func (s *scanner) annotations(item *NodeItem) error {
