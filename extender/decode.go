@@ -201,6 +201,19 @@ func (s *scanner) key(names ...string) (int, error) {
 	return -1, nil
 }
 
+// wantObject returns nil when an object starts next; anything else is
+// skipped (so that a syntax error still wins, as in encoding/json) and
+// becomes a type error naming where.
+func (s *scanner) wantObject(where string) error {
+	if s.peek() == '{' {
+		return nil
+	}
+	if err := s.skip(); err != nil {
+		return err
+	}
+	return s.typeErr(where, errNotObject)
+}
+
 // fields reads the members of the object that starts at '{': for each
 // member it calls field with the index of the member's key among names (-1
 // for any other key; field must then consume the value, usually with skip).
@@ -560,11 +573,8 @@ func (s *scanner) nodes(args *Args) error {
 		args.Nodes = nil
 		return nil
 	}
-	if s.peek() != '{' {
-		if err := s.skip(); err != nil {
-			return err
-		}
-		return s.typeErr("ExtenderArgs.Nodes", errNotObject)
+	if err := s.wantObject("ExtenderArgs.Nodes"); err != nil {
+		return err
 	}
 	if args.Nodes == nil {
 		args.Nodes = &NodeItems{}
@@ -625,11 +635,8 @@ func (s *scanner) node(item *NodeItem) error {
 	if s.null() {
 		return nil
 	}
-	if s.peek() != '{' {
-		if err := s.skip(); err != nil {
-			return err
-		}
-		return s.typeErr("Node", errNotObject)
+	if err := s.wantObject("Node"); err != nil {
+		return err
 	}
 	return s.fields(func(k int) error {
 		if k == 0 {
@@ -644,11 +651,8 @@ func (s *scanner) metadata(item *NodeItem) error {
 		// null leaves a struct as it is.
 		return nil
 	}
-	if s.peek() != '{' {
-		if err := s.skip(); err != nil {
-			return err
-		}
-		return s.typeErr("Node metadata", errNotObject)
+	if err := s.wantObject("Node metadata"); err != nil {
+		return err
 	}
 	return s.fields(func(k int) error {
 		switch k {
@@ -685,11 +689,8 @@ func (s *scanner) annotations(item *NodeItem) error {
 		item.Annotations = nil
 		return nil
 	}
-	if s.peek() != '{' {
-		if err := s.skip(); err != nil {
-			return err
-		}
-		return s.typeErr("Node metadata.annotations", errNotObject)
+	if err := s.wantObject("Node metadata.annotations"); err != nil {
+		return err
 	}
 	if item.Annotations == nil {
 		item.Annotations = map[string]string{}

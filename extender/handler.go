@@ -176,17 +176,30 @@ func putBody(b []byte) {
 	}
 }
 
+// readArgs reads and decodes an ExtenderArgs body, answering the request
+// itself (400, 413) when it cannot. The caller puts data back in the pool
+// once the response is written.
+func (s *server) readArgs(w http.ResponseWriter, r *http.Request) (args *Args, data []byte, ok bool) {
+	data, ok = s.readBody(w, r)
+	if !ok {
+		return nil, nil, false
+	}
+	args, err := DecodeExtenderArgs(data)
+	if err != nil {
+		putBody(data)
+		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
+		return nil, nil, false
+	}
+	return args, data, true
+}
+
 func (s *server) filter(w http.ResponseWriter, r *http.Request) {
-	data, ok := s.readBody(w, r)
+	args, data, ok := s.readArgs(w, r)
 	if !ok {
 		return
 	}
+	// args' Nodes point into data: return it to the pool only when done.
 	defer putBody(data)
-	args, err := DecodeExtenderArgs(data)
-	if err != nil {
-		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
 	res := s.ledger.filter(args)
 	defer res.release()
 	failed, unresolvable := res.failedCounts()
@@ -202,16 +215,12 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
-	data, ok := s.readBody(w, r)
+	args, data, ok := s.readArgs(w, r)
 	if !ok {
 		return
 	}
+	// args' Nodes point into data: return it to the pool only when done.
 	defer putBody(data)
-	args, err := DecodeExtenderArgs(data)
-	if err != nil {
-		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
 	pooled := scorePool.Get().(*[]int64)
 	names, scores := s.ledger.prioritize(args, *pooled)
 	defer func() {
