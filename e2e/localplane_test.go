@@ -1,0 +1,114 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/capscale/capscale/e2e/plane"
+)
+
+// TestLocalUpDown is `make local-up` then `make local-down`: the env file
+// names the kubeconfig and every component's URL, the cluster answers, and
+// after down no process that up started is left.
+func TestLocalUpDown(t *testing.T) {
+	ctx := testContext(t, 4*time.Minute)
+	root := plane.RepoRoot()
+	bin := t.TempDir()
+	// One directory with the control-plane and capscale binaries, as
+	// _output/bin is for make local-up.
+	planeBins := os.Getenv("CAPSCALE_BIN_DIR")
+	if planeBins == "" {
+		planeBins = filepath.Join(root, "_output", "bin")
+	}
+	for _, dir := range []string{planeBins, capscaleBin} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			src, _ := filepath.EvalSymlinks(filepath.Join(dir, e.Name()))
+			_ = os.Symlink(src, filepath.Join(bin, e.Name()))
+		}
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, "localplane"), "./e2e/cmd/localplane")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building localplane: %v\n%s", err, out)
+	}
+	out := t.TempDir()
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "localplane"), args...)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("localplane %v: %v\n%s", args, err, b)
+		}
+		return string(b)
+	}
+	run("up", "--dir", out, "--bin-dir", bin, "--nodes", "2")
+	downDone := false
+	t.Cleanup(func() {
+		if !downDone {
+			run("down", "--dir", out)
+		}
+	})
+
+	var st struct {
+		Processes []struct {
+			Name string `json:"name"`
+			Pid  int    `json:"pid"`
+		} `json:"processes"`
+	}
+	b, err := os.ReadFile(filepath.Join(out, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	started := map[string]int{}
+	for _, p := range st.Processes {
+		started[p.Name] = p.Pid
+	}
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "extender", "metrics-adapter", "workload-api", "load-source"} {
+		if started[name] == 0 {
+			t.Errorf("local-up did not start %s (state: %s)", name, b)
+		}
+	}
+	env, err := os.ReadFile(filepath.Join(out, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"KUBECONFIG=", "EXTENDER_URL=", "ADAPTER_URL=", "WORKLOAD_API_URL=", "LOAD_SOURCE_URL=", "CAPSCALE_CA_FILE="} {
+		if !strings.Contains(string(env), "export "+v) {
+			t.Errorf("env file lacks %s:\n%s", v, env)
+		}
+	}
+	kubectl := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), "--kubeconfig", filepath.Join(out, "kubeconfig"), "get", "--raw", "/apis/external.metrics.k8s.io/v1beta1")
+	if b, err := kubectl.CombinedOutput(); err != nil || !strings.Contains(string(b), "capscale-load-index") {
+		t.Errorf("the adapter is not served through the local plane's aggregator: %v\n%s", err, b)
+	}
+
+	run("down", "--dir", out)
+	downDone = true
+	for name, pid := range started {
+		// Signal 0 to the process group: ESRCH once every member is gone.
+		if err := syscall.Kill(-pid, 0); err == nil {
+			t.Errorf("%s (pid %d) still runs after local-down", name, pid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "state.json")); !os.IsNotExist(err) {
+		t.Errorf("state.json left after down: %v", err)
+	}
+	if again := run("down", "--dir", out); !strings.Contains(again, "no local plane is running") {
+		t.Errorf("a second down: %q", again)
+	}
+}
