@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 func bindArgs(p *v1.Pod, node string) *extenderv1.ExtenderBindingArgs {
@@ -127,7 +129,7 @@ func TestBinder(t *testing.T) {
 				}
 			}
 			if tc.reservedOn != "" {
-				if r := l.Reserve(tc.bind.PodUID, "ns", "p", tc.reservedOn, PodNeed(tc.api[0])); !r.Verdict.Fit {
+				if r := l.Reserve(tc.bind.PodUID, "ns", "p", tc.reservedOn, underlay.PodNeed(tc.api[0])); !r.Verdict.Fit {
 					t.Fatalf("setup reservation: %+v", r)
 				}
 			}
@@ -206,7 +208,7 @@ func (e *informerEnv) boundPerNode(t testing.TB) map[string]int64 {
 	out := map[string]int64{}
 	for i := range pods.Items {
 		if n := pods.Items[i].Spec.NodeName; n != "" {
-			out[n] += PodNeed(&pods.Items[i])
+			out[n] += underlay.PodNeed(&pods.Items[i])
 		}
 	}
 	return out

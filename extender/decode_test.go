@@ -9,6 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // checkSameAsStdlib fails unless the fast decoder and json.Unmarshal into
@@ -31,7 +33,7 @@ func checkSameAsStdlib(t *testing.T, data []byte) {
 	if !reflect.DeepEqual(&f, std) {
 		t.Fatalf("fast decoder gives\n%#v\nencoding/json gives\n%#v\nfor %q", fast, std, data)
 	}
-	if a, b := PodNeed(fast.Pod), PodNeed(std.Pod); a != b {
+	if a, b := underlay.PodNeed(fast.Pod), underlay.PodNeed(std.Pod); a != b {
 		t.Fatalf("PodNeed %d, encoding/json %d, for %q", a, b, data)
 	}
 }

@@ -9,9 +9,10 @@
 // before it creates the Binding, so that no node is ever over-committed, even
 // when many pods are scheduled at once.
 //
-// The decision logic (PodNeed, ParseCapacity, Fits, Scores, victim
-// accounting) is plain Go over plain types. Informers feed the ledger; the chi
-// handlers in handler.go are a thin transport layer around it.
+// The decision logic (Fits, Scores, victim accounting) is plain Go over plain
+// types; the underlay-IP rule itself (a node's capacity, a pod's need) lives
+// in internal/underlay. Informers feed the ledger; the chi handlers in
+// handler.go are a thin transport layer around it.
 //
 // # HTTP API
 //

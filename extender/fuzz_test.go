@@ -3,11 +3,12 @@ package extender
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // fuzzLedger is a small cluster the decoded arguments are run against, so
@@ -51,7 +52,7 @@ func FuzzDecodeExtenderArgs(f *testing.F) {
 		n := len(candidateNames(args))
 		res := l.Filter(args)
 		kept := len(resultNames(res))
-		if PodNeed(args.Pod) > 0 && args.NodeNames != nil && kept > n {
+		if underlay.PodNeed(args.Pod) > 0 && args.NodeNames != nil && kept > n {
 			t.Fatalf("filter kept %d of %d nodes", kept, n)
 		}
 		prio := l.Prioritize(args)
@@ -128,27 +129,6 @@ func FuzzDecodePreemptionArgs(f *testing.F) {
 					t.Fatalf("nil victim for %q", name)
 				}
 			}
-		}
-	})
-}
-
-func FuzzParseCapacity(f *testing.F) {
-	for _, s := range []string{"0", "10", " 3 ", "-1", "1048576", "1048577", "1e3", "0x10", "+5", "", "ten", "99999999999999999999"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		v, err := ParseCapacity(s)
-		if err != nil {
-			if v != 0 {
-				t.Fatalf("error with value %d", v)
-			}
-			return
-		}
-		if v < 0 || v > maxCapacity {
-			t.Fatalf("ParseCapacity(%q) = %d out of range", s, v)
-		}
-		if again, err := ParseCapacity(strconv.FormatInt(v, 10)); err != nil || again != v {
-			t.Fatalf("round trip of %d: %d, %v", v, again, err)
 		}
 	})
 }

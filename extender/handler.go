@@ -15,6 +15,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/capscale/capscale/internal/httpserver"
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // DefaultMaxRequestBytes bounds a request body. A full ExtenderArgs of 5000
@@ -288,5 +289,5 @@ func logDecision(ctx context.Context, msg string, args *Args, kv ...any) {
 		return
 	}
 	n := args.count()
-	logger.V(4).Info(msg, append([]any{"pod", klog.KObj(args.Pod), "need", PodNeed(args.Pod), "nodes", n}, kv...)...)
+	logger.V(4).Info(msg, append([]any{"pod", klog.KObj(args.Pod), "need", underlay.PodNeed(args.Pod), "nodes", n}, kv...)...)
 }

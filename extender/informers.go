@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // nonTerminalPods selects the pods that can hold IPs, as kube-scheduler's own
@@ -68,7 +70,7 @@ func Compact(pod *v1.Pod) *CachedPod {
 		},
 		NodeName: pod.Spec.NodeName,
 		Phase:    pod.Status.Phase,
-		Need:     PodNeed(pod),
+		Need:     underlay.PodNeed(pod),
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 func TestStripPod(t *testing.T) {
@@ -22,8 +24,8 @@ func TestStripPod(t *testing.T) {
 	full.Spec.Containers[0].Env = []v1.EnvVar{{Name: "A", Value: "B"}}
 	full.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}
 	full.Spec.InitContainers = []v1.Container{{Name: "sidecar", RestartPolicy: &always, Resources: v1.ResourceRequirements{
-		Limits: v1.ResourceList{underlayResource: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi")}}}}
-	full.Spec.Overhead = v1.ResourceList{underlayResource: resource.MustParse("1"), v1.ResourceCPU: resource.MustParse("100m")}
+		Limits: v1.ResourceList{underlay.Resource: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi")}}}}
+	full.Spec.Overhead = v1.ResourceList{underlay.Resource: resource.MustParse("1"), v1.ResourceCPU: resource.MustParse("100m")}
 	full.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady}}
 
 	obj, err := StripPod(full)
@@ -41,8 +43,8 @@ func TestStripPod(t *testing.T) {
 	if got.Labels != nil || got.Annotations != nil || got.ManagedFields != nil || got.OwnerReferences != nil {
 		t.Errorf("kept more than needed: %+v", got)
 	}
-	if got.Need != PodNeed(full) || PodNeed(full) != 4 {
-		t.Errorf("need %d cached, %d of the full pod, want 4", got.Need, PodNeed(full))
+	if got.Need != underlay.PodNeed(full) || underlay.PodNeed(full) != 4 {
+		t.Errorf("need %d cached, %d of the full pod, want 4", got.Need, underlay.PodNeed(full))
 	}
 	cp := got.DeepCopyObject().(*CachedPod)
 	cp.DeletionTimestamp.Time = cp.DeletionTimestamp.Add(time.Hour)

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // Ledger accounts for the underlay IPs of every node: capacity from the node
@@ -178,7 +180,7 @@ func (l *Ledger) gc(name string) {
 
 // SetNode records node's capacity from its annotation.
 func (l *Ledger) SetNode(node *v1.Node) {
-	capacity, reason := NodeCapacity(node.Annotations, l.defaultCapacity)
+	capacity, reason := underlay.NodeCapacity(node.Annotations, l.defaultCapacity)
 	l.mu.Lock()
 	n := l.node(node.Name)
 	changed := !n.known || n.capacity != capacity || n.capacityErr != reason

@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // DecodeBindingArgs decodes and validates the body of /bind.
@@ -63,7 +65,7 @@ func (l *Ledger) usagesFor(args *Args, names []string) []NodeUsage {
 		for i := range usages {
 			if !usages[i].Known {
 				usages[i].Known = true
-				usages[i].Capacity, usages[i].CapacityError = NodeCapacity(args.Nodes.Items[i].Annotations, l.defaultCapacity)
+				usages[i].Capacity, usages[i].CapacityError = underlay.NodeCapacity(args.Nodes.Items[i].Annotations, l.defaultCapacity)
 			}
 		}
 	}
@@ -107,7 +109,7 @@ func (l *Ledger) Filter(args *Args) *FilterResult {
 // the maps, which cost more to build than the rest of a names-only call.
 // WriteTo writes both.
 func (l *Ledger) filter(args *Args) *FilterResult {
-	need := PodNeed(args.Pod)
+	need := underlay.PodNeed(args.Pod)
 	res := &FilterResult{
 		FailedNodes:                extenderv1.FailedNodesMap{},
 		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
@@ -235,7 +237,7 @@ func (l *Ledger) Prioritize(args *Args) extenderv1.HostPriorityList {
 func (l *Ledger) prioritize(args *Args, out []int64) ([]string, []int64) {
 	names := candidateNames(args)
 	out = out[:0]
-	need := PodNeed(args.Pod)
+	need := underlay.PodNeed(args.Pod)
 	if need == 0 {
 		for range names {
 			out = append(out, 0)
@@ -255,7 +257,7 @@ var scorePool = sync.Pool{New: func() any { return new([]int64) }}
 // enough underlay IPs for the preemptor, with the victims unchanged. Victims
 // count with what the ledger holds for them on that node.
 func (l *Ledger) Preempt(args *extenderv1.ExtenderPreemptionArgs) *extenderv1.ExtenderPreemptionResult {
-	need := PodNeed(args.Pod)
+	need := underlay.PodNeed(args.Pod)
 	res := &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{}}
 	consider := func(node string, uids []types.UID, mv *extenderv1.MetaVictims) {
 		if need > 0 {

@@ -23,8 +23,8 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
-	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // Resource names one of the dimensions the calculator checks.
@@ -304,7 +304,7 @@ func allocatable(n *corev1.Node, defIPs int64) Amounts {
 func UnderlayIPCapacity(n *corev1.Node, def int64) int64 {
 	// The extender's rule, so both agree: an invalid annotation is 0, never
 	// the default, because the extender places no pod on such a node.
-	c, _ := extender.NodeCapacity(n.Annotations, def)
+	c, _ := underlay.NodeCapacity(n.Annotations, def)
 	return c
 }
 

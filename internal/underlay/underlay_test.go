@@ -1,6 +1,7 @@
-package extender
+package underlay
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -97,7 +98,7 @@ func TestPodNeed(t *testing.T) {
 		}, want: 3},
 		{name: "overhead", spec: v1.PodSpec{Containers: []v1.Container{{Resources: req(1)}}, Overhead: v1.ResourceList{rn: q(1)}}, want: 2},
 		{name: "negative clamps", spec: v1.PodSpec{Containers: []v1.Container{{Resources: req(-5)}}}, want: 0},
-		{name: "huge clamps", spec: v1.PodSpec{Containers: []v1.Container{{Resources: req(1 << 40)}}}, want: maxCapacity},
+		{name: "huge clamps", spec: v1.PodSpec{Containers: []v1.Container{{Resources: req(1 << 40)}}}, want: MaxCapacity},
 		{name: "other resources ignored", spec: v1.PodSpec{Containers: []v1.Container{{Resources: v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceCPU: q(4)}}}}}, want: 0},
 	}
 	for _, tc := range tests {
@@ -110,4 +111,25 @@ func TestPodNeed(t *testing.T) {
 	if got := PodNeed(nil); got != 0 {
 		t.Errorf("PodNeed(nil) = %d, want 0", got)
 	}
+}
+
+func FuzzParseCapacity(f *testing.F) {
+	for _, s := range []string{"0", "10", " 3 ", "-1", "1048576", "1048577", "1e3", "0x10", "+5", "", "ten", "99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := ParseCapacity(s)
+		if err != nil {
+			if v != 0 {
+				t.Fatalf("error with value %d", v)
+			}
+			return
+		}
+		if v < 0 || v > MaxCapacity {
+			t.Fatalf("ParseCapacity(%q) = %d out of range", s, v)
+		}
+		if again, err := ParseCapacity(strconv.FormatInt(v, 10)); err != nil || again != v {
+			t.Fatalf("round trip of %d: %d, %v", v, again, err)
+		}
+	})
 }

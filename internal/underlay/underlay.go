@@ -1,0 +1,122 @@
+// Package underlay is the one home of the underlay-IP rule: what a node can
+// hold (its capscale.io/underlay-ip-capacity annotation, else the default)
+// and what a pod needs (its effective request of capscale.io/underlay-ip).
+// The extender's ledger, the workload API's capacity calculator and the
+// native-mode capacity publisher all call it, so they cannot disagree.
+package underlay
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/capscale/capscale/internal/names"
+)
+
+// Resource is the extended resource as a ResourceName.
+const Resource = v1.ResourceName(names.UnderlayIPResource)
+
+// MaxCapacity bounds the capacity annotation (and a pod's need) so that sums
+// over thousands of nodes cannot overflow int64. No node hosts a million
+// underlay IPs.
+const MaxCapacity = 1 << 20
+
+// ParseCapacity parses the value of the capscale.io/underlay-ip-capacity node
+// annotation: a non-negative decimal integer no larger than MaxCapacity,
+// surrounding spaces allowed.
+func ParseCapacity(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return 0, fmt.Errorf("empty value")
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("not an integer: %q", s)
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("negative: %d", v)
+	}
+	if v > MaxCapacity {
+		return 0, fmt.Errorf("larger than %d: %d", MaxCapacity, v)
+	}
+	return v, nil
+}
+
+// NodeCapacity returns the underlay IP capacity of a node with the given
+// annotations. Without the annotation it is def. With an invalid annotation it
+// is 0 and reason explains why, so that the node is never used on a guess.
+func NodeCapacity(annotations map[string]string, def int64) (capacity int64, reason string) {
+	s, ok := annotations[names.UnderlayIPCapacityAnnotation]
+	if !ok {
+		return def, ""
+	}
+	c, err := ParseCapacity(s)
+	if err != nil {
+		return 0, fmt.Sprintf("invalid %s annotation (%v), treating capacity as 0", names.UnderlayIPCapacityAnnotation, err)
+	}
+	return c, ""
+}
+
+// PodNeed returns how many underlay IPs pod needs: kube-scheduler's effective
+// request (component-helpers' PodRequests: app containers and sidecars
+// summed, at least the largest init container, plus the pod overhead) of
+// capscale.io/underlay-ip. A container that sets only a limit counts the
+// limit, as the API server defaults it for extended resources; pod templates
+// are never defaulted, so the rule must do it itself.
+func PodNeed(pod *v1.Pod) int64 {
+	if pod == nil {
+		return 0
+	}
+	// PodRequests walks every resource of every container; hand it a pod
+	// that carries only ours, so that the hot path stays a few allocations.
+	slim := v1.Pod{Spec: v1.PodSpec{
+		Containers:     slimContainers(pod.Spec.Containers),
+		InitContainers: slimContainers(pod.Spec.InitContainers),
+	}}
+	if q, ok := pod.Spec.Overhead[Resource]; ok {
+		slim.Spec.Overhead = v1.ResourceList{Resource: q}
+	}
+	if slim.Spec.Containers == nil && slim.Spec.InitContainers == nil && slim.Spec.Overhead == nil {
+		return 0
+	}
+	q := resourcehelper.PodRequests(&slim, resourcehelper.PodResourcesOptions{SkipPodLevelResources: true})[Resource]
+	return clamp(q.Value())
+}
+
+// slimContainers returns cs reduced to their underlay request (the limit
+// when there is no request), clamped; nil when none asks for any.
+func slimContainers(cs []v1.Container) []v1.Container {
+	var out []v1.Container
+	for i := range cs {
+		r := &cs[i].Resources
+		q, ok := r.Requests[Resource]
+		if !ok {
+			q, ok = r.Limits[Resource]
+		}
+		if !ok {
+			// Adds nothing to a sum or a maximum of non-negative needs.
+			continue
+		}
+		if out == nil {
+			out = make([]v1.Container, 0, len(cs))
+		}
+		// Clamped per container so that a hostile quantity cannot
+		// overflow the sum.
+		out = append(out, v1.Container{Name: cs[i].Name, RestartPolicy: cs[i].RestartPolicy,
+			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+				Resource: *resource.NewQuantity(clamp(q.Value()), resource.DecimalSI)}}})
+	}
+	return out
+}
+
+// clamp keeps a hostile or broken quantity from overflowing sums.
+func clamp(v int64) int64 {
+	if v < 0 {
+		return 0
+	}
+	return min(v, MaxCapacity)
+}
