@@ -137,6 +137,12 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 	if args.NodeNames != nil {
 		res.pooledNames = namePool.Get().(*[]string)
 		keptNames = (*res.pooledNames)[:0]
+		if keptNames == nil {
+			// A new pool entry is a nil slice, which would answer
+			// "NodeNames":null when every node is full: the reply must
+			// stay in names mode (kube-scheduler and our tests read it so).
+			keptNames = []string{}
+		}
 	} else {
 		keptNodes = make([]NodeItem, 0, len(names))
 	}
@@ -170,7 +176,7 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 // these pools and go back when the response is written (release). GC work
 // of a few hundred kilobytes per call otherwise costs as much as the call.
 var (
-	namePool   = sync.Pool{New: func() any { return new([]string) }}
+	namePool   = &sync.Pool{New: func() any { return new([]string) }}
 	failedPool = sync.Pool{New: func() any { return new([]failedNode) }}
 )
 

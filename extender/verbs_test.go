@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -250,5 +252,25 @@ func TestPreempt(t *testing.T) {
 	want := &extenderv1.MetaVictims{Pods: []*extenderv1.MetaPod{{UID: "uid-b1"}}, NumPDBViolations: 1}
 	if !reflect.DeepEqual(res.NodeNameToMetaVictims["b"], want) {
 		t.Errorf("victims of b = %+v, want %+v", res.NodeNameToMetaVictims["b"], want)
+	}
+}
+
+// TestFilterAllFullStaysInNamesMode pins the reply of a names-only filter
+// in which no node fits: an empty list, not null, even when the per-call
+// name slice is a fresh pool entry (a nil slice).
+func TestFilterAllFullStaysInNamesMode(t *testing.T) {
+	saved := namePool
+	namePool = &sync.Pool{New: func() any { return new([]string) }}
+	defer func() { namePool = saved }()
+
+	l := newTestLedger([]*v1.Node{node("a", "1")}, []*v1.Pod{pod("held", "a", 1)})
+	res := l.filter(namesArgs(pod("p", "", 1), "a"))
+	defer res.release()
+	var b strings.Builder
+	if _, err := res.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"NodeNames":[]`) {
+		t.Fatalf("reply %s, want \"NodeNames\":[]", b.String())
 	}
 }
