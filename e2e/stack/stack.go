@@ -29,6 +29,11 @@ type Options struct {
 
 	Extender     bool
 	ExtenderArgs []string
+	// Native runs native mode: the extender binary publishes capacity
+	// (--publish-capacity, with deploy/native/rbac.yaml) and kube-scheduler
+	// counts the resource itself (deploy/native/kube-scheduler-config.yaml
+	// unless SchedulerConfigFile says otherwise). Implies Extender.
+	Native bool
 	// SchedulerConfigFile is the KubeSchedulerConfiguration with the
 	// extender; default deploy/scheduler/kube-scheduler-config.yaml.
 	SchedulerConfigFile string
@@ -63,14 +68,21 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		o.BinDir = filepath.Join(plane.RepoRoot(), "_output", "bin")
 	}
 	s = &Stack{}
+	if o.Native {
+		o.Extender = true
+		o.ExtenderArgs = append([]string{"--publish-capacity", "--leader-elect-namespace=" + Namespace}, o.ExtenderArgs...)
+	}
 	if o.Extender {
 		if s.extenderPort, err = plane.FreePort(); err != nil {
 			return nil, err
 		}
 		s.ExtenderURL = fmt.Sprintf("http://127.0.0.1:%d", s.extenderPort)
 		file := o.SchedulerConfigFile
-		if file == "" {
-			file = filepath.Join(plane.RepoRoot(), "deploy", "scheduler", "kube-scheduler-config.yaml")
+		switch {
+		case file == "" && o.Native:
+			file = DeployFile("native/kube-scheduler-config.yaml")
+		case file == "":
+			file = DeployFile("scheduler/kube-scheduler-config.yaml")
 		}
 		if o.Plane.SchedulerConfig, err = SchedulerConfigWithExtender(file, s.ExtenderURL); err != nil {
 			return nil, err
@@ -116,7 +128,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 func DeployFile(rel string) string { return filepath.Join(plane.RepoRoot(), "deploy", rel) }
 
 // SchedulerConfigWithExtender reads a KubeSchedulerConfiguration and points
-// every extender at url, leaving the rest as written.
+// every extender (if any: native mode has none) at url, leaving the rest as
+// written.
 func SchedulerConfigWithExtender(file, url string) (string, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -127,9 +140,6 @@ func SchedulerConfigWithExtender(file, url string) (string, error) {
 		return "", fmt.Errorf("parsing %s: %w", file, err)
 	}
 	exts, _ := m["extenders"].([]any)
-	if len(exts) == 0 {
-		return "", fmt.Errorf("%s configures no extender", file)
-	}
 	for _, e := range exts {
 		if em, ok := e.(map[string]any); ok {
 			em["urlPrefix"] = url
@@ -152,6 +162,11 @@ func (s *Stack) startExtender(ctx context.Context) error {
 	kc, err := s.componentKubeconfig(ctx, "extender/rbac.yaml", "capscale-extender")
 	if err != nil {
 		return err
+	}
+	if s.Opts.Native {
+		if _, err := s.Kubectl(ctx, "apply", "-f", DeployFile("native/rbac.yaml")); err != nil {
+			return err
+		}
 	}
 	s.extenderKC = kc
 	return s.StartExtender(ctx)

@@ -1,0 +1,66 @@
+// Package publisher is native mode's capacity publisher: it keeps every
+// Node's status.capacity and status.allocatable of capscale.io/underlay-ip
+// equal to the underlay-IP rule (the capscale.io/underlay-ip-capacity
+// annotation, else the default; an invalid annotation publishes 0), so that
+// kube-scheduler's NodeResourcesFit, the kubelet's admission, Cluster
+// Autoscaler and `kubectl describe node` count underlay IPs themselves.
+//
+// The decision is Decide, a plain function; Publisher is the controller
+// around it (a node informer, a workqueue, one status patch per change).
+package publisher
+
+import (
+	"fmt"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+// PublishedAnnotation records on a Node the capacity capscale published
+// there. It marks the resource as capscale's: a node that advertises
+// capscale.io/underlay-ip without it got the resource from someone else (a
+// device plugin, a hand-written patch), and the publisher leaves it alone.
+const PublishedAnnotation = names.UnderlayIPResource + "-published"
+
+// Decision is what the publisher does for one node.
+type Decision struct {
+	// Patch is true when status (and the marker) must change to Want.
+	Patch bool
+	// Want is the capacity the rule gives the node.
+	Want int64
+	// Invalid explains an invalid capacity annotation (Want is then 0).
+	Invalid string
+	// Foreign explains why the node's resource is not capscale's to write.
+	Foreign string
+}
+
+// Decide compares a node with the rule. def is the capacity of a node
+// without the annotation.
+func Decide(node *v1.Node, def int64) Decision {
+	want, invalid := underlay.NodeCapacity(node.Annotations, def)
+	d := Decision{Want: want, Invalid: invalid}
+	cur, has := node.Status.Capacity[underlay.Resource]
+	_, marked := node.Annotations[PublishedAnnotation]
+	if has && !marked {
+		d.Foreign = fmt.Sprintf("node advertises %s=%s, which capscale did not publish (a device plugin or another writer owns it); leaving it alone", names.UnderlayIPResource, cur.String())
+		return d
+	}
+	alloc, hasAlloc := node.Status.Allocatable[underlay.Resource]
+	d.Patch = !has || !hasAlloc || cur.Value() != want || alloc.Value() != want ||
+		node.Annotations[PublishedAnnotation] != strconv.FormatInt(want, 10)
+	return d
+}
+
+// Patch is the strategic-merge patch of nodes/status that publishes want.
+// A node's status update also carries its metadata, so the marker and the
+// resource change in one write.
+func Patch(want int64) []byte {
+	q := resource.NewQuantity(want, resource.DecimalSI).String()
+	return fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}},"status":{"capacity":{%q:%q},"allocatable":{%q:%q}}}`,
+		PublishedAnnotation, strconv.FormatInt(want, 10),
+		names.UnderlayIPResource, q, names.UnderlayIPResource, q)
+}
