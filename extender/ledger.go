@@ -3,6 +3,7 @@ package extender
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ type Ledger struct {
 	// the informer has not delivered yet. Separate lock: filter writes it.
 	hintMu sync.Mutex
 	hints  map[types.UID]hint
+
+	// waiting are the pods rejected for lack of IPs (nil: not tracked).
+	waiting *Waiting
 }
 
 type nodeState struct {
@@ -91,6 +95,9 @@ type LedgerOptions struct {
 	Metrics *Metrics
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
+	// Waiting, if not nil, learns of pods rejected for lack of IPs and of
+	// every release of IPs, for the requeuer.
+	Waiting *Waiting
 }
 
 const (
@@ -118,7 +125,48 @@ func NewLedger(o LedgerOptions) *Ledger {
 		pods:            map[types.UID]*holder{},
 		reservations:    map[types.UID]*reservation{},
 		hints:           map[types.UID]hint{},
+		waiting:         o.Waiting,
 	}
+}
+
+// freeLocked is the room left on a usable node; callers hold mu.
+func (l *Ledger) freeLocked(name string) int64 {
+	n := l.nodes[name]
+	if n == nil || !n.known || n.capacityErr != "" {
+		return 0
+	}
+	return max(0, n.capacity-n.used-n.reserved)
+}
+
+// freeOf sums freeLocked over the distinct non-empty names; callers hold mu.
+func (l *Ledger) freeOf(names ...string) int64 {
+	var sum int64
+	for i, name := range names {
+		if name == "" || slices.Contains(names[:i], name) {
+			continue
+		}
+		sum += l.freeLocked(name)
+	}
+	return sum
+}
+
+// freed tells Waiting that room grew by after-before, if it did; called
+// without mu.
+func (l *Ledger) freed(before, after int64) {
+	if after > before {
+		l.waiting.Freed(after - before)
+	}
+}
+
+// placeOf is where uid holds or reserves IPs; callers hold mu.
+func (l *Ledger) placeOf(uid types.UID) (held, reserved string) {
+	if h := l.pods[uid]; h != nil {
+		held = h.node
+	}
+	if r := l.reservations[uid]; r != nil {
+		reserved = r.node
+	}
+	return held, reserved
 }
 
 // DefaultCapacity is the capacity of a node without the annotation.
@@ -182,6 +230,7 @@ func (l *Ledger) gc(name string) {
 func (l *Ledger) SetNode(node *v1.Node) {
 	capacity, reason := underlay.NodeCapacity(node.Annotations, l.defaultCapacity)
 	l.mu.Lock()
+	before := l.freeLocked(node.Name)
 	n := l.node(node.Name)
 	changed := !n.known || n.capacity != capacity || n.capacityErr != reason
 	if n.known {
@@ -198,7 +247,10 @@ func (l *Ledger) SetNode(node *v1.Node) {
 		l.invalidNodes++
 	}
 	l.publishLocked()
+	after := l.freeLocked(node.Name)
 	l.mu.Unlock()
+	// A node that appears or grows frees room as much as a deleted pod.
+	l.freed(before, after)
 
 	if !changed {
 		return
@@ -241,6 +293,8 @@ func (l *Ledger) SetCachedPod(pod *CachedPod) {
 	settled := pod.NodeName != "" || pod.Terminal()
 	holds := pod.NodeName != "" && !pod.Terminal() && need > 0
 	l.mu.Lock()
+	held, reserved := l.placeOf(pod.UID)
+	before := l.freeOf(held, reserved, pod.NodeName)
 	if settled {
 		l.dropReservationLocked(pod.UID)
 	}
@@ -252,7 +306,16 @@ func (l *Ledger) SetCachedPod(pod *CachedPod) {
 		l.totals.Used += need
 	}
 	l.publishLocked()
+	after := l.freeOf(held, reserved, pod.NodeName)
 	l.mu.Unlock()
+	l.freed(before, after)
+	if holds {
+		if d, ok := l.waiting.Bound(pod.UID); ok {
+			l.metrics.FreedIPReuse.Observe(d.Seconds())
+		}
+	} else if pod.Terminal() {
+		l.waiting.Forget(pod.UID)
+	}
 	if settled {
 		// No bind will ask for this pod's need any more.
 		l.hintMu.Lock()
@@ -264,10 +327,15 @@ func (l *Ledger) SetCachedPod(pod *CachedPod) {
 // DeletePod releases everything pod held or reserved.
 func (l *Ledger) DeletePod(uid types.UID) {
 	l.mu.Lock()
+	held, reserved := l.placeOf(uid)
+	before := l.freeOf(held, reserved)
 	l.dropReservationLocked(uid)
 	l.removePodLocked(uid)
 	l.publishLocked()
+	after := l.freeOf(held, reserved)
 	l.mu.Unlock()
+	l.freed(before, after)
+	l.waiting.Forget(uid)
 	l.hintMu.Lock()
 	delete(l.hints, uid)
 	l.hintMu.Unlock()
@@ -350,6 +418,14 @@ func (l *Ledger) VictimsFree(node string, uids []types.UID) int64 {
 	return freed
 }
 
+// Settled reports whether pod uid holds or reserves IPs anywhere: bound, or
+// its bind is in flight.
+func (l *Ledger) Settled(uid types.UID) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.pods[uid] != nil || l.reservations[uid] != nil
+}
+
 // Holding reports whether pod uid is counted as bound to node.
 func (l *Ledger) Holding(uid types.UID, node string) bool {
 	l.mu.RLock()
@@ -416,11 +492,15 @@ func (l *Ledger) Reserve(uid types.UID, namespace, name, node string, need int64
 // refused. A newer reservation of the same pod is left alone.
 func (l *Ledger) Release(uid types.UID, token uint64) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	var before, after int64
 	if r := l.reservations[uid]; r != nil && r.token == token {
+		before = l.freeLocked(r.node)
 		l.dropReservationLocked(uid)
 		l.publishLocked()
+		after = l.freeLocked(r.node)
 	}
+	l.mu.Unlock()
+	l.freed(before, after)
 }
 
 // Unconfirmed marks a reservation whose Binding outcome is unknown (a
@@ -463,15 +543,19 @@ func (l *Ledger) Expire() {
 	if l.scattered > 0 {
 		l.compactLocked()
 	}
+	var before, after int64
 	for uid, r := range l.reservations {
 		if !r.expires.IsZero() && now.After(r.expires) {
 			klog.InfoS("Dropping unconfirmed underlay IP reservation", "pod", klog.KRef(r.namespace, r.name), "node", r.node, "ips", r.need)
+			before += l.freeLocked(r.node)
 			l.dropReservationLocked(uid)
+			after += l.freeLocked(r.node)
 			l.metrics.ExpiredReservations.Inc()
 		}
 	}
 	l.publishLocked()
 	l.mu.Unlock()
+	l.freed(before, after)
 
 	l.hintMu.Lock()
 	for uid, h := range l.hints {

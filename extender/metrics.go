@@ -27,6 +27,15 @@ type Metrics struct {
 	// ExpiredReservations counts reservations dropped because a bind's
 	// outcome stayed unknown past the reservation TTL.
 	ExpiredReservations prometheus.Counter
+	// FreedIPReuse is the time from IPs freed in the ledger to a pod that
+	// was waiting for them bound.
+	FreedIPReuse prometheus.Histogram
+	// RequeueWrites counts the requeuer's pod updates by result (requeued,
+	// skipped, gone, error).
+	RequeueWrites *prometheus.CounterVec
+	// WaitingPods is the number of pods rejected for lack of IPs that wait
+	// for a release.
+	WaitingPods prometheus.Gauge
 	// Cluster totals over the nodes the extender knows.
 	Nodes, CapacityIPs, UsedIPs, ReservedIPs prometheus.Gauge
 }
@@ -60,6 +69,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "expired_reservations_total",
 			Help: "Reservations dropped after a bind with an unknown outcome was never confirmed.",
 		}),
+		FreedIPReuse: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "freed_ip_reuse_seconds",
+			Help:    "Time from underlay IPs freed in the ledger to a pod that waited for IPs bound.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 300},
+		}),
+		RequeueWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "requeue_writes_total",
+			Help: "Pod status updates that ask kube-scheduler to retry a pod after underlay IPs were freed, by result (requeued, skipped, gone, error).",
+		}, []string{"result"}),
+		WaitingPods: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "waiting_pods",
+			Help: "Pods rejected for lack of underlay IPs that wait for IPs to be freed.",
+		}),
 		Nodes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "nodes",
 			Help: "Nodes known to the extender.",
@@ -79,7 +101,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.FilteredNodes, m.BindConflicts, m.Binds, m.InvalidCapacityAnnotations,
-			m.InvalidCapacityNodes, m.ExpiredReservations, m.Nodes, m.CapacityIPs, m.UsedIPs, m.ReservedIPs)
+			m.InvalidCapacityNodes, m.ExpiredReservations, m.FreedIPReuse, m.RequeueWrites, m.WaitingPods,
+			m.Nodes, m.CapacityIPs, m.UsedIPs, m.ReservedIPs)
 	}
 	return m
 }

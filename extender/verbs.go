@@ -163,6 +163,7 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 	for _, c := range causes {
 		l.metrics.FilteredNodes.WithLabelValues(c.cause).Add(float64(c.n))
 	}
+	l.noteWaiting(args, need, len(keptNames)+len(keptNodes), causes)
 	if args.NodeNames != nil {
 		*res.pooledNames = keptNames
 		res.NodeNames, res.plainNames = res.pooledNames, args.plainNames
@@ -170,6 +171,29 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 		res.Nodes = &NodeItems{Items: keptNodes}
 	}
 	return res
+}
+
+// noteWaiting tells Waiting whether the pod now waits for IPs to be freed:
+// no node had room, and on at least one the IPs were used up (not a
+// capacity too small, which no release fixes).
+func (l *Ledger) noteWaiting(args *Args, need int64, kept int, causes []causeCount) {
+	if l.waiting == nil {
+		return
+	}
+	if kept > 0 {
+		l.waiting.Fits(args.Pod.UID)
+		return
+	}
+	for _, c := range causes {
+		if c.cause == CauseExhausted {
+			var prio int32
+			if args.Pod.Spec.Priority != nil {
+				prio = *args.Pod.Spec.Priority
+			}
+			l.waiting.Rejected(args.Pod.UID, args.Pod.Namespace, args.Pod.Name, prio, need)
+			return
+		}
+	}
 }
 
 // The names-only path allocates nothing per node: its slices come from

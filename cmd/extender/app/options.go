@@ -42,6 +42,15 @@ type Options struct {
 	// is one, so client-go's default of 5 QPS would throttle a burst.
 	KubeAPIQPS   float32
 	KubeAPIBurst int
+	// RequeueQPS bounds the pod updates that ask kube-scheduler to retry
+	// pods after IPs were freed (burst: the same number); 0 turns it off.
+	RequeueQPS float64
+	// PublishCapacity runs native mode's capacity publisher (leader-elected
+	// on a Lease in LeaderElectNamespace).
+	PublishCapacity      bool
+	LeaderElectNamespace string
+	// LeaderElectIdentity defaults to the host name and a random suffix.
+	LeaderElectIdentity string
 	// Logs are the component-base logging options (-v, --logging-format, ...).
 	Logs *logsapi.LoggingConfiguration
 }
@@ -51,14 +60,16 @@ func NewOptions() *Options {
 	return &Options{
 		// Loopback by default: the verbs (above all /bind) are not
 		// authenticated and only the kube-scheduler beside it calls them.
-		BindAddress:     "127.0.0.1:8888",
-		DefaultCapacity: 10,
-		MaxRequestBytes: extender.DefaultMaxRequestBytes,
-		ReservationTTL:  time.Minute,
-		ShutdownTimeout: 10 * time.Second,
-		KubeAPIQPS:      50,
-		KubeAPIBurst:    100,
-		Logs:            logsapi.NewLoggingConfiguration(),
+		BindAddress:          "127.0.0.1:8888",
+		DefaultCapacity:      10,
+		MaxRequestBytes:      extender.DefaultMaxRequestBytes,
+		ReservationTTL:       time.Minute,
+		ShutdownTimeout:      10 * time.Second,
+		KubeAPIQPS:           50,
+		KubeAPIBurst:         100,
+		RequeueQPS:           20,
+		LeaderElectNamespace: "capscale-system",
+		Logs:                 logsapi.NewLoggingConfiguration(),
 	}
 }
 
@@ -77,6 +88,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight requests may take to finish on SIGTERM.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the apiserver (each bind is one); kube-scheduler's own client uses 50.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the apiserver.")
+	fs.Float64Var(&o.RequeueQPS, "requeue-qps", o.RequeueQPS, "Pod status updates per second (and burst) that ask kube-scheduler to retry pods rejected for lack of underlay IPs once IPs are freed; 0 turns this off and leaves them to kube-scheduler's periodic retry (up to 5 minutes).")
+	nfs := fss.FlagSet("native mode")
+	nfs.BoolVar(&o.PublishCapacity, "publish-capacity", o.PublishCapacity, "Publish every node's underlay-IP capacity (annotation, else --default-capacity) as capscale.io/underlay-ip in Node status.capacity and allocatable, so kube-scheduler counts it itself (native mode). Leader-elected: one replica writes.")
+	nfs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, "Namespace of the capacity publisher's Lease (capscale-capacity-publisher).")
+	nfs.StringVar(&o.LeaderElectIdentity, "leader-elect-identity", o.LeaderElectIdentity, "This replica's identity in the Lease; empty uses the host name and a random suffix.")
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	return fss
 }
@@ -116,6 +132,12 @@ func (o *Options) Validate() []error {
 	}
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps must be positive and --kube-api-burst at least 1, got %v and %d", o.KubeAPIQPS, o.KubeAPIBurst))
+	}
+	if o.RequeueQPS < 0 || o.RequeueQPS > 1000 {
+		errs = append(errs, fmt.Errorf("--requeue-qps must be between 0 and 1000, got %v", o.RequeueQPS))
+	}
+	if o.PublishCapacity && o.LeaderElectNamespace == "" {
+		errs = append(errs, fmt.Errorf("--publish-capacity needs --leader-elect-namespace"))
 	}
 	for _, err := range logsapi.Validate(o.Logs, nil, nil) {
 		errs = append(errs, err)

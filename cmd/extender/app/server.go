@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/capscale/capscale/extender"
+	"github.com/capscale/capscale/extender/publisher"
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/version"
@@ -86,14 +88,25 @@ func (o *Options) RunWithClient(ctx context.Context, cs kubernetes.Interface, li
 		return err
 	}
 	nodeInformer := factory.Core().V1().Nodes().Informer()
+	var waiting *extender.Waiting
+	if o.RequeueQPS > 0 {
+		waiting = extender.NewWaiting(nil)
+	}
 	ledger := extender.NewLedger(extender.LedgerOptions{
 		DefaultCapacity: o.DefaultCapacity,
 		ReservationTTL:  o.ReservationTTL,
 		Metrics:         metrics,
+		Waiting:         waiting,
 	})
 	synced, err := ledger.Attach(podInformer, nodeInformer)
 	if err != nil {
 		return err
+	}
+	var pub *publisher.Publisher
+	if o.PublishCapacity {
+		if pub, err = publisher.New(cs, factory.Core().V1().Nodes(), o.DefaultCapacity, reg); err != nil {
+			return err
+		}
 	}
 	binder := extender.NewBinder(cs, extender.IndexerLookup(podInformer.GetIndexer()), ledger)
 	handler := extender.NewHandler(extender.HandlerOptions{
@@ -114,6 +127,22 @@ func (o *Options) RunWithClient(ctx context.Context, cs kubernetes.Interface, li
 		factory.Shutdown()
 	}()
 	go ledger.Run(ctx)
+	if waiting != nil {
+		go extender.NewRequeuer(waiting, ledger, cs, o.RequeueQPS, max(1, int(o.RequeueQPS))).Run(ctx)
+	}
+	if pub != nil {
+		id := o.LeaderElectIdentity
+		if id == "" {
+			host, _ := os.Hostname()
+			id = host + "_" + string(uuid.NewUUID())
+		}
+		go func() {
+			if err := publisher.RunElected(ctx, cs, o.LeaderElectNamespace, id, pub.Run); err != nil {
+				klog.ErrorS(err, "Capacity publisher stopped")
+				cancel()
+			}
+		}()
+	}
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), synced) {
 			t := ledger.Report().Totals

@@ -1,0 +1,289 @@
+package extender
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// Waiting is the bookkeeping behind "a freed IP is reused at once".
+//
+// kube-scheduler registers no queueing hint for an extender's rejection: a
+// pod the extender turned away retries on the next cluster event. When that
+// event is the deletion of the pod that held the IP, the retry often reaches
+// the extender before its own informer has seen the deletion, is rejected
+// again, and then waits for the scheduler's periodic flush (up to five
+// minutes). Waiting remembers the pods rejected for lack of IPs; once the
+// ledger frees IPs, Next names a few of them, and the caller touches each
+// pod (an update of the pending pod makes kube-scheduler requeue it) — so the
+// retry happens after the ledger already counts the IPs as free.
+//
+// Writes are bounded: a release of n IPs earns n credits (one per IP, a pod
+// spends its need) and at most triesPerFreedIP×n writes; a pod is touched at
+// most once per release; the writer adds a rate limit on top.
+type Waiting struct {
+	clock clock.PassiveClock
+	// count mirrors len(pods) so that the filter's fit path skips the lock
+	// when nothing waits.
+	count atomic.Int64
+
+	mu   sync.Mutex
+	pods map[types.UID]*waiter
+	// gen counts releases; a pod is touched at most once per gen.
+	gen uint64
+	// credit is IPs freed and not yet claimed by a touched pod; budget the
+	// writes the current releases still allow.
+	credit, budget int64
+	// lastFreed is the time of the latest release, for the reuse histogram.
+	lastFreed time.Time
+	// wake tells the writer that Next may have work.
+	wake chan struct{}
+}
+
+type waiter struct {
+	namespace, name string
+	priority        int32
+	need            int64
+	// since is the first rejection; last the latest one.
+	since, last time.Time
+	// touchedGen is the release during which the pod was last touched;
+	// outstanding is true from that touch until its retry is decided.
+	touchedGen  uint64
+	touchedAt   time.Time
+	outstanding bool
+	// fits is set when a later filter found room: the pod no longer waits,
+	// but stays known until it shows up bound, for the reuse histogram.
+	fits bool
+}
+
+const (
+	// triesPerFreedIP bounds the writes one freed IP can cause when the
+	// pods touched first cannot use it (another node's selector, say).
+	triesPerFreedIP = 4
+	// maxWaiting bounds the memory of the set.
+	maxWaiting = 100000
+	// waitingTTL forgets a pod nothing has reported on for this long (it
+	// was deleted while the informer missed it, or another scheduler took it).
+	waitingTTL = 15 * time.Minute
+	// outstandingTimeout returns a touched pod's credit when its retry never
+	// reached the extender (an in-tree filter rejected it, or its backoff,
+	// at most 10 s by default, is still running).
+	outstandingTimeout = 15 * time.Second
+)
+
+// NewWaiting returns an empty set; clk defaults to the real clock.
+func NewWaiting(clk clock.PassiveClock) *Waiting {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Waiting{clock: clk, pods: map[types.UID]*waiter{}, wake: make(chan struct{}, 1)}
+}
+
+// Wake is signalled when Next may have work.
+func (w *Waiting) Wake() <-chan struct{} { return w.wake }
+
+func (w *Waiting) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Touch names a pod to requeue.
+type Touch struct {
+	UID             types.UID
+	Namespace, Name string
+}
+
+// Rejected records that filter found no node with room for the pod because
+// IPs were exhausted. A pod that was touched and is rejected again gives its
+// credit back, so that another waiting pod may use the freed IPs.
+func (w *Waiting) Rejected(uid types.UID, namespace, name string, priority int32, need int64) {
+	if uid == "" || w == nil {
+		return
+	}
+	now := w.clock.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pods[uid]
+	if p == nil {
+		if len(w.pods) >= maxWaiting {
+			return
+		}
+		p = &waiter{namespace: namespace, name: name, since: now}
+		w.pods[uid] = p
+		w.count.Store(int64(len(w.pods)))
+	}
+	p.priority, p.need, p.last, p.fits = priority, need, now, false
+	if p.outstanding {
+		p.outstanding = false
+		w.credit += p.need
+		w.signal()
+	}
+}
+
+// Fits records that filter found room for a waiting pod: it is touched no
+// more, and a touch that led here keeps its credit spent.
+func (w *Waiting) Fits(uid types.UID) {
+	if w == nil || w.count.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p := w.pods[uid]; p != nil {
+		p.fits, p.outstanding = true, false
+	}
+}
+
+// Forget drops a pod: it was deleted or finished.
+func (w *Waiting) Forget(uid types.UID) {
+	if w == nil || w.count.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.forgetLocked(uid)
+}
+
+func (w *Waiting) forgetLocked(uid types.UID) {
+	if _, ok := w.pods[uid]; !ok {
+		return
+	}
+	delete(w.pods, uid)
+	w.count.Store(int64(len(w.pods)))
+	if len(w.pods) == 0 {
+		w.credit, w.budget = 0, 0
+	}
+}
+
+// Bound drops a pod the informer shows bound and returns how long after the
+// latest release it bound, when it was waiting at that release.
+func (w *Waiting) Bound(uid types.UID) (sinceFreed time.Duration, ok bool) {
+	if w == nil || w.count.Load() == 0 {
+		return 0, false
+	}
+	now := w.clock.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pods[uid]
+	if p == nil {
+		return 0, false
+	}
+	w.forgetLocked(uid)
+	if w.lastFreed.IsZero() || !p.since.Before(w.lastFreed) {
+		return 0, false
+	}
+	return now.Sub(w.lastFreed), true
+}
+
+// Freed records that n IPs became free. It reports whether anything waits,
+// i.e. whether Next may now have work.
+func (w *Waiting) Freed(n int64) bool {
+	if w == nil || n <= 0 {
+		return false
+	}
+	now := w.clock.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lastFreed = now
+	if len(w.pods) == 0 {
+		return false
+	}
+	w.gen++
+	w.credit += n
+	w.budget += triesPerFreedIP * n
+	// More credit than the waiting pods could claim only inflates writes.
+	var need int64
+	for _, p := range w.pods {
+		if !p.fits {
+			need += p.need
+		}
+	}
+	w.credit = min(w.credit, need)
+	w.budget = min(w.budget, triesPerFreedIP*int64(len(w.pods)))
+	w.signal()
+	return true
+}
+
+// Next returns the pods to touch now, highest priority first, then the
+// longest waiting, and marks them touched. It also forgets stale pods and
+// returns the credit of touches whose retry never came back.
+func (w *Waiting) Next() []Touch {
+	if w == nil {
+		return nil
+	}
+	now := w.clock.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var eligible []*waiterRef
+	for uid, p := range w.pods {
+		if now.Sub(p.last) > waitingTTL {
+			w.forgetLocked(uid)
+			continue
+		}
+		if p.outstanding && now.Sub(p.touchedAt) > outstandingTimeout {
+			p.outstanding = false
+			w.credit += p.need
+		}
+		if !p.fits && !p.outstanding && p.touchedGen < w.gen {
+			eligible = append(eligible, &waiterRef{uid, p})
+		}
+	}
+	if w.credit <= 0 || w.budget <= 0 || len(eligible) == 0 {
+		return nil
+	}
+	sort.Slice(eligible, func(i, j int) bool {
+		a, b := eligible[i].w, eligible[j].w
+		if a.priority != b.priority {
+			return a.priority > b.priority
+		}
+		if !a.since.Equal(b.since) {
+			return a.since.Before(b.since)
+		}
+		return eligible[i].uid < eligible[j].uid
+	})
+	var out []Touch
+	for _, e := range eligible {
+		if w.credit <= 0 || w.budget <= 0 {
+			break
+		}
+		e.w.touchedGen, e.w.touchedAt, e.w.outstanding = w.gen, now, true
+		w.credit -= max(e.w.need, 1)
+		w.budget--
+		out = append(out, Touch{UID: e.uid, Namespace: e.w.namespace, Name: e.w.name})
+	}
+	return out
+}
+
+// Outstanding reports whether a touched pod's retry is still awaited, so
+// that the caller knows to call Next again after outstandingTimeout.
+func (w *Waiting) Outstanding() bool {
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.pods {
+		if p.outstanding {
+			return true
+		}
+	}
+	return false
+}
+
+// Len is the number of waiting pods.
+func (w *Waiting) Len() int {
+	if w == nil {
+		return 0
+	}
+	return int(w.count.Load())
+}
+
+type waiterRef struct {
+	uid types.UID
+	w   *waiter
+}
