@@ -60,11 +60,15 @@ bench: build control-plane ## Handler and provider benchmarks, and external-metr
 bench-e2e: build control-plane ## On real local planes: scheduling throughput with vs without the extender, reaction time, memory at 5000 nodes (prints figures).
 	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) $(BENCH_E2E_FLAGS)
 
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 .PHONY: lint
-lint: ## gofmt, go vet (unit and e2e builds).
+lint: ## gofmt, go vet and staticcheck (unit and e2e builds).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags e2e ./...
 
 .PHONY: local-up
 local-up: build control-plane ## Start the local plane with capscale wired in (NODES=5); writes _output/local/{kubeconfig,env}.

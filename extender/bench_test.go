@@ -92,7 +92,7 @@ func (f fieldSet) raw() *metav1.FieldsV1 {
 	if err != nil {
 		panic(err)
 	}
-	return &metav1.FieldsV1{Raw: b}
+	return metav1.NewFieldsV1(string(b))
 }
 
 // realisticManagedFields are the managedFields entries the API server keeps

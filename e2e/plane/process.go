@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -151,8 +150,6 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }
 
 func joinErrs(errs []error) error {
 	var msgs []string
