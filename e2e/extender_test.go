@@ -38,9 +38,7 @@ func underlayCapacity(i int) (annotation string, capacity int) {
 
 func startExtenderStack(t *testing.T, nodes int) *stack.Stack {
 	t.Helper()
-	ctx := testContext(t, 3*time.Minute)
-	s, err := stack.Start(ctx, stack.Options{
-		BinDir: capscaleBin,
+	return startStack(t, stack.Options{
 		Plane: plane.Options{
 			Nodes: nodes, Logf: t.Logf,
 			Node: func(i int, n *corev1.Node) {
@@ -51,16 +49,6 @@ func startExtenderStack(t *testing.T, nodes int) *stack.Stack {
 		},
 		Extender: true,
 	})
-	if err != nil {
-		t.Fatalf("starting stack: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("component logs:\n%s", s.LogTails(80))
-		}
-		s.Stop()
-	})
-	return s
 }
 
 func underlayRequest(n int64) corev1.ResourceList {

@@ -30,9 +30,7 @@ func nativeCapacity(i int) (annotation string, capacity int) {
 // TestNativeCapacity is native mode on one plane of 20 nodes: the publisher
 // puts the capacity into Node status, kube-scheduler alone enforces it.
 func TestNativeCapacity(t *testing.T) {
-	ctx := testContext(t, 12*time.Minute)
-	s, err := stack.Start(ctx, stack.Options{
-		BinDir: capscaleBin,
+	s := startStack(t, stack.Options{
 		Plane: plane.Options{Nodes: 20, Logf: t.Logf, Node: func(i int, n *corev1.Node) {
 			if a, _ := nativeCapacity(i); a != "" {
 				n.Annotations[names.UnderlayIPCapacityAnnotation] = a
@@ -40,15 +38,7 @@ func TestNativeCapacity(t *testing.T) {
 		}},
 		Native: true,
 	})
-	if err != nil {
-		t.Fatalf("starting stack: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("component logs:\n%s", s.LogTails(80))
-		}
-		s.Stop()
-	})
+	ctx := testContext(t, 12*time.Minute)
 	capacity := map[string]int{}
 	published := map[string]int64{}
 	total := 0

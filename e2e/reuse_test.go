@@ -198,25 +198,13 @@ func freedIPsAtScale(t *testing.T, s *stack.Stack, capacity map[string]int) {
 
 func startReuseStack(t *testing.T, nodes int, capacity string, args ...string) *stack.Stack {
 	t.Helper()
-	ctx := testContext(t, 3*time.Minute)
-	s, err := stack.Start(ctx, stack.Options{
-		BinDir: capscaleBin,
+	return startStack(t, stack.Options{
 		Plane: plane.Options{Nodes: nodes, Logf: t.Logf, Node: func(_ int, n *corev1.Node) {
 			n.Annotations[names.UnderlayIPCapacityAnnotation] = capacity
 		}},
 		Extender:     true,
 		ExtenderArgs: args,
 	})
-	if err != nil {
-		t.Fatalf("starting stack: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("component logs:\n%s", s.LogTails(80))
-		}
-		s.Stop()
-	})
-	return s
 }
 
 // TestFreedIPReuseExtender runs both scenarios in extender mode, then checks
@@ -266,23 +254,13 @@ func TestFreedIPsAtScaleExtender(t *testing.T) {
 // extender) counts the resource itself.
 func startNativeReuseStack(t *testing.T, nodes int, capacity string) *stack.Stack {
 	t.Helper()
-	ctx := testContext(t, 3*time.Minute)
-	s, err := stack.Start(ctx, stack.Options{
-		BinDir: capscaleBin,
+	s := startStack(t, stack.Options{
 		Plane: plane.Options{Nodes: nodes, Logf: t.Logf, Node: func(_ int, n *corev1.Node) {
 			n.Annotations[names.UnderlayIPCapacityAnnotation] = capacity
 		}},
 		Native: true,
 	})
-	if err != nil {
-		t.Fatalf("starting stack: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("component logs:\n%s", s.LogTails(80))
-		}
-		s.Stop()
-	})
+	ctx := testContext(t, 3*time.Minute)
 	want := map[string]int64{}
 	c, _ := strconv.ParseInt(capacity, 10, 64)
 	for i := range nodes {
