@@ -388,6 +388,25 @@ func (p *Plane) startScheduler(ctx context.Context, port int) error {
 	return p.waitHTTP(ctx, proc, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), p.PKI.ClusterCA)
 }
 
+// RestartScheduler stops kube-scheduler and starts it again with config (a
+// KubeSchedulerConfiguration in YAML), as an operator switching a running
+// cluster's scheduler configuration would.
+func (p *Plane) RestartScheduler(ctx context.Context, config string) error {
+	for _, proc := range p.Processes() {
+		if proc.Name == "kube-scheduler" {
+			proc.Stop(5 * time.Second)
+		}
+	}
+	p.mu.Lock()
+	p.Opts.SchedulerConfig = config
+	p.mu.Unlock()
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	return p.startScheduler(ctx, port)
+}
+
 // schedulerConfig points the given KubeSchedulerConfiguration at the
 // scheduler's kubeconfig; with --config, kube-scheduler ignores the flags.
 func schedulerConfig(in, kubeconfig string) ([]byte, error) {

@@ -1,0 +1,113 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/capscale/capscale/e2e/plane"
+	"github.com/capscale/capscale/e2e/stack"
+	"github.com/capscale/capscale/internal/names"
+)
+
+// TestModeSwitch moves a running cluster from extender mode to native mode
+// and back, in README's order, with pods bound all along: no node is ever
+// over capacity and the bound count stays exact.
+func TestModeSwitch(t *testing.T) {
+	s := startReuseStack(t, 6, "3")
+	ctx := testContext(t, 8*time.Minute)
+	capacity := map[string]int{}
+	published := map[string]int64{}
+	for i := range 6 {
+		capacity[plane.NodeName(i)] = 3
+		published[plane.NodeName(i)] = 3
+	}
+	const ns = "switch"
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	scale := func(n int32) {
+		t.Helper()
+		sc, err := s.Client.AppsV1().Deployments(ns).GetScale(ctx, "app", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Spec.Replicas = n
+		if _, err := s.Client.AppsV1().Deployments(ns).UpdateScale(ctx, "app", sc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Extender mode: 20 pods on 18 IPs.
+	if _, err := s.Client.AppsV1().Deployments(ns).Create(ctx, SimpleDeployment(ns, "app", 20, underlayRequest(1)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUnderlay(ctx, t, s, ns, capacity, 18, 2)
+
+	// 1. Start the publisher beside the running extender and wait until
+	// every node advertises its capacity.
+	restartExtender(ctx, t, s, true)
+	waitAllocatable(ctx, t, s, published, time.Minute)
+	assertNeverOver(ctx, t, s, ns, capacity, time.Second)
+
+	// 2. Switch kube-scheduler to the native configuration: the bound pods
+	// count against the published capacity at once.
+	native, err := os.ReadFile(stack.DeployFile("native/kube-scheduler-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RestartScheduler(ctx, string(native)); err != nil {
+		t.Fatal(err)
+	}
+	scale(25)
+	waitUnderlay(ctx, t, s, ns, capacity, 18, 7)
+	waitPendingMessage(ctx, t, s, ns, "Insufficient "+names.UnderlayIPResource)
+	assertNeverOver(ctx, t, s, ns, capacity, 3*time.Second)
+	scale(15)
+	waitUnderlay(ctx, t, s, ns, capacity, 15, 0)
+	scale(22)
+	waitUnderlay(ctx, t, s, ns, capacity, 18, 4)
+
+	// And back: the extender configuration first, then the publisher off.
+	ext, err := stack.SchedulerConfigWithExtender(stack.DeployFile("scheduler/kube-scheduler-config.yaml"), s.ExtenderURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RestartScheduler(ctx, ext); err != nil {
+		t.Fatal(err)
+	}
+	restartExtender(ctx, t, s, false)
+	scale(14)
+	waitUnderlay(ctx, t, s, ns, capacity, 14, 0)
+	scale(24)
+	waitUnderlay(ctx, t, s, ns, capacity, 18, 6)
+	assertNeverOver(ctx, t, s, ns, capacity, 3*time.Second)
+}
+
+// restartExtender stops the extender gracefully and starts it again with or
+// without the capacity publisher (and its RBAC).
+func restartExtender(ctx context.Context, t *testing.T, s *stack.Stack, publish bool) {
+	t.Helper()
+	if publish {
+		if _, err := s.Kubectl(ctx, "apply", "-f", stack.DeployFile("native/rbac.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		s.Opts.ExtenderArgs = append(s.Opts.ExtenderArgs, "--publish-capacity", "--leader-elect-namespace="+stack.Namespace)
+	} else {
+		var keep []string
+		for _, a := range s.Opts.ExtenderArgs {
+			if a != "--publish-capacity" && a != "--leader-elect-namespace="+stack.Namespace {
+				keep = append(keep, a)
+			}
+		}
+		s.Opts.ExtenderArgs = keep
+	}
+	s.Extender.Stop(5 * time.Second)
+	if err := s.StartExtender(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
