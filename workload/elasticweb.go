@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/metricsadapter/policy"
 )
 
 // ElasticWebLabel marks the objects of an elastic web and selects its pods.
@@ -78,6 +80,17 @@ func (req *ElasticWebRequest) validate(name string) field.ErrorList {
 	} else if !(*req.TotalQPS >= 0) || math.IsInf(*req.TotalQPS, 0) {
 		errs = append(errs, field.Invalid(total, *req.TotalQPS, "must be greater than or equal to 0"))
 	}
+	qpsChecked := func(e *field.Error) bool { return e.Field == single.String() || e.Field == total.String() }
+	if req.SinglePodQPS != nil && req.TotalQPS != nil && !slices.ContainsFunc(errs, qpsChecked) {
+		// What the adapter cannot read would leave the HPA without a metric.
+		ann := qpsAnnotations(*req.TotalQPS, *req.SinglePodQPS)
+		if _, err := policy.ParseSinglePodQPS(ann); err != nil {
+			errs = append(errs, field.Invalid(single, *req.SinglePodQPS, err.Error()))
+		}
+		if _, err := policy.ParseTotalQPS(ann); err != nil {
+			errs = append(errs, field.Invalid(total, *req.TotalQPS, err.Error()))
+		}
+	}
 	if req.MinReplicas != nil && *req.MinReplicas < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("minReplicas"), *req.MinReplicas, "must be greater than or equal to 0"))
 	}
@@ -93,16 +106,25 @@ func (req *ElasticWebRequest) validate(name string) field.ErrorList {
 	return errs
 }
 
-// qpsReplicas is ceil(total / single), what the QPS policy asks for.
+// qpsAnnotations are the QPS inputs as the Deployment carries them, and as
+// the adapter's QPS policy reads them.
+func qpsAnnotations(total, single float64) map[string]string {
+	return map[string]string{
+		names.SinglePodQPSAnnotation: formatQPS(single),
+		names.TotalQPSAnnotation:     formatQPS(total),
+	}
+}
+
+// qpsReplicas is ceil(total / single) by the adapter's own exact rule, over
+// the annotation text it will read: elastic web and the HPA's metric cannot
+// disagree (float division makes ceil(1.1/0.1) 12; the rule says 11). It is
+// 0 for inputs the adapter would refuse, which validate rejects first.
 func qpsReplicas(total, single float64) int32 {
-	if single <= 0 {
+	n, err := policy.DesiredReplicasFromAnnotations(qpsAnnotations(total, single))
+	if err != nil {
 		return 0
 	}
-	v := math.Ceil(total / single)
-	if v > math.MaxInt32 {
-		return math.MaxInt32
-	}
-	return int32(v)
+	return int32(n) // DesiredReplicasForQPS caps at MaxInt32
 }
 
 func (req *ElasticWebRequest) bounds() (int32, int32) {
@@ -142,10 +164,7 @@ func elasticWebObjects(ns, name string, req *ElasticWebRequest) (*appsv1ac.Deplo
 	port := *req.Port
 	dep := appsv1ac.Deployment(name, ns).
 		WithLabels(lbls).
-		WithAnnotations(map[string]string{
-			names.SinglePodQPSAnnotation: formatQPS(*req.SinglePodQPS),
-			names.TotalQPSAnnotation:     formatQPS(*req.TotalQPS),
-		}).
+		WithAnnotations(qpsAnnotations(*req.TotalQPS, *req.SinglePodQPS)).
 		WithSpec(appsv1ac.DeploymentSpec().
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
 			WithStrategy(appsv1ac.DeploymentStrategy().WithType("RollingUpdate").

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -23,6 +24,7 @@ import (
 	metricsfake "k8s.io/metrics/pkg/client/clientset/versioned/fake"
 
 	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/metricsadapter/policy"
 )
 
 func TestElasticWebApplyAndGet(t *testing.T) {
@@ -139,6 +141,7 @@ func TestElasticWebValidation(t *testing.T) {
 	}{
 		{name: "all missing", body: `{}`, want: http.StatusUnprocessableEntity, wantFields: []string{"image", "port", "singlePodQPS", "totalQPS"}},
 		{name: "bad values", body: `{"image":"a b","port":70000,"singlePodQPS":0,"totalQPS":-1}`, want: http.StatusUnprocessableEntity, wantFields: []string{"image", "port", "singlePodQPS", "totalQPS"}},
+		{name: "QPS the adapter cannot read", body: `{"image":"x","port":80,"singlePodQPS":1,"totalQPS":1e300}`, want: http.StatusUnprocessableEntity, wantFields: []string{"totalQPS"}},
 		{name: "bad bounds", body: `{"image":"x","port":80,"singlePodQPS":1,"totalQPS":1,"minReplicas":5,"maxReplicas":2}`, want: http.StatusUnprocessableEntity, wantFields: []string{"maxReplicas"}},
 		{name: "bad name", path: "/v1/namespaces/ns/elasticwebs/9Shop", body: `{"image":"x","port":80,"singlePodQPS":1,"totalQPS":1}`, want: http.StatusUnprocessableEntity, wantFields: []string{"metadata.name"}},
 		{name: "unknown field", body: `{"image":"x","port":80,"singlePodQPS":1,"totalQPS":1,"replicas":3}`, want: http.StatusBadRequest, wantFields: []string{"replicas"}},
@@ -178,7 +181,7 @@ func TestElasticWebBounds(t *testing.T) {
 		{name: "max follows the QPS", req: ElasticWebRequest{SinglePodQPS: f(10), TotalQPS: f(101)}, wantMin: 1, wantMax: 22},
 		{name: "explicit", req: ElasticWebRequest{SinglePodQPS: f(10), TotalQPS: f(101), MinReplicas: i(2), MaxReplicas: i(4)}, wantMin: 2, wantMax: 4},
 		{name: "min above default max", req: ElasticWebRequest{SinglePodQPS: f(10), TotalQPS: f(1), MinReplicas: i(12)}, wantMin: 12, wantMax: 12},
-		{name: "huge QPS does not overflow", req: ElasticWebRequest{SinglePodQPS: f(1e-9), TotalQPS: f(1e300)}, wantMin: 1, wantMax: 10},
+		{name: "huge QPS does not overflow", req: ElasticWebRequest{SinglePodQPS: f(1e-9), TotalQPS: f(1e30)}, wantMin: 1, wantMax: 10},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -186,6 +189,31 @@ func TestElasticWebBounds(t *testing.T) {
 				t.Errorf("bounds = %d..%d, want %d..%d", lo, hi, tc.wantMin, tc.wantMax)
 			}
 		})
+	}
+}
+
+// TestQPSReplicasIsTheAdaptersRule pins elastic web to the adapter's exact
+// arithmetic: float division would make ceil(1.1/0.1) 12.
+func TestQPSReplicasIsTheAdaptersRule(t *testing.T) {
+	tests := []struct {
+		total, single float64
+		want          int32
+	}{
+		{total: 1.1, single: 0.1, want: 11},
+		{total: 250, single: 100, want: 3},
+		{total: 0, single: 5, want: 0},
+		{total: 0.3, single: 0.1, want: 3},
+		{total: 1e30, single: 1e-9, want: math.MaxInt32},
+	}
+	for _, tc := range tests {
+		got := qpsReplicas(tc.total, tc.single)
+		if got != tc.want {
+			t.Errorf("qpsReplicas(%v, %v) = %d, want %d", tc.total, tc.single, got, tc.want)
+		}
+		want, err := policy.DesiredReplicasFromAnnotations(qpsAnnotations(tc.total, tc.single))
+		if err != nil || int64(got) != want {
+			t.Errorf("qpsReplicas(%v, %v) = %d, the adapter says %d (%v)", tc.total, tc.single, got, want, err)
+		}
 	}
 }
 
