@@ -10,6 +10,7 @@ import (
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -192,7 +193,7 @@ func elasticWebObjects(ns, name string, req *ElasticWebRequest) (*appsv1ac.Deplo
 		WithLabels(lbls).
 		WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().
 			WithScaleTargetRef(autoscalingv2ac.CrossVersionObjectReference().
-				WithAPIVersion("apps/v1").WithKind(deploymentKind.kind).WithName(name)).
+				WithAPIVersion("apps/v1").WithKind(deploymentKind.kind()).WithName(name)).
 			WithMinReplicas(minR).
 			WithMaxReplicas(maxR).
 			WithMetrics(autoscalingv2ac.MetricSpec().
@@ -235,7 +236,8 @@ type ElasticWebStatus struct {
 }
 
 func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
-	ctx, p := r.Context(), pathOf(r)
+	ctx, p := r.Context(), targetOf(r)
+	c := s.clientFor(r)
 	var req ElasticWebRequest
 	if !decodeBody(w, r, &req, false) {
 		return
@@ -254,19 +256,19 @@ func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
 	// Force: capscale owns these objects; a field another manager set by hand
 	// is taken back rather than leaving the elastic web half-applied.
 	opts := metav1.ApplyOptions{FieldManager: names.FieldManager, Force: true}
-	gotDep, err := s.client.AppsV1().Deployments(p.namespace).Apply(ctx, dep, opts)
+	gotDep, err := c.AppsV1().Deployments(p.namespace).Apply(ctx, dep, opts)
 	if err != nil {
-		writeAPIError(w, r, fmt.Sprintf("applying deployment %s/%s", p.namespace, p.name), err)
+		writeError(w, r, fmt.Sprintf("applying deployment %s/%s", p.namespace, p.name), err)
 		return
 	}
-	gotSvc, err := s.client.CoreV1().Services(p.namespace).Apply(ctx, svc, opts)
+	gotSvc, err := c.CoreV1().Services(p.namespace).Apply(ctx, svc, opts)
 	if err != nil {
-		writeAPIError(w, r, fmt.Sprintf("applying service %s/%s", p.namespace, p.name), err)
+		writeError(w, r, fmt.Sprintf("applying service %s/%s", p.namespace, p.name), err)
 		return
 	}
-	gotHPA, err := s.client.AutoscalingV2().HorizontalPodAutoscalers(p.namespace).Apply(ctx, hpa, opts)
+	gotHPA, err := c.AutoscalingV2().HorizontalPodAutoscalers(p.namespace).Apply(ctx, hpa, opts)
 	if err != nil {
-		writeAPIError(w, r, fmt.Sprintf("applying horizontalpodautoscaler %s/%s", p.namespace, p.name), err)
+		writeError(w, r, fmt.Sprintf("applying horizontalpodautoscaler %s/%s", p.namespace, p.name), err)
 		return
 	}
 	minR, maxR := req.bounds()
@@ -291,10 +293,10 @@ func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getElasticWeb(w http.ResponseWriter, r *http.Request) {
-	p := pathOf(r)
+	p := targetOf(r)
 	d, err := s.deployments.Deployments(p.namespace).Get(p.name)
 	if err != nil {
-		writeAPIError(w, r, fmt.Sprintf("reading elastic web %s/%s", p.namespace, p.name), err)
+		writeError(w, r, fmt.Sprintf("reading elastic web %s/%s", p.namespace, p.name), err)
 		return
 	}
 	if d.Labels[ElasticWebLabel] != p.name {
@@ -326,12 +328,12 @@ func (s *Server) getElasticWeb(w http.ResponseWriter, r *http.Request) {
 		for _, sp := range svc.Spec.Ports {
 			st.NodePort = sp.NodePort
 		}
-	} else if isNotFound(err) {
+	} else if apierrors.IsNotFound(err) {
 		st.Warnings = append(st.Warnings, "service is missing; re-apply the elastic web")
 	}
 	h, err := s.hpaFor(p.namespace, deploymentKind, p.name)
 	if err != nil {
-		writeAPIError(w, r, "finding the elastic web's HPA", err)
+		writeError(w, r, "finding the elastic web's HPA", err)
 		return
 	}
 	if h == nil {

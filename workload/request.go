@@ -14,70 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/capscale/capscale/internal/httpserver"
-	"github.com/capscale/capscale/workload/auth"
 )
-
-// kind is a workload resource the API serves.
-type kind struct {
-	resource string // URL and RBAC name, e.g. "deployments"
-	kind     string // Kind, as in an HPA's scaleTargetRef
-}
-
-var (
-	deploymentKind  = kind{"deployments", "Deployment"}
-	statefulSetKind = kind{"statefulsets", "StatefulSet"}
-	daemonSetKind   = kind{"daemonsets", "DaemonSet"}
-
-	restartable = []kind{deploymentKind, statefulSetKind, daemonSetKind}
-	scalable    = []kind{deploymentKind, statefulSetKind}
-)
-
-func lookupKind(resource string, allowed []kind) (kind, error) {
-	for _, k := range allowed {
-		if k.resource == resource {
-			return k, nil
-		}
-	}
-	names := make([]string, len(allowed))
-	for i, k := range allowed {
-		names[i] = k.resource
-	}
-	return kind{}, fmt.Errorf("resource %q is not served here; use one of %s", resource, strings.Join(names, ", "))
-}
-
-// workloadAttrs checks verb on the URL's resource (in group apps), with an
-// optional subresource, for the named object.
-func (s *Server) workloadAttrs(verb, subresource string, allowed []kind) attrsFunc {
-	return func(r *http.Request) ([]auth.Attributes, error) {
-		p := pathOf(r)
-		k, err := lookupKind(p.resource, allowed)
-		if err != nil {
-			return nil, err
-		}
-		return []auth.Attributes{{
-			Verb: verb, Group: "apps", Resource: k.resource, Subresource: subresource,
-			Namespace: p.namespace, Name: p.name,
-		}}, nil
-	}
-}
-
-// elasticWebAttrs checks every verb on each object an elastic web consists
-// of: the caller must be allowed to do by hand what the API does for them.
-func elasticWebAttrs(verbs ...string) attrsFunc {
-	objs := []struct{ group, resource string }{
-		{"apps", "deployments"}, {"", "services"}, {"autoscaling", "horizontalpodautoscalers"},
-	}
-	return func(r *http.Request) ([]auth.Attributes, error) {
-		p := pathOf(r)
-		var out []auth.Attributes
-		for _, o := range objs {
-			for _, v := range verbs {
-				out = append(out, auth.Attributes{Verb: v, Group: o.group, Resource: o.resource, Namespace: p.namespace, Name: p.name})
-			}
-		}
-		return out, nil
-	}
-}
 
 // errBodyTooLarge is returned by decodeJSON for an oversized body.
 var errBodyTooLarge = errors.New("request body too large")
@@ -144,18 +81,17 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) bo
 	return false
 }
 
-// path is a request's object coordinates.
-type path struct{ namespace, resource, name string }
-
-func pathOf(r *http.Request) path {
-	return path{namespace: r.PathValue("namespace"), resource: r.PathValue("resource"), name: r.PathValue("name")}
-}
-
-// writeAPIError answers for a failed API server call made while doing what.
+// writeError answers for a failed API server call made while doing what, or
+// for a *conflictError, a refusal of the API's own.
 // The caller passed authorization, so a Forbidden here is capscale's own
 // service account lacking RBAC: that is a server-side problem, not the
 // caller's.
-func writeAPIError(w http.ResponseWriter, r *http.Request, what string, err error) {
+func writeError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	var ce *conflictError
+	if errors.As(err, &ce) {
+		httpserver.WriteError(w, http.StatusConflict, ce.msg)
+		return
+	}
 	msg := fmt.Sprintf("%s: %v", what, err)
 	code := http.StatusInternalServerError
 	switch {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
@@ -43,7 +44,8 @@ type ScaleResponse struct {
 }
 
 func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
-	ctx, p := r.Context(), pathOf(r)
+	ctx, t := r.Context(), targetOf(r)
+	c := s.clientFor(r)
 	var req ScaleRequest
 	if !decodeBody(w, r, &req, false) {
 		return
@@ -65,47 +67,41 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusUnprocessableEntity, fmt.Sprintf("replicas: Invalid value: %d: must be greater than or equal to 0", n))
 		return
 	}
-	k := kindOf(p.resource)
-	hpa, err := s.hpaFor(p.namespace, k, p.name)
+	hpa, err := s.hpaFor(t.namespace, t.kind, t.name)
 	if err != nil {
-		writeAPIError(w, r, "finding the workload's HPA", err)
+		writeError(w, r, "finding the workload's HPA", err)
 		return
 	}
-	resp := ScaleResponse{Namespace: p.namespace, Resource: p.resource, Name: p.name, Replicas: n}
+	if msg := scaleRefusal(boundsOf(hpa), req.AdjustHPA, t.kind.kind(), t.name, n); msg != "" {
+		httpserver.WriteError(w, http.StatusConflict, msg)
+		return
+	}
 	if hpa != nil {
-		if !req.AdjustHPA {
-			httpserver.WriteError(w, http.StatusConflict, fmt.Sprintf(
-				"%s %s is managed by HorizontalPodAutoscaler %s (replicas %d..%d), which would undo a direct scale at its next sync; ask with ?adjustHPA=true (or \"adjustHPA\": true) to move the HPA's bounds to include %d",
-				k.kind, p.name, hpa.Name, replicasOf(hpa.Spec.MinReplicas), hpa.Spec.MaxReplicas, n))
-			return
-		}
 		// Moving the HPA is a write of its own: the caller must be allowed it.
 		u := auth.UserFrom(ctx)
 		if code, msg := s.reviewer.Check(ctx, u, auth.Attributes{
-			Verb: "update", Group: "autoscaling", Resource: "horizontalpodautoscalers", Namespace: p.namespace, Name: hpa.Name,
+			Verb: "update", Group: "autoscaling", Resource: "horizontalpodautoscalers", Namespace: t.namespace, Name: hpa.Name,
 		}); code != http.StatusOK {
 			httpserver.WriteError(w, code, msg)
 			return
 		}
 	}
+	resp := ScaleResponse{Namespace: t.namespace, Resource: t.resource(), Name: t.name, Replicas: n}
 
 	// Capacity first, from the informer caches, and never as a gate: the
 	// scale goes ahead whatever it says.
-	if t, _, err := s.templateOf(p); err != nil {
+	if o, err := t.kind.cached(s, t.namespace, t.name); err != nil {
+		resp.Warnings = append(resp.Warnings, fmt.Sprintf("capacity unknown: %v", err))
+	} else if res, err := s.computeCapacity(o.template, nil); err != nil {
 		resp.Warnings = append(resp.Warnings, fmt.Sprintf("capacity unknown: %v", err))
 	} else {
-		res, err := s.computeCapacity(t, nil)
-		if err != nil {
-			resp.Warnings = append(resp.Warnings, fmt.Sprintf("capacity unknown: %v", err))
-		} else {
-			resp.Capacity = &res
-		}
+		resp.Capacity = &res
 	}
 
 	if hpa != nil {
-		adjusted, msg, err := s.adjustHPA(ctx, p.namespace, hpa.Name, n)
+		adjusted, msg, err := s.adjustHPA(ctx, c, t.namespace, hpa.Name, n)
 		if err != nil {
-			writeAPIError(w, r, fmt.Sprintf("adjusting HorizontalPodAutoscaler %s/%s", p.namespace, hpa.Name), err)
+			writeError(w, r, fmt.Sprintf("adjusting HorizontalPodAutoscaler %s/%s", t.namespace, hpa.Name), err)
 			return
 		}
 		resp.HPA = hpaInfo(adjusted)
@@ -115,105 +111,52 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		// The scale subresource carries the resourceVersion: a concurrent
 		// writer makes UpdateScale Conflict and the loop re-reads.
-		var err error
-		switch p.resource {
-		case deploymentKind.resource:
-			c := s.client.AppsV1().Deployments(p.namespace)
-			sc, gerr := c.GetScale(ctx, p.name, metav1.GetOptions{})
-			if gerr != nil {
-				return gerr
-			}
-			resp.PreviousReplicas = sc.Spec.Replicas
-			sc.Spec.Replicas = n
-			_, err = c.UpdateScale(ctx, p.name, sc, metav1.UpdateOptions{FieldManager: names.FieldManager})
-		case statefulSetKind.resource:
-			c := s.client.AppsV1().StatefulSets(p.namespace)
-			sc, gerr := c.GetScale(ctx, p.name, metav1.GetOptions{})
-			if gerr != nil {
-				return gerr
-			}
-			resp.PreviousReplicas = sc.Spec.Replicas
-			sc.Spec.Replicas = n
-			_, err = c.UpdateScale(ctx, p.name, sc, metav1.UpdateOptions{FieldManager: names.FieldManager})
+		sc, err := t.kind.getScale(ctx, c, t.namespace, t.name)
+		if err != nil {
+			return err
 		}
+		resp.PreviousReplicas = sc.Spec.Replicas
+		sc.Spec.Replicas = n
+		_, err = t.kind.updateScale(ctx, c, t.namespace, sc)
 		return err
 	})
 	if err != nil {
-		writeAPIError(w, r, fmt.Sprintf("scaling %s %s/%s", p.resource, p.namespace, p.name), err)
+		writeError(w, r, fmt.Sprintf("scaling %s %s/%s", t.resource(), t.namespace, t.name), err)
 		return
 	}
-	if c := resp.Capacity; c != nil {
-		if more := int64(n) - int64(resp.PreviousReplicas); more > c.Replicas {
-			resp.Warnings = append(resp.Warnings, fmt.Sprintf(
-				"scaled anyway: %d more replicas were asked but only %d fit (%s); %d will stay Pending until capacity frees up",
-				more, c.Replicas, limitingName(c), more-c.Replicas))
-		}
+	if msg := capacityWarning(resp.Capacity, resp.PreviousReplicas, n); msg != "" {
+		resp.Warnings = append(resp.Warnings, msg)
 	}
-	klog.FromContext(ctx).V(2).Info("Scaled workload", "resource", p.resource, "namespace", p.namespace, "name", p.name, "from", resp.PreviousReplicas, "to", n)
+	klog.FromContext(ctx).V(2).Info("Scaled workload", "from", resp.PreviousReplicas, "to", n)
 	httpserver.WriteJSON(w, http.StatusOK, resp)
 }
 
-func limitingName(c *capacity.Result) string {
-	if c.LimitingResource == "" {
-		return "no node is eligible"
-	}
-	return "limited by " + string(c.LimitingResource)
-}
-
-// adjustHPA widens the HPA's bounds to include n and says what it did. At
-// n = 0 the bounds stay: the HPA disables itself at 0 replicas.
-func (s *Server) adjustHPA(ctx context.Context, ns, name string, n int32) (*autoscalingv2.HorizontalPodAutoscaler, string, error) {
+// adjustHPA widens the HPA's bounds to include n and says what it did.
+func (s *Server) adjustHPA(ctx context.Context, c kubernetes.Interface, ns, name string, n int32) (*autoscalingv2.HorizontalPodAutoscaler, string, error) {
 	var (
 		out *autoscalingv2.HorizontalPodAutoscaler
 		msg string
 	)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		h, err := s.client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, name, metav1.GetOptions{})
+		h, err := c.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		minR, maxR := replicasOf(h.Spec.MinReplicas), h.Spec.MaxReplicas
-		switch {
-		case n == 0:
-			out, msg = h, fmt.Sprintf("HorizontalPodAutoscaler %s left at %d..%d: at 0 replicas it disables scaling (ScalingDisabled) until the workload is scaled up again", name, minR, maxR)
-			return nil
-		case n > maxR:
-			h.Spec.MaxReplicas = n
-		case n < minR:
-			h.Spec.MinReplicas = &n
-		default:
-			out, msg = h, fmt.Sprintf("HorizontalPodAutoscaler %s bounds %d..%d already include %d; it may move the workload away from it at its next sync", name, minR, maxR, n)
+		before := *boundsOf(h)
+		ch := decideHPABounds(before, n)
+		if !ch.changed {
+			out, msg = h, ch.message
 			return nil
 		}
-		u, err := s.client.AutoscalingV2().HorizontalPodAutoscalers(ns).Update(ctx, h, metav1.UpdateOptions{FieldManager: names.FieldManager})
+		h.Spec.MinReplicas, h.Spec.MaxReplicas = &ch.min, ch.max
+		u, err := c.AutoscalingV2().HorizontalPodAutoscalers(ns).Update(ctx, h, metav1.UpdateOptions{FieldManager: names.FieldManager})
 		if err != nil {
 			return err
 		}
-		out, msg = u, fmt.Sprintf("HorizontalPodAutoscaler %s bounds moved from %d..%d to %d..%d; it may move the workload within them at its next sync",
-			name, minR, maxR, replicasOf(u.Spec.MinReplicas), u.Spec.MaxReplicas)
+		out, msg = u, movedMessage(before, *boundsOf(u))
 		return nil
 	})
 	return out, msg, err
-}
-
-// templateOf reads a scalable workload's pod template and desired replicas
-// from the cache.
-func (s *Server) templateOf(p path) (*corev1.PodTemplateSpec, int32, error) {
-	switch p.resource {
-	case deploymentKind.resource:
-		d, err := s.deployments.Deployments(p.namespace).Get(p.name)
-		if err != nil {
-			return nil, 0, err
-		}
-		return &d.Spec.Template, replicasOf(d.Spec.Replicas), nil
-	case statefulSetKind.resource:
-		o, err := s.statefulsets.StatefulSets(p.namespace).Get(p.name)
-		if err != nil {
-			return nil, 0, err
-		}
-		return &o.Spec.Template, replicasOf(o.Spec.Replicas), nil
-	}
-	return nil, 0, fmt.Errorf("resource %q has no pod template to place", p.resource)
 }
 
 // computeCapacity runs the calculator over the cached nodes and pods.
@@ -247,16 +190,16 @@ type CapacityResponse struct {
 }
 
 func (s *Server) capacity(w http.ResponseWriter, r *http.Request) {
-	p := pathOf(r)
-	t, cur, err := s.templateOf(p)
+	t := targetOf(r)
+	o, err := t.kind.cached(s, t.namespace, t.name)
 	if err != nil {
-		writeAPIError(w, r, fmt.Sprintf("reading %s %s/%s", p.resource, p.namespace, p.name), err)
+		writeError(w, r, fmt.Sprintf("reading %s %s/%s", t.resource(), t.namespace, t.name), err)
 		return
 	}
-	resp := CapacityResponse{Namespace: p.namespace, Resource: p.resource, Name: p.name, CurrentReplicas: cur}
+	resp := CapacityResponse{Namespace: t.namespace, Resource: t.resource(), Name: t.name, CurrentReplicas: replicasOf(*o.replicas)}
 	usage, why := s.nodeUsage(r.Context())
 	resp.UsageMessage = why
-	res, err := s.computeCapacity(t, usage)
+	res, err := s.computeCapacity(o.template, usage)
 	if err != nil {
 		httpserver.WriteError(w, http.StatusServiceUnavailable, err.Error())
 		return

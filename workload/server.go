@@ -159,11 +159,13 @@ func (s *Server) HasSynced() bool {
 }
 
 // attrsFunc says which access checks a request needs.
-type attrsFunc func(*http.Request) ([]auth.Attributes, error)
+type attrsFunc func(*http.Request) []auth.Attributes
 
 // route describes one /v1 endpoint.
 type route struct {
 	method, pattern string
+	// kinds the route serves; nil for an elastic web route.
+	kinds []kind
 	// action names a mutation for the audit log and metrics; empty for
 	// reads.
 	action string
@@ -190,14 +192,14 @@ func (s *Server) routes() chi.Router {
 	const w = "/v1/namespaces/{namespace}/{resource}/{name}"
 	const ew = "/v1/namespaces/{namespace}/elasticwebs/{name}"
 	for _, rt := range []route{
-		{http.MethodPost, w + "/restart", "restart", s.workloadAttrs("patch", "", restartable), s.restart},
-		{http.MethodGet, w + "/rollout", "", s.workloadAttrs("get", "", restartable), s.rollout},
-		{http.MethodPost, w + "/stop", "stop", s.workloadAttrs("update", "scale", scalable), s.stop},
-		{http.MethodPost, w + "/start", "start", s.workloadAttrs("update", "scale", scalable), s.start},
-		{http.MethodPut, w + "/scale", "scale", s.workloadAttrs("update", "scale", scalable), s.scale},
-		{http.MethodGet, w + "/capacity", "", s.workloadAttrs("get", "", scalable), s.capacity},
-		{http.MethodPut, ew, "elasticweb-apply", elasticWebAttrs("create", "patch"), s.applyElasticWeb},
-		{http.MethodGet, ew, "", elasticWebAttrs("get"), s.getElasticWeb},
+		{http.MethodPost, w + "/restart", restartable, "restart", workloadAttrs("patch", ""), s.restart},
+		{http.MethodGet, w + "/rollout", restartable, "", workloadAttrs("get", ""), s.rollout},
+		{http.MethodPost, w + "/stop", scalable, "stop", workloadAttrs("update", "scale"), s.stop},
+		{http.MethodPost, w + "/start", scalable, "start", workloadAttrs("update", "scale"), s.start},
+		{http.MethodPut, w + "/scale", scalable, "scale", workloadAttrs("update", "scale"), s.scale},
+		{http.MethodGet, w + "/capacity", scalable, "", workloadAttrs("get", ""), s.capacity},
+		{http.MethodPut, ew, nil, "elasticweb-apply", elasticWebAttrs("create", "patch"), s.applyElasticWeb},
+		{http.MethodGet, ew, nil, "", elasticWebAttrs("get"), s.getElasticWeb},
 	} {
 		var h http.Handler = rt.h
 		h = s.reviewer.Require(rt.attrs)(h)
@@ -207,18 +209,50 @@ func (s *Server) routes() chi.Router {
 			h = s.audit(rt.action)(h)
 		}
 		h = s.limitBody(h)
-		h = withRequestLogger(rt.pattern, h)
+		h = withTarget(rt.kinds, h)
+		h = withRouteLogger(rt.pattern, h)
 		r.Method(rt.method, rt.pattern, s.instr.Wrap(rt.pattern, h))
 	}
 	return r
 }
 
-// withRequestLogger gives handlers a contextual logger that names the
-// route and the object, so that their log lines need not repeat it.
-func withRequestLogger(pattern string, next http.Handler) http.Handler {
+// workloadAttrs checks verb on the target's resource (in group apps), with
+// an optional subresource, for the named object.
+func workloadAttrs(verb, subresource string) attrsFunc {
+	return func(r *http.Request) []auth.Attributes {
+		t := targetOf(r)
+		return []auth.Attributes{{
+			Verb: verb, Group: "apps", Resource: t.resource(), Subresource: subresource,
+			Namespace: t.namespace, Name: t.name,
+		}}
+	}
+}
+
+// elasticWebAttrs checks every verb on each object an elastic web consists
+// of: the caller must be allowed to do by hand what the API does for them.
+func elasticWebAttrs(verbs ...string) attrsFunc {
+	objs := []struct{ group, resource string }{
+		{"apps", "deployments"}, {"", "services"}, {"autoscaling", "horizontalpodautoscalers"},
+	}
+	return func(r *http.Request) []auth.Attributes {
+		t := targetOf(r)
+		var out []auth.Attributes
+		for _, o := range objs {
+			for _, v := range verbs {
+				out = append(out, auth.Attributes{Verb: v, Group: o.group, Resource: o.resource, Namespace: t.namespace, Name: t.name})
+			}
+		}
+		return out
+	}
+}
+
+// clientFor is the client a request acts with.
+func (s *Server) clientFor(*http.Request) kubernetes.Interface { return s.client }
+
+// withRouteLogger gives handlers a contextual logger that names the route.
+func withRouteLogger(pattern string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		logger := klog.FromContext(r.Context()).WithValues(
-			"route", pattern, "namespace", chi.URLParam(r, "namespace"), "name", chi.URLParam(r, "name"))
+		logger := klog.FromContext(r.Context()).WithValues("route", pattern)
 		next.ServeHTTP(w, r.WithContext(klog.NewContext(r.Context(), logger)))
 	})
 }
@@ -264,16 +298,13 @@ func (s *Server) audit(action string) func(http.Handler) http.Handler {
 			ctx := context.WithValue(r.Context(), auditInfoKey{}, ai)
 			sw := httpserver.NewStatusRecorder(w)
 			next.ServeHTTP(sw, r.WithContext(ctx))
-			resource := chi.URLParam(r, "resource")
-			if resource == "" {
-				resource = "elasticwebs"
-			}
+			t := targetOf(r)
 			klog.InfoS("Audit",
 				"user", ai.user,
 				"verb", action,
-				"resource", resource,
-				"namespace", chi.URLParam(r, "namespace"),
-				"name", chi.URLParam(r, "name"),
+				"resource", t.resource(),
+				"namespace", t.namespace,
+				"name", t.name,
 				"code", sw.Code(),
 				"remote", r.RemoteAddr)
 			s.mutations.WithLabelValues(action, strconv.Itoa(sw.Code())).Inc()

@@ -270,10 +270,8 @@ func (r *Reviewer) Authenticated(onUser func(*http.Request, *User)) func(http.Ha
 }
 
 // Require is middleware that lets a request through only when its user
-// (from Authenticated) is allowed every check attrs returns. attrs returning
-// an error answers 404 with that message: it is how a handler says the URL
-// names something this API does not serve.
-func (r *Reviewer) Require(attrs func(*http.Request) ([]Attributes, error)) func(http.Handler) http.Handler {
+// (from Authenticated) is allowed every check attrs returns.
+func (r *Reviewer) Require(attrs func(*http.Request) []Attributes) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			u := UserFrom(req.Context())
@@ -281,12 +279,7 @@ func (r *Reviewer) Require(attrs func(*http.Request) ([]Attributes, error)) func
 				httpserver.WriteError(w, http.StatusUnauthorized, "a bearer token is required: Authorization: Bearer TOKEN")
 				return
 			}
-			checks, err := attrs(req)
-			if err != nil {
-				httpserver.WriteError(w, http.StatusNotFound, err.Error())
-				return
-			}
-			if code, msg := r.Check(req.Context(), u, checks...); code != http.StatusOK {
+			if code, msg := r.Check(req.Context(), u, attrs(req)...); code != http.StatusOK {
 				httpserver.WriteError(w, code, msg)
 				return
 			}
