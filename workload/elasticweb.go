@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/names"
@@ -237,7 +239,7 @@ type ElasticWebStatus struct {
 
 func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
 	ctx, p := r.Context(), targetOf(r)
-	c := s.clientFor(r)
+	c := callerClient(r)
 	var req ElasticWebRequest
 	if !decodeBody(w, r, &req, false) {
 		return
@@ -246,10 +248,11 @@ func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusUnprocessableEntity, errs.ToAggregate().Error())
 		return
 	}
-	// Refuse to take over a Deployment that is not an elastic web: an apply
-	// with force would silently rewrite someone else's workload.
-	if d, err := s.deployments.Deployments(p.namespace).Get(p.name); err == nil && d.Labels[ElasticWebLabel] != p.name {
-		httpserver.WriteError(w, http.StatusConflict, fmt.Sprintf("deployment %s/%s exists and is not an elastic web (no label %s=%s); choose another name", p.namespace, p.name, ElasticWebLabel, p.name))
+	// Refuse to take over a Deployment, Service or HPA that is not part of
+	// an elastic web: an apply with force would silently rewrite someone
+	// else's object. Read as the caller, who needs get on each anyway.
+	if err := refuseForeign(ctx, c, p.namespace, p.name); err != nil {
+		writeError(w, r, fmt.Sprintf("applying elastic web %s/%s", p.namespace, p.name), err)
 		return
 	}
 	dep, svc, hpa := elasticWebObjects(p.namespace, p.name, &req)
@@ -292,14 +295,46 @@ func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
 	httpserver.WriteJSON(w, http.StatusOK, st)
 }
 
+// refuseForeign returns a *conflictError when an object of the elastic web's
+// name exists without its label, and the read's error if a read fails.
+func refuseForeign(ctx context.Context, c kubernetes.Interface, ns, name string) error {
+	reads := []struct {
+		what string
+		get  func() (metav1.Object, error)
+	}{
+		{"deployment", func() (metav1.Object, error) { return c.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}) }},
+		{"service", func() (metav1.Object, error) { return c.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}) }},
+		{"horizontalpodautoscaler", func() (metav1.Object, error) {
+			return c.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, name, metav1.GetOptions{})
+		}},
+	}
+	for _, rd := range reads {
+		o, err := rd.get()
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("reading %s %s/%s: %w", rd.what, ns, name, err)
+		case !isElasticWebPart(o.GetLabels(), name):
+			return &conflictError{fmt.Sprintf("%s %s/%s exists and is not an elastic web (no label %s=%s); choose another name", rd.what, ns, name, ElasticWebLabel, name)}
+		}
+	}
+	return nil
+}
+
+func isElasticWebPart(labels map[string]string, name string) bool {
+	return labels[ElasticWebLabel] == name
+}
+
 func (s *Server) getElasticWeb(w http.ResponseWriter, r *http.Request) {
-	p := targetOf(r)
-	d, err := s.deployments.Deployments(p.namespace).Get(p.name)
+	ctx, p := r.Context(), targetOf(r)
+	c := callerClient(r)
+	d, err := c.AppsV1().Deployments(p.namespace).Get(ctx, p.name, metav1.GetOptions{})
 	if err != nil {
 		writeError(w, r, fmt.Sprintf("reading elastic web %s/%s", p.namespace, p.name), err)
 		return
 	}
-	if d.Labels[ElasticWebLabel] != p.name {
+	if !isElasticWebPart(d.Labels, p.name) {
 		httpserver.WriteError(w, http.StatusNotFound, fmt.Sprintf("deployment %s/%s is not an elastic web", p.namespace, p.name))
 		return
 	}
@@ -324,14 +359,19 @@ func (s *Server) getElasticWeb(w http.ResponseWriter, r *http.Request) {
 		st.QPSReplicas = qpsReplicas(total, single)
 		st.RealQPS = float64(st.ReadyReplicas) * single
 	}
-	if svc, err := s.services.Services(p.namespace).Get(p.name); err == nil {
+	svc, err := c.CoreV1().Services(p.namespace).Get(ctx, p.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		st.Warnings = append(st.Warnings, "service is missing; re-apply the elastic web")
+	case err != nil:
+		writeError(w, r, fmt.Sprintf("reading service %s/%s", p.namespace, p.name), err)
+		return
+	default:
 		for _, sp := range svc.Spec.Ports {
 			st.NodePort = sp.NodePort
 		}
-	} else if apierrors.IsNotFound(err) {
-		st.Warnings = append(st.Warnings, "service is missing; re-apply the elastic web")
 	}
-	h, err := s.hpaFor(p.namespace, deploymentKind, p.name)
+	h, err := hpaFor(ctx, c, p.namespace, deploymentKind.kind(), p.name)
 	if err != nil {
 		writeError(w, r, "finding the elastic web's HPA", err)
 		return

@@ -259,7 +259,6 @@ func TestProbesAndMetrics(t *testing.T) {
 	for _, want := range []string{
 		`capscale_workload_http_requests_total{code="200",route="/v1/namespaces/{namespace}/{resource}/{name}/stop"} 1`,
 		`capscale_workload_mutations_total{action="stop",result="200"} 1`,
-		`capscale_workload_auth_cache_requests_total{result="miss",review="authn"} 1`,
 	} {
 		if !strings.Contains(b, want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -338,5 +337,27 @@ func refRE(s string) []string {
 		j := strings.IndexByte(s, '"')
 		out = append(out, s[:j])
 		s = s[j:]
+	}
+}
+
+// TestElasticWebRefusesForeignObjects: a Service or HPA of the elastic web's
+// name that is not part of one is not taken over, as for the Deployment.
+func TestElasticWebRefusesForeignObjects(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shop", Labels: map[string]string{"app": "other"}}}
+	h := hpa("ns", "cart", "elsewhere", nil, 3)
+	e := newEnv(t, svc, h)
+	body := `{"image":"nginx","port":80,"singlePodQPS":10,"totalQPS":30}`
+	for _, name := range []string{"shop", "cart"} {
+		var msg string
+		if code := e.do(http.MethodPut, "/v1/namespaces/ns/elasticwebs/"+name, "alice", body, &msg); code != http.StatusConflict || !strings.Contains(msg, "not an elastic web") {
+			t.Errorf("apply over a foreign object %s: %d %q, want 409", name, code, msg)
+		}
+		if _, err := e.cs.AppsV1().Deployments("ns").Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+			t.Errorf("a refused apply created deployment %s", name)
+		}
+	}
+	got, err := e.cs.CoreV1().Services("ns").Get(context.Background(), "shop", metav1.GetOptions{})
+	if err != nil || got.Labels["app"] != "other" || got.Labels[ElasticWebLabel] != "" {
+		t.Errorf("foreign service changed: %+v, %v", got, err)
 	}
 }

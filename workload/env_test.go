@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,16 +15,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
@@ -31,9 +33,11 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// env is a Server over a fake clientset, served on 127.0.0.1. Token
-// "tok-<user>" authenticates as <user>; every access is allowed unless
-// deny says otherwise.
+// env is a Server over a fake clientset, served on 127.0.0.1. The server's
+// informers read e.cs; each request acts through a fake client of its own
+// over the same objects, as the apiserver would see the caller: token
+// "tok-<user>" is <user>, any other token is refused with 401, and a call
+// deny says no to is refused with 403.
 type env struct {
 	t     *testing.T
 	cs    *fake.Clientset
@@ -43,8 +47,17 @@ type env struct {
 	reg   *prometheus.Registry
 	mu    sync.Mutex
 	deny  func(user string, ra *authorizationv1.ResourceAttributes) bool
-	sars  []authorizationv1.ResourceAttributes
+	calls []call
 	scale int // scale subresource updates
+	// react, if set before the requests, runs before the fake apiserver
+	// stores a call.
+	react k8stesting.ReactionFunc
+}
+
+// call is one API call a request made, and as whom.
+type call struct {
+	user string
+	authorizationv1.ResourceAttributes
 }
 
 type envOpts struct {
@@ -58,63 +71,10 @@ func newEnv(t *testing.T, objs ...runtime.Object) *env {
 func newEnvWith(t *testing.T, o envOpts, objs ...runtime.Object) *env {
 	t.Helper()
 	e := &env{t: t, cs: fake.NewClientset(objs...), clk: clocktesting.NewFakeClock(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)), reg: prometheus.NewRegistry()}
-	e.cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
-		if user, ok := strings.CutPrefix(tr.Spec.Token, "tok-"); ok {
-			tr.Status.Authenticated = true
-			tr.Status.User = authenticationv1.UserInfo{Username: user}
-		}
-		return true, tr, nil
-	})
-	e.cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		e.sars = append(e.sars, *sar.Spec.ResourceAttributes)
-		sar.Status.Allowed = e.deny == nil || !e.deny(sar.Spec.User, sar.Spec.ResourceAttributes)
-		return true, sar, nil
-	})
-	// The fake tracker knows no scale subresource: map it onto the object.
-	for _, res := range []string{"deployments", "statefulsets"} {
-		gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: res}
-		e.cs.PrependReactor("get", res, func(a k8stesting.Action) (bool, runtime.Object, error) {
-			if a.GetSubresource() != "scale" {
-				return false, nil, nil
-			}
-			obj, err := e.cs.Tracker().Get(gvr, a.GetNamespace(), a.(k8stesting.GetAction).GetName())
-			if err != nil {
-				return true, nil, err
-			}
-			m := obj.(metav1.Object)
-			return true, &autoscalingv1.Scale{
-				ObjectMeta: metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), ResourceVersion: m.GetResourceVersion()},
-				Spec:       autoscalingv1.ScaleSpec{Replicas: replicasOf(*replicasPtr(obj))},
-			}, nil
-		})
-		e.cs.PrependReactor("update", res, func(a k8stesting.Action) (bool, runtime.Object, error) {
-			if a.GetSubresource() != "scale" {
-				return false, nil, nil
-			}
-			sc := a.(k8stesting.UpdateAction).GetObject().(*autoscalingv1.Scale)
-			obj, err := e.cs.Tracker().Get(gvr, a.GetNamespace(), sc.Name)
-			if err != nil {
-				return true, nil, err
-			}
-			obj = obj.DeepCopyObject()
-			*replicasPtr(obj) = ptr.To(sc.Spec.Replicas)
-			if err := e.cs.Tracker().Update(gvr, obj, a.GetNamespace()); err != nil {
-				return true, nil, err
-			}
-			e.mu.Lock()
-			e.scale++
-			e.mu.Unlock()
-			return true, sc, nil
-		})
-	}
 	factory := informers.NewSharedInformerFactory(e.cs, 0)
 	e.srv = New(Config{
-		Client: e.cs, Metrics: o.metrics, Informers: factory, Registry: e.reg, Gatherer: e.reg,
-		AuthCacheTTL: time.Second, Clock: e.clk, MaxBodyBytes: 4096,
+		ClientFor: e.clientFor, Metrics: o.metrics, Informers: factory, Registry: e.reg, Gatherer: e.reg,
+		Clock: e.clk, MaxBodyBytes: 4096,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	factory.Start(ctx.Done())
@@ -131,6 +91,91 @@ func newEnvWith(t *testing.T, o envOpts, objs ...runtime.Object) *env {
 		factory.Shutdown()
 	})
 	return e
+}
+
+// clientFor is the server's ClientFor: a fake apiserver client for token.
+func (e *env) clientFor(token string) (kubernetes.Interface, error) {
+	c := &fake.Clientset{}
+	user, ok := strings.CutPrefix(token, "tok-")
+	if !ok {
+		c.AddReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewUnauthorized("Unauthorized")
+		})
+		return c, nil
+	}
+	tracker := e.cs.Tracker()
+	c.AddReactor("*", "*", k8stesting.ObjectReaction(tracker))
+	// The fake tracker knows no scale subresource: map it onto the object.
+	for _, res := range []string{"deployments", "statefulsets"} {
+		gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: res}
+		c.PrependReactor("get", res, func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "scale" {
+				return false, nil, nil
+			}
+			obj, err := tracker.Get(gvr, a.GetNamespace(), a.(k8stesting.GetAction).GetName())
+			if err != nil {
+				return true, nil, err
+			}
+			m := obj.(metav1.Object)
+			return true, &autoscalingv1.Scale{
+				ObjectMeta: metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), ResourceVersion: m.GetResourceVersion()},
+				Spec:       autoscalingv1.ScaleSpec{Replicas: replicasOf(*replicasPtr(obj))},
+			}, nil
+		})
+		c.PrependReactor("update", res, func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "scale" {
+				return false, nil, nil
+			}
+			sc := a.(k8stesting.UpdateAction).GetObject().(*autoscalingv1.Scale)
+			obj, err := tracker.Get(gvr, a.GetNamespace(), sc.Name)
+			if err != nil {
+				return true, nil, err
+			}
+			obj = obj.DeepCopyObject()
+			*replicasPtr(obj) = ptr.To(sc.Spec.Replicas)
+			if err := tracker.Update(gvr, obj, a.GetNamespace()); err != nil {
+				return true, nil, err
+			}
+			e.mu.Lock()
+			e.scale++
+			e.mu.Unlock()
+			return true, sc, nil
+		})
+	}
+	if e.react != nil {
+		c.PrependReactor("*", "*", e.react)
+	}
+	// RBAC, outermost: log the call and refuse what deny says.
+	c.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ra := authorizationv1.ResourceAttributes{
+			Verb: a.GetVerb(), Group: a.GetResource().Group, Resource: a.GetResource().Resource,
+			Subresource: a.GetSubresource(), Namespace: a.GetNamespace(), Name: actionName(a),
+		}
+		e.mu.Lock()
+		e.calls = append(e.calls, call{user: user, ResourceAttributes: ra})
+		deny := e.deny
+		e.mu.Unlock()
+		if deny != nil && deny(user, &ra) {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: ra.Group, Resource: ra.Resource}, ra.Name,
+				fmt.Errorf("User %q cannot %s resource %q in API group %q in the namespace %q", user, ra.Verb, ra.Resource, ra.Group, ra.Namespace))
+		}
+		return false, nil, nil
+	})
+	return c, nil
+}
+
+func actionName(a k8stesting.Action) string {
+	switch a := a.(type) {
+	case k8stesting.GetAction:
+		return a.GetName()
+	case k8stesting.PatchAction:
+		return a.GetName()
+	case k8stesting.UpdateAction:
+		if m, ok := a.GetObject().(metav1.Object); ok {
+			return m.GetName()
+		}
+	}
+	return ""
 }
 
 func replicasPtr(obj runtime.Object) **int32 {
@@ -201,10 +246,11 @@ func (e *env) deployment(ns, name string) *appsv1.Deployment {
 	return d
 }
 
-func (e *env) sarLog() []authorizationv1.ResourceAttributes {
+// callLog returns the API calls requests made so far.
+func (e *env) callLog() []call {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]authorizationv1.ResourceAttributes(nil), e.sars...)
+	return append([]call(nil), e.calls...)
 }
 
 func deployment(ns, name string, replicas int32, mutate ...func(*appsv1.Deployment)) *appsv1.Deployment {

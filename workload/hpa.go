@@ -1,12 +1,14 @@
 package workload
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
-	"k8s.io/apimachinery/pkg/labels"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
@@ -47,12 +49,18 @@ func hpaInfo(h *autoscalingv2.HorizontalPodAutoscaler) *HPAInfo {
 // hpaFor returns the HPA whose scaleTargetRef is the workload, or nil. With
 // several (which the HPA controller itself refuses to act on) it takes the
 // first by name, so the answer is stable.
-func (s *Server) hpaFor(ns string, k kind, name string) (*autoscalingv2.HorizontalPodAutoscaler, error) {
-	all, err := s.hpas.HorizontalPodAutoscalers(ns).List(labels.Everything())
+// It lists with c, the caller's client: the caller must be allowed to list
+// HPAs in the namespace, and sees only what they could see themselves.
+func hpaFor(ctx context.Context, c kubernetes.Interface, ns, kind, name string) (*autoscalingv2.HorizontalPodAutoscaler, error) {
+	l, err := c.AutoscalingV2().HorizontalPodAutoscalers(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing HorizontalPodAutoscalers in %s: %w", ns, err)
 	}
-	return pickHPA(all, k.kind(), name), nil
+	all := make([]*autoscalingv2.HorizontalPodAutoscaler, len(l.Items))
+	for i := range l.Items {
+		all[i] = &l.Items[i]
+	}
+	return pickHPA(all, kind, name), nil
 }
 
 // pickHPA returns the HPA of all whose scaleTargetRef is the apps/v1

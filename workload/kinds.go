@@ -66,6 +66,8 @@ type kindOf[T any] struct {
 	client   func(c kubernetes.Interface, ns string) typedClient[T]
 	// scales is nil for a kind without the scale subresource.
 	scales func(c kubernetes.Interface, ns string) scaleClient
+	// lister reads the API's own informer cache; nil for a kind it does
+	// not cache.
 	lister func(s *Server, ns, name string) (T, error)
 	// view returns the parts of an object the API reads and writes; it must
 	// not copy, so that writes through them reach the object.
@@ -104,6 +106,9 @@ func (k *kindOf[T]) patch(ctx context.Context, c kubernetes.Interface, ns, name 
 }
 
 func (k *kindOf[T]) cached(s *Server, ns, name string) (*workloadObject, error) {
+	if k.lister == nil {
+		return nil, fmt.Errorf("the API does not cache %s", k.res)
+	}
 	o, err := k.lister(s, ns, name)
 	if err != nil {
 		return nil, err
@@ -158,9 +163,6 @@ var (
 		res: "daemonsets", knd: "DaemonSet",
 		client: func(c kubernetes.Interface, ns string) typedClient[*appsv1.DaemonSet] {
 			return c.AppsV1().DaemonSets(ns)
-		},
-		lister: func(s *Server, ns, name string) (*appsv1.DaemonSet, error) {
-			return s.daemonsets.DaemonSets(ns).Get(name)
 		},
 		view: func(o *appsv1.DaemonSet) *workloadObject {
 			return &workloadObject{meta: &o.ObjectMeta, template: &o.Spec.Template,

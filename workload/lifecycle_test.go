@@ -131,8 +131,8 @@ func TestStopRetriesOnConflict(t *testing.T) {
 	e := newEnv(t, deployment("ns", "web", 3))
 	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 	conflicted := false
-	e.cs.PrependReactor("update", "deployments", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if conflicted || a.GetSubresource() != "" {
+	e.react = func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if conflicted || a.GetVerb() != "update" || a.GetResource().Resource != "deployments" || a.GetSubresource() != "" {
 			return false, nil, nil
 		}
 		conflicted = true
@@ -144,7 +144,7 @@ func TestStopRetriesOnConflict(t *testing.T) {
 			t.Error(err)
 		}
 		return true, nil, apierrors.NewConflict(gvr.GroupResource(), "web", nil)
-	})
+	}
 	var r StopResponse
 	if code := e.do(http.MethodPost, "/v1/namespaces/ns/deployments/web/stop", "alice", "", &r); code != http.StatusOK {
 		t.Fatalf("stop: %d", code)
@@ -292,12 +292,12 @@ func TestScale(t *testing.T) {
 		if got := *e.deployment("ns", "managed").Spec.Replicas; got != 6 {
 			t.Errorf("replicas = %d, want 6", got)
 		}
-		var sawHPACheck bool
-		for _, ra := range e.sarLog() {
-			sawHPACheck = sawHPACheck || (ra.Verb == "update" && ra.Resource == "horizontalpodautoscalers" && ra.Name == "managed-hpa")
+		var sawHPAUpdate bool
+		for _, c := range e.callLog() {
+			sawHPAUpdate = sawHPAUpdate || (c.user == "alice" && c.Verb == "update" && c.Resource == "horizontalpodautoscalers" && c.Name == "managed-hpa")
 		}
-		if !sawHPACheck {
-			t.Error("adjustHPA did not check that the caller may update the HPA")
+		if !sawHPAUpdate {
+			t.Error("adjustHPA did not update the HPA as the caller")
 		}
 	})
 	bodyTests := []struct {
@@ -342,12 +342,8 @@ func TestCapacityEndpoint(t *testing.T) {
 	if r.Capacity.UsageAvailable || !strings.Contains(r.UsageMessage, "unavailable") {
 		t.Errorf("usage: available=%v message %q, want unavailable with a reason", r.Capacity.UsageAvailable, r.UsageMessage)
 	}
-	var sar authorizationv1.ResourceAttributes
-	for _, ra := range e.sarLog() {
-		sar = ra
-	}
-	if sar.Verb != "get" || sar.Resource != "deployments" || sar.Subresource != "" {
-		t.Errorf("capacity asked for %+v, want get deployments", sar)
+	if calls := e.callLog(); len(calls) != 1 || calls[0].user != "alice" || calls[0].Verb != "get" || calls[0].Resource != "deployments" || calls[0].Subresource != "" {
+		t.Errorf("capacity made calls %+v, want one get deployments as alice", calls)
 	}
 }
 
@@ -414,38 +410,66 @@ func TestRolloutStatus(t *testing.T) {
 	}
 }
 
-func TestAuthorizationAttributes(t *testing.T) {
+// TestActsAsTheCaller: every call goes out as the caller, whose RBAC
+// decides, and the apiserver's refusals come back with their code.
+func TestActsAsTheCaller(t *testing.T) {
 	e := newEnv(t, deployment("ns", "web", 2))
 	e.deny = func(user string, ra *authorizationv1.ResourceAttributes) bool {
-		// bob may only use the scale subresource in ns.
-		return user == "bob" && !(ra.Subresource == "scale" && ra.Verb == "update" && ra.Namespace == "ns")
+		// bob holds the scale Role in ns: the scale subresource and a list
+		// of HPAs.
+		scaleRole := ra.Namespace == "ns" && ((ra.Subresource == "scale" && (ra.Verb == "get" || ra.Verb == "update")) ||
+			(ra.Resource == "horizontalpodautoscalers" && ra.Verb == "list"))
+		return user == "bob" && !scaleRole
 	}
 	if code := e.do(http.MethodPost, "/v1/namespaces/ns/deployments/web/restart", "", "", nil); code != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401", code)
 	}
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/namespaces/ns/deployments/web/stop", nil)
+	req.Header.Set("Authorization", "Bearer forged")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a token the apiserver refuses: %v %v, want 401", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	var msg string
-	if code := e.do(http.MethodPost, "/v1/namespaces/ns/deployments/web/restart", "bob", "", &msg); code != http.StatusForbidden || !strings.Contains(msg, "patch deployments.apps") {
-		t.Errorf("restart as bob: %d %q, want 403 naming patch deployments.apps", code, msg)
+	if code := e.do(http.MethodPost, "/v1/namespaces/ns/deployments/web/restart", "bob", "", &msg); code != http.StatusForbidden || !strings.Contains(msg, `User "bob" cannot get`) {
+		t.Errorf("restart as bob: %d %q, want the apiserver's 403", code, msg)
 	}
-	if code := e.do(http.MethodPost, "/v1/namespaces/ns/deployments/web/stop", "bob", "", nil); code != http.StatusOK {
-		t.Errorf("stop as bob: %d, want 200", code)
+	if code := e.do(http.MethodPost, "/v1/namespaces/ns/deployments/web/stop", "bob", "", &msg); code != http.StatusForbidden {
+		t.Errorf("stop as bob: %d %q, want 403: stop writes the deployment's metadata", code, msg)
 	}
-	if code := e.do(http.MethodPost, "/v1/namespaces/other/deployments/web/stop", "bob", "", nil); code != http.StatusForbidden {
-		t.Errorf("stop in another namespace as bob: %d, want 403", code)
+	if code := e.do(http.MethodPut, "/v1/namespaces/ns/deployments/web/scale", "bob", `{"replicas":3}`, nil); code != http.StatusOK {
+		t.Errorf("scale as bob: %d, want 200", code)
+	}
+	if code := e.do(http.MethodPut, "/v1/namespaces/other/deployments/web/scale", "bob", `{"replicas":3}`, nil); code != http.StatusForbidden {
+		t.Errorf("scale in another namespace as bob: %d, want 403", code)
+	}
+	if got := *e.deployment("ns", "web").Spec.Replicas; got != 3 {
+		t.Errorf("replicas %d, want 3 from bob's scale and nothing from his refused stop", got)
+	}
+	for _, c := range e.callLog() {
+		if c.user != "bob" {
+			t.Errorf("call %+v made as %q, want every call as the caller", c.ResourceAttributes, c.user)
+		}
 	}
 
-	before := len(e.sarLog())
-	e.do(http.MethodPut, "/v1/namespaces/ns/elasticwebs/shop", "alice", `{"image":"nginx","port":80,"singlePodQPS":10,"totalQPS":30}`, nil)
+	before := len(e.callLog())
+	if code := e.do(http.MethodPut, "/v1/namespaces/ns/elasticwebs/shop", "alice", `{"image":"nginx","port":80,"singlePodQPS":10,"totalQPS":30}`, nil); code != http.StatusOK {
+		t.Fatalf("elastic web apply: %d", code)
+	}
 	got := map[string]bool{}
-	for _, ra := range e.sarLog()[before:] {
-		got[ra.Verb+" "+ra.Group+"/"+ra.Resource] = true
+	for _, c := range e.callLog()[before:] {
+		if c.user != "alice" {
+			t.Errorf("elastic web call %+v made as %q", c.ResourceAttributes, c.user)
+		}
+		got[c.Verb+" "+c.Group+"/"+c.Resource] = true
 	}
 	for _, want := range []string{
-		"create apps/deployments", "patch apps/deployments", "create /services", "patch /services",
-		"create autoscaling/horizontalpodautoscalers", "patch autoscaling/horizontalpodautoscalers",
+		"get apps/deployments", "patch apps/deployments", "get /services", "patch /services",
+		"get autoscaling/horizontalpodautoscalers", "patch autoscaling/horizontalpodautoscalers",
 	} {
 		if !got[want] {
-			t.Errorf("elastic web apply did not check %q (checked %v)", want, got)
+			t.Errorf("elastic web apply did not %q as alice (made %v)", want, got)
 		}
 	}
 }

@@ -29,10 +29,11 @@ func resp(desc string, schema obj) obj {
 // errorResponses are the answers every /v1 operation may give.
 func errorResponses(extra map[string]string) obj {
 	out := obj{
-		"401": resp("no or invalid bearer token", ref("Error")),
-		"403": resp("the caller's RBAC does not allow the operation (SubjectAccessReview)", ref("Error")),
+		"401": resp("no bearer token, or the apiserver refused it", ref("Error")),
+		"403": resp("the apiserver refused the caller (RBAC or an admission policy); the message is the apiserver's", ref("Error")),
 		"404": resp("no such object, or a resource this endpoint does not serve", ref("Error")),
-		"503": resp("authentication, authorization or the caches are not available yet", ref("Error")),
+		"429": resp("too many requests in flight (--max-requests-inflight); retry after Retry-After", ref("Error")),
+		"503": resp("the apiserver is unavailable or throttling", ref("Error")),
 	}
 	for code, desc := range extra {
 		out[code] = resp(desc, ref("Error"))
@@ -106,10 +107,10 @@ func openAPIDocument() obj {
 		"info": obj{
 			"title":       "capscale workload lifecycle API",
 			"version":     "v1",
-			"description": "Restart, stop, start and scale workloads with a capacity computation, and apply elastic webs. Every /v1 call is authorized as its caller with SubjectAccessReview. Errors are {\"code\",\"reason\",\"message\"}.",
+			"description": "Restart, stop, start and scale workloads with a capacity computation, and apply elastic webs. Every /v1 call acts as its caller: the API calls the apiserver with the caller's bearer token, and the apiserver's RBAC, admission and audit decide. Errors are {\"code\",\"reason\",\"message\"}.",
 		},
 		"components": obj{
-			"securitySchemes": obj{"bearer": obj{"type": "http", "scheme": "bearer", "description": "a Kubernetes bearer token, checked with TokenReview"}},
+			"securitySchemes": obj{"bearer": obj{"type": "http", "scheme": "bearer", "description": "a Kubernetes bearer token; the API passes it to the apiserver and never stores it"}},
 			"schemas": obj{
 				"Error": object(obj{"code": intProp("HTTP status"), "reason": stringProp("e.g. BadRequest, Forbidden, Conflict"), "message": stringProp("")}, "code", "reason", "message"),
 				"RestartResponse": object(obj{
@@ -229,7 +230,7 @@ func openAPIDocument() obj {
 				"put": operation(
 					"Server-side apply (field manager capscale) a Deployment, a NodePort Service and an HPA on capscale-desired-replicas (policy=qps). Needs create and patch on deployments, services and horizontalpodautoscalers.",
 					"applyElasticWeb", ewParams, jsonBody(ref("ElasticWebRequest")), "applied", ref("ElasticWebStatus"), "200",
-					map[string]string{"400": "malformed body", "409": "a Deployment of that name exists and is not an elastic web", "413": "body too large", "415": "not JSON", "422": "validation failed; the message names each field"}),
+					map[string]string{"400": "malformed body", "409": "a Deployment, Service or HPA of that name exists and is not an elastic web", "413": "body too large", "415": "not JSON", "422": "validation failed; the message names each field"}),
 				"get": operation(
 					"Desired and ready replicas, real QPS (ready × singlePodQPS) and the HPA's state. Needs get on deployments, services and horizontalpodautoscalers.",
 					"getElasticWeb", ewParams, nil, "status", ref("ElasticWebStatus"), "200", nil),

@@ -81,11 +81,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) bo
 	return false
 }
 
-// writeError answers for a failed API server call made while doing what, or
-// for a *conflictError, a refusal of the API's own.
-// The caller passed authorization, so a Forbidden here is capscale's own
-// service account lacking RBAC: that is a server-side problem, not the
-// caller's.
+// writeError answers for a failed apiserver call made while doing what, or
+// for a *conflictError, a refusal of the API's own. The apiserver's 4xx
+// answers reach the caller with the same code and the apiserver's message:
+// the call was made with the caller's own token, so a 401 or 403 is theirs
+// (RBAC or an admission policy), not capscale's.
 func writeError(w http.ResponseWriter, r *http.Request, what string, err error) {
 	var ce *conflictError
 	if errors.As(err, &ce) {
@@ -94,19 +94,15 @@ func writeError(w http.ResponseWriter, r *http.Request, what string, err error) 
 	}
 	msg := fmt.Sprintf("%s: %v", what, err)
 	code := http.StatusInternalServerError
+	var st apierrors.APIStatus
 	switch {
-	case apierrors.IsNotFound(err):
-		code = http.StatusNotFound
-	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
-		code = http.StatusConflict
-	case apierrors.IsInvalid(err):
-		code = http.StatusUnprocessableEntity
-	case apierrors.IsBadRequest(err):
-		code = http.StatusBadRequest
-	case apierrors.IsForbidden(err):
-		msg = fmt.Sprintf("%s: the workload API's service account was refused (check its RBAC): %v", what, err)
 	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err):
 		code = http.StatusServiceUnavailable
+	case errors.As(err, &st) && st.Status().Code >= 400 && st.Status().Code < 500:
+		code = int(st.Status().Code)
+	}
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="capscale", error="invalid_token"`)
 	}
 	if code >= 500 {
 		klog.FromContext(r.Context()).Error(err, "API call failed", "what", what)

@@ -45,7 +45,7 @@ func (s *Server) restartStamp() string {
 
 func (s *Server) restart(w http.ResponseWriter, r *http.Request) {
 	ctx, t := r.Context(), targetOf(r)
-	c := s.clientFor(r)
+	c := callerClient(r)
 	stamp := s.restartStamp()
 	var gen int64
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

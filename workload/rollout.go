@@ -28,8 +28,9 @@ type RolloutStatus struct {
 }
 
 func (s *Server) rollout(w http.ResponseWriter, r *http.Request) {
+	// Read as the caller: the answer shows only what they may get.
 	t := targetOf(r)
-	o, err := t.kind.cached(s, t.namespace, t.name)
+	o, err := t.kind.get(r.Context(), callerClient(r), t.namespace, t.name)
 	if err != nil {
 		writeError(w, r, fmt.Sprintf("reading %s %s/%s", t.resource(), t.namespace, t.name), err)
 		return

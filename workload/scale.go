@@ -17,7 +17,6 @@ import (
 
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/names"
-	"github.com/capscale/capscale/workload/auth"
 	"github.com/capscale/capscale/workload/capacity"
 )
 
@@ -45,7 +44,7 @@ type ScaleResponse struct {
 
 func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 	ctx, t := r.Context(), targetOf(r)
-	c := s.clientFor(r)
+	c := callerClient(r)
 	var req ScaleRequest
 	if !decodeBody(w, r, &req, false) {
 		return
@@ -67,7 +66,7 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusUnprocessableEntity, fmt.Sprintf("replicas: Invalid value: %d: must be greater than or equal to 0", n))
 		return
 	}
-	hpa, err := s.hpaFor(t.namespace, t.kind, t.name)
+	hpa, err := hpaFor(ctx, c, t.namespace, t.kind.kind(), t.name)
 	if err != nil {
 		writeError(w, r, "finding the workload's HPA", err)
 		return
@@ -76,20 +75,12 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusConflict, msg)
 		return
 	}
-	if hpa != nil {
-		// Moving the HPA is a write of its own: the caller must be allowed it.
-		u := auth.UserFrom(ctx)
-		if code, msg := s.reviewer.Check(ctx, u, auth.Attributes{
-			Verb: "update", Group: "autoscaling", Resource: "horizontalpodautoscalers", Namespace: t.namespace, Name: hpa.Name,
-		}); code != http.StatusOK {
-			httpserver.WriteError(w, code, msg)
-			return
-		}
-	}
 	resp := ScaleResponse{Namespace: t.namespace, Resource: t.resource(), Name: t.name, Replicas: n}
 
-	// Capacity first, from the informer caches, and never as a gate: the
-	// scale goes ahead whatever it says.
+	// Capacity first, from the API's informer caches, and never as a gate:
+	// the scale goes ahead whatever it says. The caller learns how many
+	// more replicas of this workload fit and what limits them (README,
+	// "What an answer discloses").
 	if o, err := t.kind.cached(s, t.namespace, t.name); err != nil {
 		resp.Warnings = append(resp.Warnings, fmt.Sprintf("capacity unknown: %v", err))
 	} else if res, err := s.computeCapacity(o.template, nil); err != nil {
@@ -190,8 +181,10 @@ type CapacityResponse struct {
 }
 
 func (s *Server) capacity(w http.ResponseWriter, r *http.Request) {
+	// The workload is read as the caller, who must be allowed to get it;
+	// nodes and pods come from the API's caches.
 	t := targetOf(r)
-	o, err := t.kind.cached(s, t.namespace, t.name)
+	o, err := t.kind.get(r.Context(), callerClient(r), t.namespace, t.name)
 	if err != nil {
 		writeError(w, r, fmt.Sprintf("reading %s %s/%s", t.resource(), t.namespace, t.name), err)
 		return

@@ -1,14 +1,17 @@
 // Package workload is capscale's workload lifecycle API: restart, rollout
 // status, stop, start, scale with a capacity computation, and "elastic web"
-// apply. Every /v1 request is authenticated and authorized as its caller
-// (package auth); reads come from informer listers, writes go to the API
-// server with optimistic concurrency.
+// apply. Every /v1 request acts as its caller: its reads of the workload and
+// all its writes go to the apiserver with the caller's own bearer token
+// (package caller), so the apiserver's authentication, RBAC, admission and
+// audit decide. Only the capacity computation reads the API's own informers
+// (nodes, pods, and the workload's pod template).
 package workload
 
 import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +21,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
-	autoscalinglisters "k8s.io/client-go/listers/autoscaling/v2"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -26,17 +28,24 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/capscale/capscale/internal/httpserver"
-	"github.com/capscale/capscale/workload/auth"
 	"github.com/capscale/capscale/workload/capacity"
 )
 
 // DefaultMaxBodyBytes bounds request bodies unless configured otherwise.
 const DefaultMaxBodyBytes = 1 << 20
 
+// DefaultMaxInflight bounds concurrent /v1 requests unless configured
+// otherwise.
+const DefaultMaxInflight = 64
+
 // Config wires a Server.
 type Config struct {
-	// Client performs the reviews and the writes.
-	Client kubernetes.Interface
+	// ClientFor returns the client a request acts with, authenticated by
+	// the caller's bearer token (caller.Clients.For).
+	ClientFor func(token string) (kubernetes.Interface, error)
+	// MaxInflight bounds the /v1 requests served at once; more get 429.
+	// Default DefaultMaxInflight.
+	MaxInflight int
 	// Metrics, if not nil, is asked for live node usage by the capacity
 	// endpoint; a cluster without metrics.k8s.io still gets an answer.
 	Metrics metricsclient.Interface
@@ -48,8 +57,6 @@ type Config struct {
 	// a new registry.
 	Registry prometheus.Registerer
 	Gatherer prometheus.Gatherer
-	// AuthCacheTTL is how long review results are reused.
-	AuthCacheTTL time.Duration
 	// DefaultUnderlayIPCapacity is a node's underlay IP capacity without the
 	// annotation.
 	DefaultUnderlayIPCapacity int64
@@ -61,20 +68,18 @@ type Config struct {
 
 // Server serves the workload API.
 type Server struct {
-	client    kubernetes.Interface
+	clientFor func(token string) (kubernetes.Interface, error)
 	metrics   metricsclient.Interface
-	reviewer  *auth.Reviewer
+	// inflight holds one token per /v1 request being served.
+	inflight  chan struct{}
 	clock     clock.PassiveClock
 	maxBody   int64
 	defaultIP int64
 
 	nodes        corelisters.NodeLister
 	pods         corelisters.PodLister
-	services     corelisters.ServiceLister
 	deployments  appslisters.DeploymentLister
 	statefulsets appslisters.StatefulSetLister
-	daemonsets   appslisters.DaemonSetLister
-	hpas         autoscalinglisters.HorizontalPodAutoscalerLister
 	synced       []cache.InformerSynced
 
 	gatherer  prometheus.Gatherer
@@ -108,14 +113,17 @@ func New(cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = DefaultMaxInflight
+	}
 	if cfg.DefaultUnderlayIPCapacity <= 0 {
 		cfg.DefaultUnderlayIPCapacity = capacity.DefaultUnderlayIPCapacity
 	}
 	f := cfg.Informers
 	s := &Server{
-		client:    cfg.Client,
+		clientFor: cfg.ClientFor,
 		metrics:   cfg.Metrics,
-		reviewer:  auth.NewReviewer(cfg.Client, auth.Options{TTL: cfg.AuthCacheTTL}, cfg.Registry),
+		inflight:  make(chan struct{}, cfg.MaxInflight),
 		clock:     cfg.Clock,
 		maxBody:   cfg.MaxBodyBytes,
 		defaultIP: cfg.DefaultUnderlayIPCapacity,
@@ -132,15 +140,15 @@ func New(cfg Config) *Server {
 		Informer() cache.SharedIndexInformer
 	}
 	add := func(i lister) { s.synced = append(s.synced, i.Informer().HasSynced) }
-	nodes, pods, svcs := f.Core().V1().Nodes(), f.Core().V1().Pods(), f.Core().V1().Services()
-	deps, sts, dss := f.Apps().V1().Deployments(), f.Apps().V1().StatefulSets(), f.Apps().V1().DaemonSets()
-	hpas := f.Autoscaling().V2().HorizontalPodAutoscalers()
-	for _, i := range []lister{nodes, pods, svcs, deps, sts, dss, hpas} {
+	// Only what the capacity computation reads: the API's ServiceAccount
+	// needs get, list and watch on these and nothing else.
+	nodes, pods := f.Core().V1().Nodes(), f.Core().V1().Pods()
+	deps, sts := f.Apps().V1().Deployments(), f.Apps().V1().StatefulSets()
+	for _, i := range []lister{nodes, pods, deps, sts} {
 		add(i)
 	}
-	s.nodes, s.pods, s.services = nodes.Lister(), pods.Lister(), svcs.Lister()
-	s.deployments, s.statefulsets, s.daemonsets = deps.Lister(), sts.Lister(), dss.Lister()
-	s.hpas = hpas.Lister()
+	s.nodes, s.pods = nodes.Lister(), pods.Lister()
+	s.deployments, s.statefulsets = deps.Lister(), sts.Lister()
 	s.router = s.routes()
 	return s
 }
@@ -158,9 +166,6 @@ func (s *Server) HasSynced() bool {
 	return true
 }
 
-// attrsFunc says which access checks a request needs.
-type attrsFunc func(*http.Request) []auth.Attributes
-
 // route describes one /v1 endpoint.
 type route struct {
 	method, pattern string
@@ -169,7 +174,6 @@ type route struct {
 	// action names a mutation for the audit log and metrics; empty for
 	// reads.
 	action string
-	attrs  attrsFunc
 	h      http.HandlerFunc
 }
 
@@ -192,22 +196,23 @@ func (s *Server) routes() chi.Router {
 	const w = "/v1/namespaces/{namespace}/{resource}/{name}"
 	const ew = "/v1/namespaces/{namespace}/elasticwebs/{name}"
 	for _, rt := range []route{
-		{http.MethodPost, w + "/restart", restartable, "restart", workloadAttrs("patch", ""), s.restart},
-		{http.MethodGet, w + "/rollout", restartable, "", workloadAttrs("get", ""), s.rollout},
-		{http.MethodPost, w + "/stop", scalable, "stop", workloadAttrs("update", "scale"), s.stop},
-		{http.MethodPost, w + "/start", scalable, "start", workloadAttrs("update", "scale"), s.start},
-		{http.MethodPut, w + "/scale", scalable, "scale", workloadAttrs("update", "scale"), s.scale},
-		{http.MethodGet, w + "/capacity", scalable, "", workloadAttrs("get", ""), s.capacity},
-		{http.MethodPut, ew, nil, "elasticweb-apply", elasticWebAttrs("create", "patch"), s.applyElasticWeb},
-		{http.MethodGet, ew, nil, "", elasticWebAttrs("get"), s.getElasticWeb},
+		{http.MethodPost, w + "/restart", restartable, "restart", s.restart},
+		{http.MethodGet, w + "/rollout", restartable, "", s.rollout},
+		{http.MethodPost, w + "/stop", scalable, "stop", s.stop},
+		{http.MethodPost, w + "/start", scalable, "start", s.start},
+		{http.MethodPut, w + "/scale", scalable, "scale", s.scale},
+		{http.MethodGet, w + "/capacity", scalable, "", s.capacity},
+		{http.MethodPut, ew, nil, "elasticweb-apply", s.applyElasticWeb},
+		{http.MethodGet, ew, nil, "", s.getElasticWeb},
 	} {
 		var h http.Handler = rt.h
-		h = s.reviewer.Require(rt.attrs)(h)
-		h = s.reviewer.Authenticated(setAuditUser)(h)
+		h = s.withCaller(h)
 		if rt.action != "" {
-			// Outside authentication, so that refused attempts are audited too.
+			// Outside the caller's client, so that refused attempts are
+			// audited too.
 			h = s.audit(rt.action)(h)
 		}
+		h = s.limitInflight(h)
 		h = s.limitBody(h)
 		h = withTarget(rt.kinds, h)
 		h = withRouteLogger(rt.pattern, h)
@@ -216,38 +221,59 @@ func (s *Server) routes() chi.Router {
 	return r
 }
 
-// workloadAttrs checks verb on the target's resource (in group apps), with
-// an optional subresource, for the named object.
-func workloadAttrs(verb, subresource string) attrsFunc {
-	return func(r *http.Request) []auth.Attributes {
-		t := targetOf(r)
-		return []auth.Attributes{{
-			Verb: verb, Group: "apps", Resource: t.resource(), Subresource: subresource,
-			Namespace: t.namespace, Name: t.name,
-		}}
-	}
-}
+type clientKey struct{}
 
-// elasticWebAttrs checks every verb on each object an elastic web consists
-// of: the caller must be allowed to do by hand what the API does for them.
-func elasticWebAttrs(verbs ...string) attrsFunc {
-	objs := []struct{ group, resource string }{
-		{"apps", "deployments"}, {"", "services"}, {"autoscaling", "horizontalpodautoscalers"},
-	}
-	return func(r *http.Request) []auth.Attributes {
-		t := targetOf(r)
-		var out []auth.Attributes
-		for _, o := range objs {
-			for _, v := range verbs {
-				out = append(out, auth.Attributes{Verb: v, Group: o.group, Resource: o.resource, Namespace: t.namespace, Name: t.name})
-			}
+// withCaller answers 401 without a bearer token, and otherwise gives the
+// handler a client that carries the token to the apiserver, which decides.
+// The token is in that client only, and goes with the request.
+func (s *Server) withCaller(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearerToken(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="capscale"`)
+			httpserver.WriteError(w, http.StatusUnauthorized, "a bearer token is required: Authorization: Bearer TOKEN")
+			return
 		}
-		return out
-	}
+		c, err := s.clientFor(token)
+		if err != nil {
+			klog.FromContext(r.Context()).Error(err, "Creating the caller's client failed")
+			httpserver.WriteError(w, http.StatusInternalServerError, "cannot reach the apiserver as the caller")
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, c)))
+	})
 }
 
-// clientFor is the client a request acts with.
-func (s *Server) clientFor(*http.Request) kubernetes.Interface { return s.client }
+// clientFor is the client a request acts with: the caller's.
+func callerClient(r *http.Request) kubernetes.Interface {
+	c, _ := r.Context().Value(clientKey{}).(kubernetes.Interface)
+	return c
+}
+
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// limitInflight answers 429 when MaxInflight /v1 requests are being served:
+// every request costs apiserver calls made with its token, valid or not, and
+// this keeps a flood from queueing without bound.
+func (s *Server) limitInflight(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case s.inflight <- struct{}{}:
+			defer func() { <-s.inflight }()
+			next.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Retry-After", "1")
+			httpserver.WriteError(w, http.StatusTooManyRequests, "too many requests in flight; retry later")
+		}
+	})
+}
 
 // withRouteLogger gives handlers a contextual logger that names the route.
 func withRouteLogger(pattern string, next http.Handler) http.Handler {
@@ -276,31 +302,16 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 	})
 }
 
-type auditInfoKey struct{}
-
-// auditInfo is filled in by the authentication middleware, which runs
-// inside the audit middleware and so cannot hand it back through the
-// request context.
-type auditInfo struct{ user string }
-
-func setAuditUser(r *http.Request, u *auth.User) {
-	if ai, ok := r.Context().Value(auditInfoKey{}).(*auditInfo); ok {
-		ai.user = u.Name
-	}
-}
-
 // audit logs one line per mutation attempt, whatever its outcome, and counts
-// it. The bearer token is never part of it.
+// it. Who the caller is, the apiserver's audit log says: the API never learns
+// it, and the bearer token is never part of this line.
 func (s *Server) audit(action string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ai := &auditInfo{}
-			ctx := context.WithValue(r.Context(), auditInfoKey{}, ai)
 			sw := httpserver.NewStatusRecorder(w)
-			next.ServeHTTP(sw, r.WithContext(ctx))
+			next.ServeHTTP(sw, r)
 			t := targetOf(r)
 			klog.InfoS("Audit",
-				"user", ai.user,
 				"verb", action,
 				"resource", t.resource(),
 				"namespace", t.namespace,

@@ -36,7 +36,7 @@ type StartResponse struct {
 
 func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	ctx, t := r.Context(), targetOf(r)
-	c := s.clientFor(r)
+	c := callerClient(r)
 	var req StartRequest
 	if !decodeBody(w, r, &req, true) {
 		return
@@ -45,7 +45,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusUnprocessableEntity, "replicas: must be at least 1 to start a workload")
 		return
 	}
-	hpa, err := s.hpaFor(t.namespace, t.kind, t.name)
+	hpa, err := hpaFor(ctx, c, t.namespace, t.kind.kind(), t.name)
 	if err != nil {
 		writeError(w, r, "finding the workload's HPA", err)
 		return

@@ -27,8 +27,8 @@ type StopResponse struct {
 
 func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
 	ctx, t := r.Context(), targetOf(r)
-	c := s.clientFor(r)
-	hpa, err := s.hpaFor(t.namespace, t.kind, t.name)
+	c := callerClient(r)
+	hpa, err := hpaFor(ctx, c, t.namespace, t.kind.kind(), t.name)
 	if err != nil {
 		writeError(w, r, "finding the workload's HPA", err)
 		return

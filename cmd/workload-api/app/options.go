@@ -21,7 +21,9 @@ type Options struct {
 	Kubeconfig                string
 	TLSCertFile               string
 	TLSPrivateKeyFile         string
-	AuthCacheTTL              time.Duration
+	MaxRequestsInflight       int
+	APIServerQPS              float32
+	APIServerBurst            int
 	DefaultUnderlayIPCapacity int64
 	MaxBodyBytes              int64
 	ShutdownTimeout           time.Duration
@@ -33,7 +35,9 @@ type Options struct {
 func NewOptions() *Options {
 	return &Options{
 		BindAddress:               ":8443",
-		AuthCacheTTL:              10 * time.Second,
+		MaxRequestsInflight:       workload.DefaultMaxInflight,
+		APIServerQPS:              50,
+		APIServerBurst:            100,
 		DefaultUnderlayIPCapacity: capacity.DefaultUnderlayIPCapacity,
 		MaxBodyBytes:              workload.DefaultMaxBodyBytes,
 		ShutdownTimeout:           10 * time.Second,
@@ -54,7 +58,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	fs = fss.FlagSet("kubernetes")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; empty means the in-cluster configuration.")
-	fs.DurationVar(&o.AuthCacheTTL, "auth-cache-ttl", o.AuthCacheTTL, "How long TokenReview and SubjectAccessReview results are reused; 0 disables the cache.")
+	fs.IntVar(&o.MaxRequestsInflight, "max-requests-inflight", o.MaxRequestsInflight, "Most /v1 requests served at once; more are answered 429. Each one calls the apiserver with its caller's token.")
+	fs.Float32Var(&o.APIServerQPS, "apiserver-qps", o.APIServerQPS, "Calls per second to the apiserver made with callers' tokens, all callers together (a token bucket shared by every request's client).")
+	fs.IntVar(&o.APIServerBurst, "apiserver-burst", o.APIServerBurst, "Burst of --apiserver-qps.")
 	fs.Int64Var(&o.DefaultUnderlayIPCapacity, "default-underlay-ip-capacity", o.DefaultUnderlayIPCapacity, "Underlay IP capacity of a node without the capscale.io/underlay-ip-capacity annotation (the extender's --default-capacity).")
 
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
@@ -84,8 +90,14 @@ func (o *Options) Validate() []error {
 			errs = append(errs, fmt.Errorf("%s: %w", f.flag, err))
 		}
 	}
-	if o.AuthCacheTTL < 0 {
-		errs = append(errs, fmt.Errorf("--auth-cache-ttl must not be negative, got %s", o.AuthCacheTTL))
+	if o.MaxRequestsInflight < 1 {
+		errs = append(errs, fmt.Errorf("--max-requests-inflight must be at least 1, got %d", o.MaxRequestsInflight))
+	}
+	if !(o.APIServerQPS > 0) {
+		errs = append(errs, fmt.Errorf("--apiserver-qps must be positive, got %v", o.APIServerQPS))
+	}
+	if o.APIServerBurst < 1 {
+		errs = append(errs, fmt.Errorf("--apiserver-burst must be at least 1, got %d", o.APIServerBurst))
 	}
 	if o.DefaultUnderlayIPCapacity < 1 {
 		errs = append(errs, fmt.Errorf("--default-underlay-ip-capacity must be at least 1, got %d", o.DefaultUnderlayIPCapacity))

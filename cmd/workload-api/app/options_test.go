@@ -27,7 +27,7 @@ func parse(t *testing.T, argv ...string) *Options {
 
 func TestDefaults(t *testing.T) {
 	o := parse(t)
-	if o.BindAddress != ":8443" || o.Kubeconfig != "" || o.AuthCacheTTL != 10*time.Second ||
+	if o.BindAddress != ":8443" || o.Kubeconfig != "" || o.MaxRequestsInflight != 64 || o.APIServerQPS != 50 || o.APIServerBurst != 100 ||
 		o.DefaultUnderlayIPCapacity != 10 || o.MaxBodyBytes != 1<<20 || o.ShutdownTimeout != 10*time.Second {
 		t.Errorf("defaults %+v", o)
 	}
@@ -62,13 +62,12 @@ func TestParseAndValidate(t *testing.T) {
 		},
 		{
 			name: "tuning flags",
-			argv: []string{"--auth-cache-ttl=3s", "--default-underlay-ip-capacity=32", "--max-body-bytes=65536", "--shutdown-timeout=2s", "-v=4"},
+			argv: []string{"--max-requests-inflight=8", "--apiserver-qps=5.5", "--apiserver-burst=7", "--default-underlay-ip-capacity=32", "--max-body-bytes=65536", "--shutdown-timeout=2s", "-v=4"},
 			check: func(o *Options) bool {
-				return o.AuthCacheTTL == 3*time.Second && o.DefaultUnderlayIPCapacity == 32 && o.MaxBodyBytes == 65536 &&
+				return o.MaxRequestsInflight == 8 && o.APIServerQPS == 5.5 && o.APIServerBurst == 7 && o.DefaultUnderlayIPCapacity == 32 && o.MaxBodyBytes == 65536 &&
 					o.ShutdownTimeout == 2*time.Second && o.Logs.Verbosity == 4
 			},
 		},
-		{name: "auth cache can be disabled", argv: []string{"--auth-cache-ttl=0"}, check: func(o *Options) bool { return o.AuthCacheTTL == 0 }},
 		{name: "IPv6 bind address", argv: []string{"--bind-address=[::1]:8443"}},
 		{name: "bind address without port", argv: []string{"--bind-address=127.0.0.1"}, wantErrs: []string{"--bind-address"}},
 		{name: "bind address with a name", argv: []string{"--bind-address=example.com:80"}, wantErrs: []string{"--bind-address"}},
@@ -76,8 +75,8 @@ func TestParseAndValidate(t *testing.T) {
 		{name: "missing files", argv: []string{"--tls-cert-file=/nonexistent/crt", "--tls-private-key-file=" + key, "--kubeconfig=/nonexistent/kc"}, wantErrs: []string{"--tls-cert-file", "--kubeconfig"}},
 		{
 			name:     "bad numbers",
-			argv:     []string{"--auth-cache-ttl=-1s", "--default-underlay-ip-capacity=0", "--max-body-bytes=10", "--shutdown-timeout=0s"},
-			wantErrs: []string{"--auth-cache-ttl", "--default-underlay-ip-capacity", "--max-body-bytes", "--shutdown-timeout"},
+			argv:     []string{"--max-requests-inflight=0", "--apiserver-qps=0", "--apiserver-burst=0", "--default-underlay-ip-capacity=0", "--max-body-bytes=10", "--shutdown-timeout=0s"},
+			wantErrs: []string{"--max-requests-inflight", "--apiserver-qps", "--apiserver-burst", "--default-underlay-ip-capacity", "--max-body-bytes", "--shutdown-timeout"},
 		},
 	}
 	for _, tc := range tests {

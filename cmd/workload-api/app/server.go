@@ -20,6 +20,7 @@ import (
 	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/version"
 	"github.com/capscale/capscale/workload"
+	"github.com/capscale/capscale/workload/caller"
 )
 
 const component = "workload-api"
@@ -33,9 +34,11 @@ func NewCommand(ctx context.Context) *cobra.Command {
 		Long: `workload-api serves restart, rollout status, stop, start, scale and capacity
 for Deployments and StatefulSets (restart also for DaemonSets), and "elastic
 web" apply, under /v1/namespaces/{namespace}/... Every /v1 request needs a
-bearer token: it is authenticated with a TokenReview and authorized with a
-SubjectAccessReview for the exact verb, so callers get exactly their own RBAC.
-GET /openapi.json describes the API.`,
+bearer token, and acts with it: the API reads the workload and writes with a
+client carrying the caller's token, so the apiserver's RBAC, admission and
+audit decide. The API's own credentials only read nodes, pods, deployments
+and statefulsets for the capacity computation. GET /openapi.json describes
+the API.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if errs := o.Validate(); len(errs) > 0 {
@@ -77,13 +80,19 @@ func Run(ctx context.Context, o *Options) error {
 	// The pod informer sees every pod of the cluster; keep only what the
 	// capacity calculator reads.
 	factory := kube.InformerFactory(cs, informers.WithTransform(workload.TrimForCache))
+	// Writes use the caller's token over the apiserver address and CA of
+	// cfg, never cfg's credentials.
+	callers, err := caller.New(cfg, o.APIServerQPS, o.APIServerBurst)
+	if err != nil {
+		return err
+	}
 	srv := workload.New(workload.Config{
-		Client:                    cs,
+		ClientFor:                 callers.For,
+		MaxInflight:               o.MaxRequestsInflight,
 		Metrics:                   mc,
 		Informers:                 factory,
 		Registry:                  reg,
 		Gatherer:                  reg,
-		AuthCacheTTL:              o.AuthCacheTTL,
 		DefaultUnderlayIPCapacity: o.DefaultUnderlayIPCapacity,
 		MaxBodyBytes:              o.MaxBodyBytes,
 	})
