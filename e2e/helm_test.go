@@ -386,10 +386,15 @@ func TestHelmCustomValues(t *testing.T) {
 			if *adapter.Spec.Replicas != 3 {
 				t.Errorf("adapter replicas = %d, want 3", *adapter.Spec.Replicas)
 			}
-			for _, name := range []string{"metrics-adapter", "workload-api"} {
-				if c := container(t, adapter, name); c.Image != "registry.example/capscale:1.2.3" || c.ImagePullPolicy != corev1.PullAlways {
-					t.Errorf("%s image %s, pull policy %q", name, c.Image, c.ImagePullPolicy)
+			wapi := get[*appsv1.Deployment](t, r, objectKey("Deployment", "infra", "capscale-workload-api"))
+			for _, c := range []corev1.Container{container(t, adapter, "metrics-adapter"), container(t, wapi, "workload-api")} {
+				if c.Image != "registry.example/capscale:1.2.3" || c.ImagePullPolicy != corev1.PullAlways {
+					t.Errorf("%s image %s, pull policy %q", c.Name, c.Image, c.ImagePullPolicy)
 				}
+			}
+			if wapi.Spec.Template.Spec.ServiceAccountName != "capscale-workload-api" || volume(wapi, "token") == nil || volume(wapi, "token").Projected == nil {
+				t.Errorf("workload API pods: ServiceAccount %q, token volume %+v; want their own ServiceAccount's projected token",
+					wapi.Spec.Template.Spec.ServiceAccountName, volume(wapi, "token"))
 			}
 			if lim := container(t, adapter, "metrics-adapter").Resources.Limits; lim.Memory().String() != "1Gi" {
 				got := lim.Memory().String()
@@ -442,8 +447,9 @@ apiService: {create: false}
 				objectKey("ConfigMap", "capscale-system", "capscale-scheduler-config"),
 				objectKey("ServiceAccount", "capscale-system", "capscale-workload-api"),
 				objectKey("ClusterRole", "", "capscale:workload-api"),
-				objectKey("Secret", "capscale-system", "capscale-workload-api-token"),
+				objectKey("Deployment", "capscale-system", "capscale-workload-api"),
 				objectKey("Service", "capscale-system", "capscale-workload-api"),
+				objectKey("ClusterRole", "", "capscale-workload:scale"),
 				objectKey("PodDisruptionBudget", "capscale-system", "capscale-metrics-adapter"),
 				objectKey("APIService", "", "v1beta1.external.metrics.k8s.io"),
 			} {

@@ -9,14 +9,21 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/capscale/capscale/e2e/stack"
 	"github.com/capscale/capscale/internal/names"
@@ -83,28 +90,26 @@ func TestWorkloadAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A console with edit rights, and a scaler allowed only the scale
-	// subresource in this namespace.
-	consoleToken, err := s.ServiceAccountToken(ctx, ns, "console")
-	if err != nil {
+	// A console with edit rights; a scaler with only the example scale Role
+	// and a stopper with only the stop Role (deploy/workload-api/roles.yaml).
+	if _, err := s.Kubectl(ctx, "apply", "-f", stack.DeployFile("workload-api/roles.yaml")); err != nil {
 		t.Fatal(err)
 	}
+	token := func(sa string) string {
+		tok, err := s.ServiceAccountToken(ctx, ns, sa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	consoleToken, scalerToken, stopperToken := token("console"), token("scaler"), token("stopper")
 	bind(ctx, t, s, ns, "console-edit", "ClusterRole", "edit", "console")
-	scalerToken, err := s.ServiceAccountToken(ctx, ns, "scaler")
-	if err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "scale-only", Namespace: ns},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments/scale"}, Verbs: []string{"get", "update", "patch"}}},
-	}
-	if _, err := s.Client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	bind(ctx, t, s, ns, "scaler-scale-only", "Role", "scale-only", "scaler")
+	bind(ctx, t, s, ns, "scaler-scale", "ClusterRole", "capscale-workload:scale", "scaler")
+	bind(ctx, t, s, ns, "stopper-stop-start", "ClusterRole", "capscale-workload:stop-start", "stopper")
 	anon := &apiClient{t: t, s: s, http: hc}
 	console := &apiClient{t: t, s: s, http: hc, token: consoleToken}
 	scaler := &apiClient{t: t, s: s, http: hc, token: scalerToken}
+	stopper := &apiClient{t: t, s: s, http: hc, token: stopperToken}
 
 	if _, err := s.Client.AppsV1().Deployments(ns).Create(ctx, SimpleDeployment(ns, "app", 3, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -121,13 +126,37 @@ func TestWorkloadAPI(t *testing.T) {
 			t.Errorf("a bad token got %d, want 401", code)
 		}
 	})
-	t.Run("scale-only role: restart 403, stop 200", func(t *testing.T) {
-		var e apiError
-		if code := scaler.do(ctx, "POST", base+"/restart", nil, &e); code != 403 || e.Reason != "Forbidden" {
-			t.Errorf("restart as scaler: %d %+v, want 403 Forbidden", code, e)
+	t.Run("scale Role: scale 200, stop and restart 403 and nothing changes", func(t *testing.T) {
+		before, err := s.Client.AppsV1().Deployments(ns).Get(ctx, "app", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if code := scaler.do(ctx, "POST", base+"/stop", nil, nil); code != 200 {
-			t.Errorf("stop as scaler: %d, want 200", code)
+		var e apiError
+		if code := scaler.do(ctx, "POST", base+"/restart", nil, &e); code != 403 || e.Reason != "Forbidden" || !strings.Contains(e.Message, "system:serviceaccount:"+ns+":scaler") {
+			t.Errorf("restart as scaler: %d %+v, want the apiserver's 403 naming the scaler", code, e)
+		}
+		if code := scaler.do(ctx, "POST", base+"/stop", nil, &e); code != 403 || e.Reason != "Forbidden" {
+			t.Errorf("stop as scaler: %d %+v, want 403: stop writes the deployment's metadata", code, e)
+		}
+		after, err := s.Client.AppsV1().Deployments(ns).Get(ctx, "app", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.ResourceVersion != before.ResourceVersion {
+			t.Errorf("refused calls changed the deployment: resourceVersion %s -> %s", before.ResourceVersion, after.ResourceVersion)
+		}
+		if code := scaler.do(ctx, "PUT", base+"/scale", map[string]int32{"replicas": 2}, nil); code != 200 {
+			t.Errorf("scale as scaler: %d, want 200", code)
+		}
+		WaitForRunningPods(ctx, t, s.Plane, ns, "app=app", 2)
+		if code := scaler.do(ctx, "PUT", base+"/scale", map[string]int32{"replicas": 3}, nil); code != 200 {
+			t.Errorf("scale back as scaler: %d, want 200", code)
+		}
+		WaitForRunningPods(ctx, t, s.Plane, ns, "app=app", 3)
+	})
+	t.Run("stop Role: stop 200", func(t *testing.T) {
+		if code := stopper.do(ctx, "POST", base+"/stop", nil, nil); code != 200 {
+			t.Errorf("stop as stopper: %d, want 200", code)
 		}
 		WaitForRunningPods(ctx, t, s.Plane, ns, "app=app", 0)
 	})
@@ -235,7 +264,7 @@ func TestWorkloadAPI(t *testing.T) {
 		waitReplicas(ctx, t, s, "managed", 4, time.Minute, nil, nil)
 
 		// Scaling an HPA-managed workload: refused, unless asked to move the
-		// HPA's bounds (which needs the API's own update on HPAs).
+		// HPA's bounds (which needs the caller's own update on HPAs).
 		var e apiError
 		scalePath := "/v1/namespaces/" + ns + "/deployments/managed/scale"
 		if code := console.do(ctx, "PUT", scalePath, map[string]int32{"replicas": 6}, &e); code != 409 {
@@ -280,6 +309,91 @@ func TestWorkloadAPI(t *testing.T) {
 			t.Errorf("zero singlePodQPS: %d %+v, want a validation error", code, e)
 		}
 	})
+	t.Run("elastic web refuses a foreign Service", func(t *testing.T) {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "legacy", Namespace: ns, Labels: map[string]string{"app": "legacy"}},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+		}
+		if _, err := s.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var e apiError
+		body := map[string]any{"image": "registry.example/web:2", "port": 8080, "singlePodQPS": 500, "totalQPS": 1800}
+		if code := console.do(ctx, "PUT", "/v1/namespaces/"+ns+"/elasticwebs/legacy", body, &e); code != 409 || !strings.Contains(e.Message, "service") {
+			t.Errorf("apply over a foreign Service: %d %+v, want 409", code, e)
+		}
+		got, err := s.Client.CoreV1().Services(ns).Get(ctx, "legacy", metav1.GetOptions{})
+		if err != nil || got.Labels["app"] != "legacy" || got.Spec.Type != corev1.ServiceTypeClusterIP || got.Spec.Ports[0].Port != 80 {
+			t.Errorf("the foreign Service changed: %+v, %v", got, err)
+		}
+		if _, err := s.Client.AppsV1().Deployments(ns).Get(ctx, "legacy", metav1.GetOptions{}); err == nil {
+			t.Error("a refused apply created a Deployment")
+		}
+	})
+	t.Run("an admission policy refuses the caller through the API", func(t *testing.T) {
+		frozenToken := token("frozen")
+		bind(ctx, t, s, ns, "frozen-edit", "ClusterRole", "edit", "frozen")
+		const msg = "deployments are frozen for this caller"
+		freezeUser(ctx, t, s, "system:serviceaccount:"+ns+":frozen", msg)
+		waitAdmissionDenies(ctx, t, s, frozenToken, ns, "managed")
+		before, err := s.Client.AppsV1().Deployments(ns).Get(ctx, "managed", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e apiError
+		frozen := &apiClient{t: t, s: s, http: hc, token: frozenToken}
+		if code := frozen.do(ctx, "POST", "/v1/namespaces/"+ns+"/deployments/managed/stop", nil, &e); code != 403 || !strings.Contains(e.Message, msg) {
+			t.Errorf("stop as frozen: %d %+v, want 403 with the policy's message", code, e)
+		}
+		if code := frozen.do(ctx, "POST", "/v1/namespaces/"+ns+"/deployments/managed/restart", nil, &e); code != 403 || !strings.Contains(e.Message, msg) {
+			t.Errorf("restart as frozen: %d %+v, want 403 with the policy's message", code, e)
+		}
+		after, err := s.Client.AppsV1().Deployments(ns).Get(ctx, "managed", metav1.GetOptions{})
+		if err != nil || after.ResourceVersion != before.ResourceVersion {
+			t.Errorf("refused calls changed the deployment (%v)", err)
+		}
+	})
+	t.Run("the API's ServiceAccount cannot write", func(t *testing.T) {
+		sa := "system:serviceaccount:" + stack.Namespace + ":capscale-workload-api"
+		for _, check := range [][]string{
+			{"update", "deployments"}, {"patch", "deployments"}, {"update", "deployments/scale"},
+			{"update", "statefulsets"}, {"create", "services"}, {"patch", "horizontalpodautoscalers"},
+			{"create", "tokenreviews"}, {"create", "subjectaccessreviews"}, {"impersonate", "users"},
+		} {
+			out, err := s.Kubectl(ctx, "auth", "can-i", check[0], check[1], "--all-namespaces", "--as", sa)
+			if got := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]); got != "no" {
+				t.Errorf("kubectl auth can-i %s %s as the API: %q (%v), want no", check[0], check[1], got, err)
+			}
+		}
+	})
+	t.Run("the apiserver's audit log names the caller for every mutation", func(t *testing.T) {
+		events := auditWrites(t, s.AuditLog)
+		api := "system:serviceaccount:" + stack.Namespace + ":capscale-workload-api"
+		seen := map[string]bool{}
+		for _, ev := range events {
+			if ev.User.Username == api {
+				t.Errorf("the API wrote as itself: %s %s", ev.Verb, ev.RequestURI)
+			}
+			if ev.ObjectRef.Namespace == ns && ev.ResponseStatus.Code < 300 {
+				seen[ev.User.Username+" "+ev.Verb+" "+ev.ObjectRef.Resource+"/"+ev.ObjectRef.Subresource] = true
+			}
+		}
+		sa := func(name string) string { return "system:serviceaccount:" + ns + ":" + name }
+		for _, want := range []string{
+			sa("scaler") + " update deployments/scale",
+			sa("stopper") + " update deployments/",
+			sa("console") + " update deployments/",
+			sa("console") + " patch deployments/",
+			sa("console") + " update horizontalpodautoscalers/",
+			sa("console") + " patch services/",
+			sa("console") + " patch horizontalpodautoscalers/",
+		} {
+			if !seen[want] {
+				t.Errorf("no audit event %q; the caller's writes were %v", want, seen)
+			}
+		}
+	})
+
 }
 
 func bind(ctx context.Context, t *testing.T, s *stack.Stack, ns, name, kind, role, sa string) {
@@ -301,4 +415,96 @@ func replicaSetCount(ctx context.Context, t *testing.T, s *stack.Stack, ns, sele
 		t.Fatal(err)
 	}
 	return len(l.Items)
+}
+
+// freezeUser installs a ValidatingAdmissionPolicy that denies user's
+// Deployment updates with msg.
+func freezeUser(ctx context.Context, t *testing.T, s *stack.Stack, user, msg string) {
+	t.Helper()
+	pol := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "freeze-user"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "deployments/scale"}},
+				},
+			}}},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "the-user", Expression: fmt.Sprintf("request.userInfo.username == %q", user)}},
+			Validations:     []admissionregistrationv1.Validation{{Expression: "false", Message: msg}},
+		},
+	}
+	if _, err := s.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, pol, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "freeze-user"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: "freeze-user", ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	if _, err := s.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitAdmissionDenies waits until a dry-run update of the deployment as
+// token is refused: the apiserver loads a new policy asynchronously.
+func waitAdmissionDenies(ctx context.Context, t *testing.T, s *stack.Stack, token, ns, name string) {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(s.Config)
+	cfg.BearerToken = token
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		_, err = cs.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err), nil
+	})
+	if err != nil {
+		t.Fatalf("the admission policy never took effect: %v", err)
+	}
+}
+
+// auditEvent is what the tests read of an audit.k8s.io/v1 Event.
+type auditEvent struct {
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef struct {
+		Resource, Subresource, Namespace, Name string
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// auditWrites reads every event of the plane's audit log (writes only, by
+// its policy).
+func auditWrites(t *testing.T, path string) []auditEvent {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading the audit log: %v", err)
+	}
+	var out []auditEvent
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var ev auditEvent
+		if err := json.Unmarshal(line, &ev); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		out = append(out, ev)
+	}
+	return out
 }

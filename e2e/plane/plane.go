@@ -67,8 +67,11 @@ type Plane struct {
 	APIServerURL string
 	// Kubeconfig is the admin (system:masters) kubeconfig file.
 	Kubeconfig string
-	Config     *rest.Config
-	Client     kubernetes.Interface
+	// AuditLog is kube-apiserver's audit log (JSON lines, one event per
+	// mutating request at Metadata level; see auditPolicy).
+	AuditLog string
+	Config   *rest.Config
+	Client   kubernetes.Interface
 
 	logDir string
 	mu     sync.Mutex
@@ -269,9 +272,26 @@ func (p *Plane) startEtcd(ctx context.Context, port, peer int) error {
 	return p.waitHTTP(ctx, proc, client+"/health", nil)
 }
 
+// auditPolicy logs who made every write, and nothing else, so that tests can
+// check who a component acted as.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+`
+
 func (p *Plane) startAPIServer(ctx context.Context, port, etcdPort int) error {
 	k := p.PKI
+	policy := filepath.Join(p.Dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return err
+	}
+	p.AuditLog = filepath.Join(p.logDir, "audit.log")
 	args := []string{
+		"--audit-policy-file=" + policy, "--audit-log-path=" + p.AuditLog,
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdPort),
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
 		"--endpoint-reconciler-type=none",
