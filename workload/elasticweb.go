@@ -120,7 +120,7 @@ func qpsAnnotations(total, single float64) map[string]string {
 
 // qpsReplicas is ceil(total / single) by the adapter's own exact rule, over
 // the annotation text it will read: elastic web and the HPA's metric cannot
-// disagree (float division makes ceil(1.1/0.1) 12; the rule says 11). It is
+// disagree (float division makes ceil(0.33/0.03) 12; the rule says 11). It is
 // 0 for inputs the adapter would refuse, which validate rejects first.
 func qpsReplicas(total, single float64) int32 {
 	n, err := policy.DesiredReplicasFromAnnotations(qpsAnnotations(total, single))

@@ -193,13 +193,18 @@ func TestElasticWebBounds(t *testing.T) {
 }
 
 // TestQPSReplicasIsTheAdaptersRule pins elastic web to the adapter's exact
-// arithmetic: float division would make ceil(1.1/0.1) 12.
+// arithmetic. In float64, 0.33/0.03 is 11.000000000000002 and 0.07/0.01 is
+// 7.000000000000001, so a float ceil says 12 and 8 where the adapter (and so
+// the HPA's metric) says 11 and 7. (1.1/0.1 happens to divide to exactly 11
+// in float64; it is pinned too.)
 func TestQPSReplicasIsTheAdaptersRule(t *testing.T) {
 	tests := []struct {
 		total, single float64
 		want          int32
 	}{
 		{total: 1.1, single: 0.1, want: 11},
+		{total: 0.33, single: 0.03, want: 11},
+		{total: 0.07, single: 0.01, want: 7},
 		{total: 250, single: 100, want: 3},
 		{total: 0, single: 5, want: 0},
 		{total: 0.3, single: 0.1, want: 3},

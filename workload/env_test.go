@@ -166,9 +166,7 @@ func (e *env) clientFor(token string) (kubernetes.Interface, error) {
 
 func actionName(a k8stesting.Action) string {
 	switch a := a.(type) {
-	case k8stesting.GetAction:
-		return a.GetName()
-	case k8stesting.PatchAction:
+	case interface{ GetName() string }: // get, patch, delete
 		return a.GetName()
 	case k8stesting.UpdateAction:
 		if m, ok := a.GetObject().(metav1.Object); ok {

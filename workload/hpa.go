@@ -3,6 +3,7 @@ package workload
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sort"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -61,6 +62,18 @@ func hpaFor(ctx context.Context, c kubernetes.Interface, ns, kind, name string) 
 		all[i] = &l.Items[i]
 	}
 	return pickHPA(all, kind, name), nil
+}
+
+// workloadHPA finds the HPA of the request's workload as the caller; when
+// that fails it answers the request itself and returns false.
+func workloadHPA(w http.ResponseWriter, r *http.Request) (*autoscalingv2.HorizontalPodAutoscaler, bool) {
+	t := targetOf(r)
+	hpa, err := hpaFor(r.Context(), callerClient(r), t.namespace, t.kind.kind(), t.name)
+	if err != nil {
+		writeError(w, r, "finding the workload's HPA", err)
+		return nil, false
+	}
+	return hpa, true
 }
 
 // pickHPA returns the HPA of all whose scaleTargetRef is the apps/v1

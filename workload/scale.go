@@ -66,9 +66,8 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusUnprocessableEntity, fmt.Sprintf("replicas: Invalid value: %d: must be greater than or equal to 0", n))
 		return
 	}
-	hpa, err := hpaFor(ctx, c, t.namespace, t.kind.kind(), t.name)
-	if err != nil {
-		writeError(w, r, "finding the workload's HPA", err)
+	hpa, ok := workloadHPA(w, r)
+	if !ok {
 		return
 	}
 	if msg := scaleRefusal(boundsOf(hpa), req.AdjustHPA, t.kind.kind(), t.name, n); msg != "" {
@@ -99,7 +98,7 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 		resp.Warnings = append(resp.Warnings, msg)
 	}
 
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		// The scale subresource carries the resourceVersion: a concurrent
 		// writer makes UpdateScale Conflict and the loop re-reads.
 		sc, err := t.kind.getScale(ctx, c, t.namespace, t.name)

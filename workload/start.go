@@ -45,13 +45,12 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusUnprocessableEntity, "replicas: must be at least 1 to start a workload")
 		return
 	}
-	hpa, err := hpaFor(ctx, c, t.namespace, t.kind.kind(), t.name)
-	if err != nil {
-		writeError(w, r, "finding the workload's HPA", err)
+	hpa, ok := workloadHPA(w, r)
+	if !ok {
 		return
 	}
 	resp := StartResponse{Namespace: t.namespace, Resource: t.resource(), Name: t.name, HPA: hpaInfo(hpa)}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		o, err := t.kind.get(ctx, c, t.namespace, t.name)
 		if err != nil {
 			return err

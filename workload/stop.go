@@ -28,9 +28,8 @@ type StopResponse struct {
 func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
 	ctx, t := r.Context(), targetOf(r)
 	c := callerClient(r)
-	hpa, err := hpaFor(ctx, c, t.namespace, t.kind.kind(), t.name)
-	if err != nil {
-		writeError(w, r, "finding the workload's HPA", err)
+	hpa, ok := workloadHPA(w, r)
+	if !ok {
 		return
 	}
 	h := boundsOf(hpa)
@@ -39,7 +38,7 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := StopResponse{Namespace: t.namespace, Resource: t.resource(), Name: t.name, HPA: hpaInfo(hpa)}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		o, err := t.kind.get(ctx, c, t.namespace, t.name)
 		if err != nil {
 			return err

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 )
@@ -48,5 +50,34 @@ func TestForSendsOnlyTheCallersToken(t *testing.T) {
 func TestNewRefusesNoRateLimit(t *testing.T) {
 	if _, err := New(&rest.Config{Host: "https://127.0.0.1:1"}, 0, 1); err == nil {
 		t.Error("qps 0 was accepted")
+	}
+}
+
+// TestRateLimitIsShared: the token bucket is one for all callers' clients,
+// so many requests (bogus tokens included) cannot multiply the calls the
+// apiserver sees.
+func TestRateLimitIsShared(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","code":401}`))
+	}))
+	t.Cleanup(srv.Close)
+	// One call per ~3 hours, burst 1: the first caller takes the only token.
+	c, err := New(&rest.Config{Host: srv.URL}, 0.0001, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := c.For("bogus-1")
+	if _, err := first.AppsV1().Deployments("ns").Get(context.Background(), "web", metav1.GetOptions{}); !apierrors.IsUnauthorized(err) {
+		t.Fatalf("first call: %v, want the apiserver's 401", err)
+	}
+	second, _ := c.For("bogus-2")
+	// With a deadline the limiter answers at once when no token can come in
+	// time; a client with a limiter of its own would reach the server.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := second.AppsV1().Deployments("ns").Get(ctx, "web", metav1.GetOptions{}); err == nil || !strings.Contains(err.Error(), "rate limiter") {
+		t.Errorf("second caller's call: %v, want the shared rate limiter to hold it back", err)
 	}
 }
