@@ -434,7 +434,9 @@ func freezeUser(ctx context.Context, t *testing.T, s *stack.Stack, user, msg str
 				},
 			}}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "the-user", Expression: fmt.Sprintf("request.userInfo.username == %q", user)}},
-			Validations:     []admissionregistrationv1.Validation{{Expression: "false", Message: msg}},
+			// Reason Forbidden makes the denial a 403 (the default, Invalid,
+			// is a 422); the API must hand back whichever the apiserver sends.
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: msg, Reason: ptr.To(metav1.StatusReasonForbidden)}},
 		},
 	}
 	if _, err := s.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, pol, metav1.CreateOptions{}); err != nil {
@@ -473,7 +475,7 @@ func waitAdmissionDenies(ctx context.Context, t *testing.T, s *stack.Stack, toke
 		}
 		d.Annotations["e2e.capscale.io/probe"] = time.Now().String()
 		_, last = cs.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsForbidden(last), nil
+		return apierrors.IsForbidden(last) && strings.Contains(last.Error(), "freeze-user"), nil
 	})
 	if err != nil {
 		t.Fatalf("the admission policy never took effect: %v; last dry-run update: %v", err, last)
