@@ -40,11 +40,22 @@ control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl a
 	@bash e2e/tools/build.sh $(BIN)
 
 .PHONY: test
-test: test-unit e2e ## Unit tests with -race, then the end-to-end suite.
+test: test-unit fuzz e2e ## Unit tests with -race, every fuzz target briefly, then the end-to-end suite.
 
 .PHONY: test-unit
 test-unit: deps ## Unit tests: go test -race ./...
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+
+FUZZTIME ?= 10s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (10s) each, so that a decoder regression fails CI.
+	@set -e; grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./_output/' | sort | while read -r file; do \
+	  for f in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+	    echo "fuzz $$(dirname $$file) $$f ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$file); \
+	  done; \
+	done
 
 .PHONY: e2e
 e2e: deps control-plane ## End-to-end tests against a real local control plane.
