@@ -204,7 +204,9 @@ func TestForwarderUnreachable(t *testing.T) {
 	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "unreachable") {
 		t.Errorf("Get = %v, want a 503 saying the delegate is unreachable", err)
 	}
-	f.addrs = func() ([]string, error) { return nil, errString("Service keda/keda-metrics has no ready endpoint for port 443") }
+	f.addrs = func() ([]string, error) {
+		return nil, errString("Service keda/keda-metrics has no ready endpoint for port 443")
+	}
 	_, err = f.Get(context.Background(), "shop", "q", labels.Everything())
 	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "no ready endpoint") {
 		t.Errorf("Get = %v, want a 503 naming the missing endpoints", err)
