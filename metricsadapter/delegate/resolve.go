@@ -20,7 +20,7 @@ func Endpoints(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, port in
 		return nil, fmt.Errorf("the Service does not exist")
 	}
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
-		return nil, fmt.Errorf("Service %s/%s is of type ExternalName, which has no endpoints", svc.Namespace, svc.Name)
+		return nil, fmt.Errorf("the Service %s/%s is of type ExternalName, which has no endpoints", svc.Namespace, svc.Name)
 	}
 	var portName string
 	found := false
@@ -31,7 +31,7 @@ func Endpoints(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, port in
 		}
 	}
 	if !found {
-		return nil, fmt.Errorf("Service %s/%s has no port %d", svc.Namespace, svc.Name, port)
+		return nil, fmt.Errorf("the Service %s/%s has no port %d", svc.Namespace, svc.Name, port)
 	}
 	var out []string
 	for _, s := range slices {
@@ -57,7 +57,7 @@ func Endpoints(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, port in
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("Service %s/%s has no ready endpoint for port %d", svc.Namespace, svc.Name, port)
+		return nil, fmt.Errorf("the Service %s/%s has no ready endpoint for port %d", svc.Namespace, svc.Name, port)
 	}
 	sort.Strings(out)
 	return out, nil

@@ -176,7 +176,7 @@ func (w *Watcher) addresses(ctx context.Context, t apiservice.Target) func() ([]
 		}
 		svc, err := svcLister.Services(t.Namespace).Get(t.Name)
 		if err != nil {
-			return nil, fmt.Errorf("Service %s/%s: %w", t.Namespace, t.Name, err)
+			return nil, fmt.Errorf("the Service %s/%s: %w", t.Namespace, t.Name, err)
 		}
 		ss, err := sliceLister.EndpointSlices(t.Namespace).List(labels.Everything())
 		if err != nil {
