@@ -134,19 +134,7 @@ func waitMetricValue(ctx context.Context, t *testing.T, s *stack.Stack, metric, 
 // delegate fails only its metric; uninstalling gives the APIService back.
 func TestAdapterDelegation(t *testing.T) {
 	ctx := testContext(t, 10*time.Minute)
-	s, err := stack.Start(ctx, stack.Options{
-		BinDir: capscaleBin,
-		Plane:  plane.Options{Nodes: 2, Logf: t.Logf, HPASyncPeriod: 2 * time.Second},
-	})
-	if err != nil {
-		t.Fatalf("starting stack: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("component logs:\n%s", s.LogTails(80))
-		}
-		s.Stop()
-	})
+	s := startStack(t, stack.Options{Plane: plane.Options{Nodes: 2, Logf: t.Logf, HPASyncPeriod: 2 * time.Second}})
 	if err := s.WaitForNamespace(ctx, adapterNS); err != nil {
 		t.Fatal(err)
 	}
