@@ -62,10 +62,11 @@ e2e: deps control-plane ## End-to-end tests against a real local control plane.
 	CAPSCALE_BIN_DIR=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -timeout 50m -v $(E2E_FLAGS) ./e2e/
 
 .PHONY: bench
-bench: build control-plane ## Handler and provider benchmarks, and external-metrics GET load vs the framework's floor (figures go to BENCHMARKS.md).
+bench: build control-plane ## Handler and provider benchmarks, external-metrics GET load vs the framework's floor, forwarding overhead in delegation mode (figures go to BENCHMARKS.md).
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./extender/... ./metricsadapter/...
 	$(GO) build -o $(BIN)/test-adapter sigs.k8s.io/custom-metrics-apiserver/test-adapter
 	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) --scenario metrics
+	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) --scenario delegate
 
 .PHONY: bench-e2e
 bench-e2e: build control-plane ## On real local planes: scheduling throughput with vs without the extender, reaction time, memory at 5000 nodes (prints figures).

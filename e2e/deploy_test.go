@@ -143,4 +143,32 @@ func TestInstallScript(t *testing.T) {
 	if out, err := install("REPLACE=true"); err != nil || !strings.Contains(out, "take it over") {
 		t.Errorf("install.sh REPLACE=true: %v\n%s", err, out)
 	}
+
+	// Delegation: prometheus-adapter is registered without a caBundle, so
+	// capscale needs the CA that verifies it; then the owner is recorded
+	// (a server dry run here: nothing changes).
+	if out, err := install("DELEGATE=true"); err == nil || !strings.Contains(out, "--delegate-ca-file") {
+		t.Errorf("install.sh DELEGATE=true for an owner without caBundle: err=%v, want a refusal naming --delegate-ca-file:\n%s", err, out)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, p.PKI.ClusterCA.CAData(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = install("DELEGATE=true", "DELEGATE_CA_FILE="+caFile)
+	if err != nil || !strings.Contains(out, "recorded monitoring/prometheus-adapter:443 as the delegate") || !strings.Contains(out, "server dry run") {
+		t.Errorf("install.sh DELEGATE=true DELEGATE_CA_FILE: %v\n%s", err, out)
+	}
+	got, err := ac.ApiregistrationV1().APIServices().Get(ctx, other.Name, metav1.GetOptions{})
+	if err != nil || len(got.Annotations) != 0 || got.Spec.Service.Name != "prometheus-adapter" {
+		t.Errorf("a dry run changed the APIService: %+v %v", got, err)
+	}
+
+	// Uninstalling (dry run) keeps an APIService capscale does not own.
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(plane.RepoRoot(), "hack", "uninstall.sh"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+p.Kubeconfig, "KUBECTL="+filepath.Join(p.Opts.BinDir, "kubectl"),
+		"METRICS_ADAPTER="+filepath.Join(capscaleBin, "metrics-adapter"), "DRY_RUN=server")
+	b, err = cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "nothing to restore") || !strings.Contains(string(b), "keeping it") || strings.Contains(string(b), "apiservice.apiregistration.k8s.io") {
+		t.Errorf("uninstall.sh DRY_RUN=server: %v\n%s", err, b)
+	}
 }

@@ -32,7 +32,9 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	capscaleBin = dir
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/...")
+	// custom-metrics-apiserver's test-adapter is the other external-metrics
+	// server of the delegation tests, built from the module capscale uses.
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/...", "sigs.k8s.io/custom-metrics-apiserver/test-adapter")
 	cmd.Dir = plane.RepoRoot()
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs capscale into the cluster of the current kubeconfig:
 #   1. preflight: refuses to take v1beta1.external.metrics.k8s.io from another
-#      adapter (KEDA, prometheus-adapter) unless REPLACE=true;
+#      adapter (KEDA, prometheus-adapter) unless REPLACE=true (take over, drop
+#      it) or DELEGATE=true (record it as capscale's delegate, on the
+#      APIService, and forward every metric not named capscale-* to it;
+#      hack/uninstall.sh gives it back);
 #   2. the serving certificate of the adapter and workload API (Secret
 #      capscale-serving-cert; an existing one is kept, so re-runs keep the
 #      same caBundle);
@@ -9,6 +12,8 @@
 #      before it is applied, so the aggregator verifies the adapter's TLS.
 # Environment: KUBECTL (kubectl), METRICS_ADAPTER (the metrics-adapter binary,
 # default _output/bin/metrics-adapter from `make build`), REPLACE=true,
+# DELEGATE=true, DELEGATE_CA_FILE=FILE (the CA that verifies the delegate,
+# when its APIService has no caBundle),
 # DRY_RUN=server|client (passed to kubectl apply; nothing is changed),
 # RENDER_TO=FILE (also write the manifests as applied, caBundle filled in).
 set -euo pipefail
@@ -31,10 +36,15 @@ done
 
 kubeconfig=()
 [ -n "${KUBECONFIG:-}" ] && kubeconfig=(--kubeconfig="${KUBECONFIG%%:*}")
-replace=()
-[ "${REPLACE:-}" = true ] && replace=(--replace)
+mode=()
+[ "${REPLACE:-}" = true ] && mode+=(--replace)
+if [ "${DELEGATE:-}" = true ]; then
+  mode+=(--delegate)
+  [ -n "${DELEGATE_CA_FILE:-}" ] && mode+=(--delegate-ca-file="$DELEGATE_CA_FILE")
+  [ ${#dry[@]} -gt 0 ] && mode+=(--dry-run)
+fi
 echo "== preflight"
-"$METRICS_ADAPTER" preflight "${kubeconfig[@]}" "${replace[@]}"
+"$METRICS_ADAPTER" preflight "${kubeconfig[@]}" "${mode[@]}"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -57,48 +57,75 @@ func (s *Stack) startAdapter(ctx context.Context) error {
 }
 
 // registerAPIService makes the aggregator route external.metrics.k8s.io to
-// the adapter on 127.0.0.1: a selector-less Service plus an FQDN
-// EndpointSlice (IPv4 loopback endpoints are rejected), and the cluster CA as
-// caBundle so the aggregator verifies the adapter's certificate.
+// the adapter on 127.0.0.1, taking the APIService over if another server
+// owns it, as `kubectl apply` of deploy/ would.
 func (s *Stack) registerAPIService(ctx context.Context, port int) error {
+	if err := s.LocalService(ctx, Namespace, AdapterService, port); err != nil {
+		return err
+	}
+	return s.RouteAPIService(ctx, Namespace, AdapterService)
+}
+
+// LocalService creates a selector-less Service ns/name (port 443 named
+// https) and an FQDN EndpointSlice that sends it to 127.0.0.1:port (IPv4
+// loopback endpoints are rejected); the aggregator, with
+// --enable-aggregator-routing, dials that.
+func (s *Stack) LocalService(ctx context.Context, ns, name string, port int) error {
 	cs := s.Client
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: AdapterService, Namespace: Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP}}},
 	}
-	if _, err := cs.CoreV1().Services(Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating adapter Service: %w", err)
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating Service %s/%s: %w", ns, name, err)
 	}
 	es := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: AdapterService + "-local", Namespace: Namespace, Labels: map[string]string{discoveryv1.LabelServiceName: AdapterService}},
+		ObjectMeta:  metav1.ObjectMeta{Name: name + "-local", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 		AddressType: discoveryv1.AddressTypeFQDN,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
-	if _, err := cs.DiscoveryV1().EndpointSlices(Namespace).Create(ctx, es, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating adapter EndpointSlice: %w", err)
+	if _, err := cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating EndpointSlice of %s/%s: %w", ns, name, err)
 	}
+	return nil
+}
+
+// RouteAPIService points v1beta1.external.metrics.k8s.io at the Service
+// ns/name with the cluster CA as caBundle (creating it, or updating its spec
+// and keeping its annotations), and waits until it is Available.
+func (s *Stack) RouteAPIService(ctx context.Context, ns, name string) error {
 	ac, err := aggregator.NewForConfig(s.Config)
 	if err != nil {
 		return err
 	}
-	api := &apiregv1.APIService{
-		ObjectMeta: metav1.ObjectMeta{Name: "v1beta1.external.metrics.k8s.io"},
-		Spec: apiregv1.APIServiceSpec{
-			Service:              &apiregv1.ServiceReference{Namespace: Namespace, Name: AdapterService, Port: ptr.To(int32(443))},
-			Group:                "external.metrics.k8s.io",
-			Version:              "v1beta1",
-			CABundle:             s.PKI.ClusterCA.CAData(),
-			GroupPriorityMinimum: 100,
-			VersionPriority:      100,
-		},
+	spec := apiregv1.APIServiceSpec{
+		Service:              &apiregv1.ServiceReference{Namespace: ns, Name: name, Port: ptr.To(int32(443))},
+		Group:                "external.metrics.k8s.io",
+		Version:              "v1beta1",
+		CABundle:             s.PKI.ClusterCA.CAData(),
+		GroupPriorityMinimum: 100,
+		VersionPriority:      100,
 	}
-	if _, err := ac.ApiregistrationV1().APIServices().Create(ctx, api, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating APIService: %w", err)
+	apis := ac.ApiregistrationV1().APIServices()
+	got, err := apis.Get(ctx, "v1beta1.external.metrics.k8s.io", metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		api := &apiregv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: "v1beta1.external.metrics.k8s.io"}, Spec: spec}
+		if _, err := apis.Create(ctx, api, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating APIService: %w", err)
+		}
+	case err != nil:
+		return err
+	default:
+		got.Spec = spec
+		if _, err := apis.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("taking the APIService over: %w", err)
+		}
 	}
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := ac.ApiregistrationV1().APIServices().Get(ctx, api.Name, metav1.GetOptions{})
-		if err != nil {
+		got, err := apis.Get(ctx, "v1beta1.external.metrics.k8s.io", metav1.GetOptions{})
+		if err != nil || got.Spec.Service == nil || got.Spec.Service.Namespace != ns || got.Spec.Service.Name != name {
 			return false, nil
 		}
 		for _, c := range got.Status.Conditions {

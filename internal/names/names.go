@@ -32,6 +32,15 @@ const (
 	PolicyQPS      = "qps"
 	PolicyLoadStep = "load-step"
 
+	// DelegateAnnotation on the APIService v1beta1.external.metrics.k8s.io
+	// records the server capscale took it over from (the delegate), which
+	// the adapter forwards other metrics to and `preflight --restore` gives
+	// the APIService back to.
+	DelegateAnnotation = "capscale.io/external-metrics-delegate"
+	// OwnMetricPrefix marks the external metrics capscale answers itself;
+	// every other name goes to the delegate.
+	OwnMetricPrefix = "capscale-"
+
 	// FieldManager is the server-side apply field manager of capscale.
 	FieldManager = "capscale"
 )

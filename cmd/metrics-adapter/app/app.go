@@ -16,12 +16,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
+	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"k8s.io/utils/clock"
 	cmmetrics "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver/metrics"
 
 	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/version"
 	"github.com/capscale/capscale/metricsadapter/config"
+	"github.com/capscale/capscale/metricsadapter/delegate"
 	"github.com/capscale/capscale/metricsadapter/provider"
 	"github.com/capscale/capscale/metricsadapter/source"
 )
@@ -84,7 +86,23 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("registering custom-metrics-apiserver metrics: %w", err)
 	}
 
-	o.WithExternalMetrics(a.provider)
+	// Every metric not named capscale-* goes to the delegate recorded on
+	// the APIService, if any.
+	ac, err := aggregator.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	dm := delegate.NewMetrics()
+	if err := dm.Register(legacyregistry.Registerer()); err != nil {
+		return err
+	}
+	dp := delegate.NewProvider(a.provider)
+	dw := delegate.NewWatcher(delegate.WatcherOptions{
+		Provider: dp, Kube: cs, Aggregator: ac, Credentials: base,
+		Routing: delegate.Routing(o.DelegateRouting), Timeout: o.DelegateTimeout,
+		MaxBytes: o.DelegateMaxResponseBytes, Discovery: o.DelegateDiscoveryInterval, Metrics: dm,
+	})
+	o.WithExternalMetrics(dp)
 	server, err := o.Server()
 	if err != nil {
 		return fmt.Errorf("building the API server: %w", err)
@@ -92,7 +110,16 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-informers-synced", a.readyCheck)); err != nil {
 		return fmt.Errorf("adding readyz check: %w", err)
 	}
+	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-delegate-record-read", func(*http.Request) error {
+		if !dw.HasSynced() {
+			return errors.New("the APIService's delegate record has not been read yet")
+		}
+		return nil
+	})); err != nil {
+		return fmt.Errorf("adding readyz check: %w", err)
+	}
 	a.start(ctx)
+	go dw.Run(ctx)
 
 	logger.Info("Starting capscale metrics adapter", "version", version.Version, "config", o.ConfigFile, "sources", a.sources.Names())
 	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)

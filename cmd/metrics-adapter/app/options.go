@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/pflag"
 	basecmd "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd"
 	cmoptions "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd/options"
+
+	"github.com/capscale/capscale/metricsadapter/delegate"
 )
 
 // Options are the adapter's command-line options: the AdapterBase's
@@ -22,11 +24,24 @@ type Options struct {
 	ConfigFile string
 	// ConfigCheckInterval is how often the file is checked for changes.
 	ConfigCheckInterval time.Duration
+
+	// Delegate* configure forwarding to the APIService's previous owner
+	// (README "Installing next to KEDA or prometheus-adapter").
+	DelegateRouting           string
+	DelegateTimeout           time.Duration
+	DelegateMaxResponseBytes  int64
+	DelegateDiscoveryInterval time.Duration
 }
 
 // NewOptions returns Options with defaults.
 func NewOptions() *Options {
-	o := &Options{ConfigCheckInterval: 5 * time.Second}
+	o := &Options{
+		ConfigCheckInterval:       5 * time.Second,
+		DelegateRouting:           string(delegate.RoutingEndpoints),
+		DelegateTimeout:           5 * time.Second,
+		DelegateMaxResponseBytes:  4 << 20,
+		DelegateDiscoveryInterval: 30 * time.Second,
+	}
 	o.Name = "capscale-metrics-adapter"
 	o.CustomMetricsAdapterServerOptions = cmoptions.NewCustomMetricsAdapterServerOptions()
 	// Self-signed serving certificates (when no --tls-cert-file is given)
@@ -45,6 +60,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 			"Without it only the QPS metrics (annotations on workloads) are served.")
 	fs.DurationVar(&o.ConfigCheckInterval, "config-check-interval", o.ConfigCheckInterval,
 		"How often --config is checked for changes.")
+	fs.StringVar(&o.DelegateRouting, "delegate-routing", o.DelegateRouting,
+		"How the delegate's Service is dialled: 'endpoints' (its ready endpoints, like kube-apiserver's --enable-aggregator-routing) or 'service' (<name>.<namespace>.svc through cluster DNS).")
+	fs.DurationVar(&o.DelegateTimeout, "delegate-timeout", o.DelegateTimeout,
+		"Longest wait for the delegate's answer to one forwarded request; past it the metric is a 503.")
+	fs.Int64Var(&o.DelegateMaxResponseBytes, "delegate-max-response-bytes", o.DelegateMaxResponseBytes,
+		"Largest answer accepted from the delegate; a larger one is a 503.")
+	fs.DurationVar(&o.DelegateDiscoveryInterval, "delegate-discovery-interval", o.DelegateDiscoveryInterval,
+		"How often the delegate's metric names are listed for discovery.")
 }
 
 // Validate returns every problem with the options.
@@ -52,6 +75,18 @@ func (o *Options) Validate() []error {
 	var errs []error
 	if o.ConfigCheckInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--config-check-interval must be positive, got %s", o.ConfigCheckInterval))
+	}
+	if r := delegate.Routing(o.DelegateRouting); r != delegate.RoutingEndpoints && r != delegate.RoutingService {
+		errs = append(errs, fmt.Errorf("--delegate-routing must be %q or %q, got %q", delegate.RoutingEndpoints, delegate.RoutingService, o.DelegateRouting))
+	}
+	if o.DelegateTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--delegate-timeout must be positive, got %s", o.DelegateTimeout))
+	}
+	if o.DelegateMaxResponseBytes <= 0 {
+		errs = append(errs, fmt.Errorf("--delegate-max-response-bytes must be positive, got %d", o.DelegateMaxResponseBytes))
+	}
+	if o.DelegateDiscoveryInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--delegate-discovery-interval must be positive, got %s", o.DelegateDiscoveryInterval))
 	}
 	errs = append(errs, o.CustomMetricsAdapterServerOptions.Validate()...)
 	return errs

@@ -70,6 +70,10 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{name: "bad interval", argv: []string{"--config=x", "--config-check-interval=0s"}, wantErr: "--config-check-interval must be positive"},
 		{name: "bad port", argv: []string{"--config=x", "--secure-port=70000"}, wantErr: "secure-port"},
+		{name: "bad delegate routing", argv: []string{"--delegate-routing=dns"}, wantErr: "--delegate-routing must be"},
+		{name: "zero delegate timeout", argv: []string{"--delegate-timeout=0s"}, wantErr: "--delegate-timeout must be positive"},
+		{name: "zero delegate body", argv: []string{"--delegate-max-response-bytes=0"}, wantErr: "--delegate-max-response-bytes must be positive"},
+		{name: "zero discovery interval", argv: []string{"--delegate-discovery-interval=0s"}, wantErr: "--delegate-discovery-interval must be positive"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,5 +114,29 @@ func TestConfigIsOptional(t *testing.T) {
 	}
 	if errs := o.Validate(); len(errs) > 0 {
 		t.Errorf("Validate without --config: %v", utilerrors.NewAggregate(errs))
+	}
+}
+
+func TestPreflightFlagConflicts(t *testing.T) {
+	tests := []struct {
+		name string
+		o    preflightOptions
+		want string
+	}{
+		{name: "replace and delegate", o: preflightOptions{replace: true, delegate: true}, want: "exclude each other"},
+		{name: "delegate and restore", o: preflightOptions{delegate: true, restore: true}, want: "exclude each other"},
+		{name: "CA without delegate", o: preflightOptions{caBundleFile: "ca.crt"}, want: "go with --delegate"},
+		{name: "dry run of a check", o: preflightOptions{dryRun: true}, want: "--dry-run goes with"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.o.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("validate() = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	ok := preflightOptions{delegate: true, dryRun: true, delegateCAFile: "a", caBundleFile: "b"}
+	if err := ok.validate(); err != nil {
+		t.Errorf("valid flags: %v", err)
 	}
 }

@@ -42,13 +42,14 @@ func main() {
 	pods := flag.Int("pods", 2000, "pods per side (extender, native)")
 	rounds := flag.Int("rounds", 4, "rounds per side, alternating")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
-	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics or all (all but metrics, which make bench runs)")
+	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate or all (all but metrics and delegate, which make bench runs)")
 	series := flag.Int("series", 1000, "series for the metrics scenario")
 	clients := flag.Int("clients", 100, "concurrent clients for the metrics scenario")
 	phase := flag.Duration("phase", 8*time.Second, "length of each load phase of the metrics scenario")
 	rate := flag.Int("rate", 0, "metrics scenario: open-loop requests per second (0: closed loop with --clients)")
 	memNodes := flag.Int("memory-nodes", 5000, "kwok nodes for the memory scenario")
 	memPods := flag.Int("memory-pods", 50000, "pods for the memory scenario")
+	samples := flag.Int("samples", 3000, "delegate scenario: timed GETs per path")
 	changes := flag.Int("changes", 10, "load-index changes for the reaction scenario")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
@@ -62,6 +63,8 @@ func main() {
 		err = memory(*memNodes, *memPods, *binDir)
 	case "metrics":
 		err = metricsLoad(*series, *clients, *rate, *phase, *binDir)
+	case "delegate":
+		err = delegateOverhead(*samples, *binDir)
 	case "all":
 		if err = run(*nodes, *pods, *rounds, *clientQPS, *binDir); err == nil {
 			err = reaction(*changes, *binDir)
@@ -70,7 +73,7 @@ func main() {
 			err = memory(*memNodes, *memPods, *binDir)
 		}
 	default:
-		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics or all, got %q", *scenario)
+		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate or all, got %q", *scenario)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benche2e:", err)
