@@ -32,6 +32,10 @@ const (
 	PolicyQPS      = "qps"
 	PolicyLoadStep = "load-step"
 
+	// ElasticWebLabel marks the objects of an ElasticWeb (its name is the
+	// value) and selects its pods.
+	ElasticWebLabel = "capscale.io/elasticweb"
+
 	// FieldManager is the server-side apply field manager of capscale.
 	FieldManager = "capscale"
 )
