@@ -164,4 +164,3 @@ func desiredHPA(ew *v1alpha1.ElasticWeb, minR, maxR int32) *autoscalingv2ac.Hori
 				WithScaleUp(autoscalingv2ac.HPAScalingRules().WithTolerance(zero)).
 				WithScaleDown(autoscalingv2ac.HPAScalingRules().WithTolerance(zero))))
 }
-

@@ -198,7 +198,7 @@ func TestPlanFor(t *testing.T) {
 		name:  "a QPS the adapter cannot read: nothing applied",
 		ew:    elasticWeb(1e-300, 10),
 		world: func(*world, *v1alpha1.ElasticWeb) Observed { return Observed{} },
-		want: want{invalid: "spec.singlePodQPS", reconciled: metav1.ConditionFalse, reconciledReason: v1alpha1.ReasonInvalidSpec, readyCond: metav1.ConditionFalse},
+		want:  want{invalid: "spec.singlePodQPS", reconciled: metav1.ConditionFalse, reconciledReason: v1alpha1.ReasonInvalidSpec, readyCond: metav1.ConditionFalse},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

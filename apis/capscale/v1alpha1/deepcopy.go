@@ -101,3 +101,23 @@ func (in *ElasticWebList) DeepCopyObject() runtime.Object {
 	in.DeepCopyInto(out)
 	return out
 }
+
+// DeepCopy returns a deep copy of the receiver.
+func (in *ElasticWebStatus) DeepCopy() *ElasticWebStatus {
+	if in == nil {
+		return nil
+	}
+	out := new(ElasticWebStatus)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopy returns a deep copy of the receiver.
+func (in *ElasticWebSpec) DeepCopy() *ElasticWebSpec {
+	if in == nil {
+		return nil
+	}
+	out := new(ElasticWebSpec)
+	in.DeepCopyInto(out)
+	return out
+}
