@@ -287,14 +287,16 @@ func TestElasticWebResource(t *testing.T) {
 	t.Run("killed mid-change: a restart completes it", func(t *testing.T) {
 		// The kill lands right after the change, before or while the
 		// controller applies it; the Lease it held is not released.
-		c.patchSpec(ctx, "shop", `{"totalQPS":1500}`)
+		// Upwards only: the HPA's default scale-down stabilization (5 min)
+		// would make a smaller count slow.
+		c.patchSpec(ctx, "shop", `{"totalQPS":2200}`)
 		s.Controller.Kill()
 		r, err := s.StartController(ctx, "controller")
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.Controller = r
-		c.waitStatus(ctx, "shop", 2*time.Minute, "3 ready, realQPS 1500", serving(3, 1500))
+		c.waitStatus(ctx, "shop", 2*time.Minute, "5 ready, realQPS 2500", serving(5, 2500))
 	})
 
 	t.Run("leader killed mid-change: the standby completes it", func(t *testing.T) {
@@ -305,12 +307,12 @@ func TestElasticWebResource(t *testing.T) {
 		eventually(ctx, t, 30*time.Second, "the first replica does not lead", func(ctx context.Context) bool {
 			return leading(ctx, s.Controller.URL) == 1 && leading(ctx, standby.URL) == 0
 		})
-		c.patchSpec(ctx, "shop", `{"totalQPS":2500}`)
+		c.patchSpec(ctx, "shop", `{"totalQPS":2800}`)
 		s.Controller.Kill()
 		eventually(ctx, t, 30*time.Second, "the standby never took the Lease", func(ctx context.Context) bool {
 			return leading(ctx, standby.URL) == 1
 		})
-		c.waitStatus(ctx, "shop", 2*time.Minute, "5 ready, realQPS 2500", serving(5, 2500))
+		c.waitStatus(ctx, "shop", 2*time.Minute, "6 ready, realQPS 3000", serving(6, 3000))
 		s.Controller = standby
 	})
 
