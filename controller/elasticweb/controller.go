@@ -2,6 +2,7 @@ package elasticweb
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,13 +10,15 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -26,6 +29,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/csaupgrade"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -325,36 +329,63 @@ func appliedMessage(ew *v1alpha1.ElasticWeb, ch *Child) string {
 	return fmt.Sprintf("Reverted %s %s: fields capscale owns had been changed or removed", ch.Kind, ew.Name)
 }
 
-// apply server-side applies one object with capscale's field manager. The
-// apply always carries a metadata.uid: the existing object's for an update,
-// a new one for a create. The apiserver refuses to change a uid, so the apply
-// can never patch an object that capscale did not create (one that appeared
-// after the cache looked, or that replaced ours); it then fails, and apply
-// looks at the live object to tell "ours, not in the cache" from "not ours".
+// apply writes one object. An update is a server-side apply carrying the
+// object's metadata.uid: the apiserver refuses to change a uid, so the apply
+// can never patch an object that replaced ours meanwhile. A create is a plain
+// Create, which fails if any object of that name exists (apply would take it
+// over); the fields it set are then handed to capscale's apply manager
+// (csaupgrade) and applied once more, so that from then on capscale manages
+// the object by server-side apply only. When the cache was wrong either way,
+// apply reads the live object to tell "ours" from "not ours".
 func (c *Controller) apply(ctx context.Context, ew *v1alpha1.ElasticWeb, d *Desired, ch *Child) error {
-	uid := ch.UID
 	if ch.Action == ActionCreate {
-		uid = uuid.NewUUID()
+		created, err := c.create(ctx, ew, d, ch.Kind)
+		switch {
+		case err == nil:
+			if err := c.upgradeToApply(ctx, ew, ch.Kind, created); err != nil {
+				return err
+			}
+			return c.applyWithUID(ctx, ew, d, ch.Kind, created.GetUID())
+		case !apierrors.IsAlreadyExists(err):
+			return err
+		}
+	} else {
+		// A Create whose hand-over did not happen (a crash in between).
+		if ch.Existing != nil {
+			if err := c.upgradeToApply(ctx, ew, ch.Kind, ch.Existing); err != nil {
+				return err
+			}
+		}
+		err := c.applyWithUID(ctx, ew, d, ch.Kind, ch.UID)
+		if err == nil || !isUIDMismatch(err) {
+			return err
+		}
 	}
-	err := c.applyWithUID(ctx, ew, d, ch.Kind, uid)
-	if err == nil || !isUIDMismatch(err) {
-		return err
-	}
-	live, gerr := c.getLive(ctx, ew, ch.Kind)
-	if gerr != nil {
-		return fmt.Errorf("reading %s %s/%s after a refused apply: %w", ch.Kind, ew.Namespace, ew.Name, gerr)
+	live, err := c.getLive(ctx, ew, ch.Kind)
+	if err != nil {
+		return fmt.Errorf("reading %s %s/%s: %w", ch.Kind, ew.Namespace, ew.Name, err)
 	}
 	if ref := metav1.GetControllerOf(live); ref == nil || ref.UID != ew.UID {
 		ch.Action = ActionConflict
 		ch.Message = conflictMessage(ch.Kind, live, ref)
 		return errConflict
 	}
-	// Ours, but invisible to the cache (its label was removed): put it back.
+	// Ours, but not as the cache showed it (its label was removed, or the
+	// cache lagged): hand over any create-time fields, then apply.
 	ch.Action = ActionUpdate
+	if err := c.upgradeToApply(ctx, ew, ch.Kind, live); err != nil {
+		return err
+	}
 	return c.applyWithUID(ctx, ew, d, ch.Kind, live.GetUID())
 }
 
+// isUIDMismatch recognises the apiserver's refusal of an apply whose uid is
+// not the object's: 422 on metadata.uid when another object exists, 409
+// "uid mismatch" when none does.
 func isUIDMismatch(err error) bool {
+	if apierrors.IsConflict(err) && strings.Contains(err.Error(), "uid mismatch") {
+		return true
+	}
 	if !apierrors.IsInvalid(err) {
 		return false
 	}
@@ -368,6 +399,74 @@ func isUIDMismatch(err error) bool {
 		}
 	}
 	return false
+}
+
+// create makes the object from its apply configuration with a plain Create.
+func (c *Controller) create(ctx context.Context, ew *v1alpha1.ElasticWeb, d *Desired, kind string) (metav1.Object, error) {
+	opts := metav1.CreateOptions{FieldManager: names.FieldManager}
+	var (
+		obj metav1.Object
+		err error
+	)
+	switch kind {
+	case "Deployment":
+		var o appsv1.Deployment
+		if err = convert(d.Deployment, &o); err == nil {
+			obj, err = c.cfg.Client.AppsV1().Deployments(ew.Namespace).Create(ctx, &o, opts)
+		}
+	case "Service":
+		var o corev1.Service
+		if err = convert(d.Service, &o); err == nil {
+			obj, err = c.cfg.Client.CoreV1().Services(ew.Namespace).Create(ctx, &o, opts)
+		}
+	case "HorizontalPodAutoscaler":
+		var o autoscalingv2.HorizontalPodAutoscaler
+		if err = convert(d.HPA, &o); err == nil {
+			obj, err = c.cfg.Client.AutoscalingV2().HorizontalPodAutoscalers(ew.Namespace).Create(ctx, &o, opts)
+		}
+	default:
+		return nil, fmt.Errorf("unknown kind %q", kind)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating %s %s/%s: %w", kind, ew.Namespace, ew.Name, err)
+	}
+	return obj, nil
+}
+
+func convert(ac, into any) error {
+	b, err := json.Marshal(ac)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, into)
+}
+
+// upgradeToApply moves the fields capscale's Create (an Update operation)
+// owns to capscale's Apply manager, so that a field later left out of the
+// apply is removed rather than kept by the old entry. Nothing to do (no
+// such entry) is the common case.
+func (c *Controller) upgradeToApply(ctx context.Context, ew *v1alpha1.ElasticWeb, kind string, obj metav1.Object) error {
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		return nil
+	}
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(ro, sets.New(names.FieldManager), names.FieldManager)
+	if err != nil || patch == nil {
+		return err
+	}
+	po := metav1.PatchOptions{FieldManager: names.FieldManager}
+	switch kind {
+	case "Deployment":
+		_, err = c.cfg.Client.AppsV1().Deployments(ew.Namespace).Patch(ctx, ew.Name, types.JSONPatchType, patch, po)
+	case "Service":
+		_, err = c.cfg.Client.CoreV1().Services(ew.Namespace).Patch(ctx, ew.Name, types.JSONPatchType, patch, po)
+	default:
+		_, err = c.cfg.Client.AutoscalingV2().HorizontalPodAutoscalers(ew.Namespace).Patch(ctx, ew.Name, types.JSONPatchType, patch, po)
+	}
+	if err != nil {
+		return fmt.Errorf("handing the create-time fields of %s %s/%s to the apply manager: %w", kind, ew.Namespace, ew.Name, err)
+	}
+	return nil
 }
 
 func (c *Controller) applyWithUID(ctx context.Context, ew *v1alpha1.ElasticWeb, d *Desired, kind string, uid types.UID) error {

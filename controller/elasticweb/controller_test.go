@@ -22,6 +22,7 @@ func TestIsUIDMismatch(t *testing.T) {
 		want bool
 	}{
 		{"uid immutable", fmt.Errorf("applying Deployment x/shop: %w", uid), true},
+		{"uid of no object", apierrors.NewConflict(schema.GroupResource{Resource: "deployments"}, "shop", errors.New("uid mismatch: the provided object specified uid 1, and no existing object was found")), true},
 		{"another invalid field", other, false},
 		{"conflict", apierrors.NewConflict(schema.GroupResource{Resource: "deployments"}, "shop", errors.New("x")), false},
 		{"plain error", errors.New("metadata.uid"), false},

@@ -63,6 +63,8 @@ type Child struct {
 	UID types.UID
 	// Message says why, for ActionConflict.
 	Message string
+	// Existing is the cached object for ActionNone and ActionUpdate.
+	Existing metav1.Object
 }
 
 // Desired are the apply configurations of an ElasticWeb's objects.
@@ -221,7 +223,7 @@ func childPlan(ew *v1alpha1.ElasticWeb, kind string, existing metav1.Object, des
 		c.Message = conflictMessage(kind, existing, ref)
 		return c, nil
 	}
-	c.UID = existing.GetUID()
+	c.UID, c.Existing = existing.GetUID(), existing
 	got, err := extract()
 	if err != nil {
 		return c, fmt.Errorf("reading what %s owns in %s %s/%s: %w", names.FieldManager, kind, existing.GetNamespace(), existing.GetName(), err)
