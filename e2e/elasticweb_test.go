@@ -187,6 +187,15 @@ func TestElasticWebResource(t *testing.T) {
 		if out, err := s.Kubectl(ctx, "explain", "elasticweb.spec.singlePodQPS"); err != nil || !strings.Contains(out, "The QPS one pod serves") {
 			t.Errorf("kubectl explain: %v\n%s", err, out)
 		}
+		// In shape, the controller writes nothing, though the HPA and the
+		// pods keep the Deployment's events coming.
+		before := metricSum(ctx, t, s.Controller.URL, "capscale_controller_elasticweb_applies_total")
+		reconciles := metricSum(ctx, t, s.Controller.URL, "capscale_controller_elasticweb_reconciles_total")
+		time.Sleep(5 * time.Second)
+		if after := metricSum(ctx, t, s.Controller.URL, "capscale_controller_elasticweb_applies_total"); after != before {
+			t.Errorf("an ElasticWeb in shape was applied %v more times", after-before)
+		}
+		t.Logf("reconciles while in shape: %v", metricSum(ctx, t, s.Controller.URL, "capscale_controller_elasticweb_reconciles_total")-reconciles)
 	})
 
 	t.Run("totalQPS 1800 gives 4", func(t *testing.T) {
@@ -354,4 +363,33 @@ func leading(ctx context.Context, url string) int {
 		}
 	}
 	return -1
+}
+
+// metricSum adds up every sample of a metric on a replica's /metrics.
+func metricSum(ctx context.Context, t *testing.T, url, name string) float64 {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); err == nil {
+			sum += v
+		}
+	}
+	return sum
 }
