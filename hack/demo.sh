@@ -161,16 +161,16 @@ wait_for "web at ceil(1800/500) = 4 replicas" 60 web 4
 
 bold "4. ElasticWeb: a web service as a Kubernetes resource"
 say "Four values in a custom resource; capscale-controller keeps a Deployment, a Service and an HPA in shape."
-cat <<'YAML' | tee /dev/stderr | k apply -f -
-apiVersion: capscale.io/v1alpha1
+shop_yaml='apiVersion: capscale.io/v1alpha1
 kind: ElasticWeb
 metadata: {name: shop, namespace: demo}
 spec:
   image: registry.example/shop:1
   port: 8080
   singlePodQPS: 500
-  totalQPS: 800
-YAML
+  totalQPS: 800'
+printf '%s\n' "$shop_yaml" | sed 's/^/   /'
+printf '%s\n' "$shop_yaml" | k apply -f -
 ew_ready() { [ "$(k -n demo get elasticweb shop -o jsonpath='{.status.readyReplicas}/{.status.realQPS}')" = "$1" ]; }
 wait_for "shop: 2 ready, REAL-QPS 1000" 90 ew_ready 2/1000
 run k -n demo get elasticwebs
