@@ -1,4 +1,5 @@
-# One image with all three binaries: extender, metrics-adapter, workload-api.
+# One image with all four binaries: extender, metrics-adapter, workload-api,
+# controller.
 # The build stage runs the same `make build` as CI.
 FROM golang:1.26 AS build
 WORKDIR /src
@@ -9,7 +10,7 @@ ARG VERSION=dev
 RUN make build VERSION=${VERSION} CGO_ENABLED=0 OUT=/out
 
 FROM gcr.io/distroless/static:nonroot
-COPY --from=build /out/bin/extender /out/bin/metrics-adapter /out/bin/workload-api /
+COPY --from=build /out/bin/extender /out/bin/metrics-adapter /out/bin/workload-api /out/bin/controller /
 USER 65532:65532
 # No default entrypoint: each Deployment names its binary (/extender,
-# /metrics-adapter, /workload-api).
+# /metrics-adapter, /workload-api, /controller).

@@ -31,7 +31,7 @@ deps: ## Install the Debian packages the tests need, if any is missing (apt-get)
 	fi
 
 .PHONY: build
-build: ## Build capscale's binaries (extender, metrics-adapter, workload-api) into _output/bin.
+build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, controller) into _output/bin.
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 

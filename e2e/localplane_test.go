@@ -78,7 +78,7 @@ func TestLocalUpDown(t *testing.T) {
 	for _, p := range st.Processes {
 		started[p.Name] = p.Pid
 	}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "extender", "metrics-adapter", "workload-api", "load-source"} {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "extender", "metrics-adapter", "workload-api", "controller", "load-source"} {
 		if started[name] == 0 {
 			t.Errorf("local-up did not start %s (state: %s)", name, b)
 		}

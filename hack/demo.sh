@@ -159,7 +159,40 @@ wait_for "web at 2 replicas" 60 web 2
 run k -n demo annotate deploy web capscale.io/total-qps=1800 --overwrite
 wait_for "web at ceil(1800/500) = 4 replicas" 60 web 4
 
-bold "4. The workload API (every call authenticated and authorized as the caller)"
+bold "4. ElasticWeb: a web service as a Kubernetes resource"
+say "Four values in a custom resource; capscale-controller keeps a Deployment, a Service and an HPA in shape."
+shop_yaml='apiVersion: capscale.io/v1alpha1
+kind: ElasticWeb
+metadata: {name: shop, namespace: demo}
+spec:
+  image: registry.example/shop:1
+  port: 8080
+  singlePodQPS: 500
+  totalQPS: 800'
+printf '%s\n' "$shop_yaml" | sed 's/^/   /'
+printf '%s\n' "$shop_yaml" | k apply -f -
+ew_ready() { [ "$(k -n demo get elasticweb shop -o jsonpath='{.status.readyReplicas}/{.status.realQPS}')" = "$1" ]; }
+wait_for "shop: 2 ready, REAL-QPS 1000" 90 ew_ready 2/1000
+run k -n demo get elasticwebs
+say "totalQPS 800 -> 1800: the adapter asks for ceil(1800/500) = 4, the HPA follows, the status shows it:"
+run k -n demo patch elasticweb shop --type=merge -p '{"spec":{"totalQPS":1800}}'
+for _ in $(seq 1 90); do
+  line=$(k -n demo get elasticweb shop --no-headers)
+  printf '   %s\n' "$line"
+  ew_ready 4/2000 && break
+  sleep 2
+done
+say "Delete its Service: the controller puts it back."
+run k -n demo delete service shop
+svc_back() { k -n demo get service shop; }
+wait_for "the Service to come back" 30 svc_back
+run k -n demo get service shop
+say "An invalid spec is refused by the apiserver, naming the field:"
+printf '\033[36m$ kubectl patch elasticweb shop -p {"spec":{"singlePodQPS":0}}\033[0m\n'
+k -n demo patch elasticweb shop --type=merge -p '{"spec":{"singlePodQPS":0}}' 2>&1 | sed 's/^/   /' || true
+run k -n demo get events --field-selector involvedObject.kind=ElasticWeb,involvedObject.name=shop
+
+bold "5. The workload API (every call authenticated and authorized as the caller)"
 k -n demo create serviceaccount console >/dev/null
 k create rolebinding console-edit --clusterrole=edit --serviceaccount=demo:console -n demo >/dev/null
 TOKEN=$(k -n demo create token console --duration=24h)

@@ -45,6 +45,11 @@ type Options struct {
 	WorkloadAPI  bool
 	WorkloadArgs []string
 
+	// Controller installs the CRDs and runs one capscale-controller
+	// replica (more with StartController).
+	Controller     bool
+	ControllerArgs []string
+
 	// Prepare runs after the plane is up and before capscale's components
 	// start: the place to start a load source or write the adapter config.
 	Prepare func(ctx context.Context, s *Stack) error
@@ -57,9 +62,11 @@ type Stack struct {
 
 	ExtenderURL, AdapterURL, WorkloadAPIURL string
 	Extender, Adapter, WorkloadAPI          *plane.Process
+	Controller                              *ControllerReplica
 
 	extenderPort int
 	extenderKC   string
+	controllerKC string
 }
 
 // Start brings up the plane and the chosen components, each ready to serve.
@@ -118,6 +125,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	if o.WorkloadAPI {
 		if err = s.startWorkloadAPI(ctx); err != nil {
+			return s, err
+		}
+	}
+	if o.Controller {
+		if err = s.InstallCRDs(ctx); err != nil {
+			return s, err
+		}
+		if s.Controller, err = s.StartController(ctx, "controller"); err != nil {
 			return s, err
 		}
 	}

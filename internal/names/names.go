@@ -41,6 +41,10 @@ const (
 	// every other name goes to the delegate.
 	OwnMetricPrefix = "capscale-"
 
+	// ElasticWebLabel marks the objects of an ElasticWeb (its name is the
+	// value) and selects its pods.
+	ElasticWebLabel = "capscale.io/elasticweb"
+
 	// FieldManager is the server-side apply field manager of capscale.
 	FieldManager = "capscale"
 )

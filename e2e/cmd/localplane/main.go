@@ -108,10 +108,10 @@ func up(args []string) error {
 			HPASyncPeriod: 5 * time.Second,
 		},
 		BinDir:   binDir,
-		Extender: true, Adapter: true, WorkloadAPI: true,
+		Extender: true, Adapter: true, WorkloadAPI: true, Controller: true,
 		AdapterConfig: *adapterConfig,
 		Prepare: func(ctx context.Context, s *stack.Stack) error {
-			logf("starting capscale: extender, metrics adapter, workload API")
+			logf("starting capscale: extender, metrics adapter, workload API, controller")
 			if *adapterConfig != "" {
 				return nil
 			}
