@@ -23,12 +23,14 @@ func TestLocalUpDown(t *testing.T) {
 	root := plane.RepoRoot()
 	bin := t.TempDir()
 	// One directory with the control-plane and capscale binaries, as
-	// _output/bin is for make local-up.
+	// _output/bin is for make local-up. The binaries this run built come
+	// first: _output/bin may hold stale capscale binaries of an earlier
+	// make build, and the first link of a name wins.
 	planeBins := os.Getenv("CAPSCALE_BIN_DIR")
 	if planeBins == "" {
 		planeBins = filepath.Join(root, "_output", "bin")
 	}
-	for _, dir := range []string{planeBins, capscaleBin} {
+	for _, dir := range []string{capscaleBin, planeBins} {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)
