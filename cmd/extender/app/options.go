@@ -4,8 +4,6 @@ package app
 
 import (
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -13,6 +11,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/capscale/capscale/extender"
+	"github.com/capscale/capscale/internal/httpserver"
 )
 
 // Options are the extender's command-line options.
@@ -107,11 +106,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate reports every invalid option.
 func (o *Options) Validate() []error {
 	var errs []error
-	if err := validateAddress("--bind-address", o.BindAddress); err != nil {
+	if err := httpserver.ValidateAddress("--bind-address", o.BindAddress); err != nil {
 		errs = append(errs, err)
 	}
 	if o.ProbeBindAddress != "" {
-		if err := validateAddress("--probe-bind-address", o.ProbeBindAddress); err != nil {
+		if err := httpserver.ValidateAddress("--probe-bind-address", o.ProbeBindAddress); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -143,18 +142,4 @@ func (o *Options) Validate() []error {
 		errs = append(errs, err)
 	}
 	return errs
-}
-
-func validateAddress(flag, addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%s %q: %w", flag, addr, err)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		return fmt.Errorf("%s %q: invalid port %q", flag, addr, port)
-	}
-	if host != "" && net.ParseIP(host) == nil && host != "localhost" {
-		return fmt.Errorf("%s %q: host must be an IP address or localhost", flag, addr)
-	}
-	return nil
 }

@@ -3,14 +3,13 @@ package app
 
 import (
 	"fmt"
-	"net"
 	"os"
-	"strconv"
 	"time"
 
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/workload"
 	"github.com/capscale/capscale/workload/capacity"
 )
@@ -70,12 +69,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 // Validate returns every problem with the options.
 func (o *Options) Validate() []error {
 	var errs []error
-	if host, port, err := net.SplitHostPort(o.BindAddress); err != nil {
-		errs = append(errs, fmt.Errorf("--bind-address %q: %w", o.BindAddress, err))
-	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		errs = append(errs, fmt.Errorf("--bind-address %q: port must be a number in 0..65535", o.BindAddress))
-	} else if host != "" && net.ParseIP(host) == nil && host != "localhost" {
-		errs = append(errs, fmt.Errorf("--bind-address %q: host must be an IP address, localhost or empty", o.BindAddress))
+	if err := httpserver.ValidateAddress("--bind-address", o.BindAddress); err != nil {
+		errs = append(errs, err)
 	}
 	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
 		errs = append(errs, fmt.Errorf("--tls-cert-file and --tls-private-key-file must be given together"))
