@@ -65,6 +65,9 @@ type Plane struct {
 	PKI  *PKI
 	// APIServerURL is https://127.0.0.1:PORT.
 	APIServerURL string
+	// SchedulerURL is kube-scheduler's secure port, https://127.0.0.1:PORT
+	// (its /metrics takes the admin client certificate).
+	SchedulerURL string
 	// Kubeconfig is the admin (system:masters) kubeconfig file.
 	Kubeconfig string
 	// AuditLog is kube-apiserver's audit log (JSON lines, one event per
@@ -405,6 +408,9 @@ func (p *Plane) startScheduler(ctx context.Context, port int) error {
 	if err != nil {
 		return err
 	}
+	p.mu.Lock()
+	p.SchedulerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	p.mu.Unlock()
 	return p.waitHTTP(ctx, proc, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), p.PKI.ClusterCA)
 }
 

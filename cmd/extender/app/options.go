@@ -18,6 +18,9 @@ import (
 type Options struct {
 	// BindAddress is host:port of the HTTP(S) server.
 	BindAddress string
+	// Profiling serves net/http/pprof under /debug/pprof/ on BindAddress
+	// (never on the probe port).
+	Profiling bool
 	// ProbeBindAddress, if set, serves only /healthz, /readyz and /metrics,
 	// so kubelet probes and Prometheus reach them on the pod IP while the
 	// verbs stay on loopback beside kube-scheduler.
@@ -77,6 +80,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 	fs := fss.FlagSet("extender")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "host:port to serve the extender API, /metrics and probes on. The verbs are not authenticated: keep it on loopback beside kube-scheduler, or use TLS.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go profiles under /debug/pprof/ on --bind-address (loopback by default); off by default.")
 	fs.StringVar(&o.ProbeBindAddress, "probe-bind-address", o.ProbeBindAddress, "host:port serving only /healthz, /readyz and /metrics (plain HTTP); empty turns it off.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; empty uses the in-cluster config.")
 	fs.Int64Var(&o.DefaultCapacity, "default-capacity", o.DefaultCapacity, "Underlay IP capacity of a node without the capscale.io/underlay-ip-capacity annotation.")

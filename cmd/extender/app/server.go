@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -165,12 +166,16 @@ func (o *Options) RunWithClient(ctx context.Context, cs kubernetes.Interface, li
 	} else {
 		close(probeDone)
 	}
+	var main http.Handler = handler
+	if o.Profiling {
+		main = withPprof(handler)
+	}
 	err = httpserver.Serve(ctx, httpserver.Options{
 		Addr:            o.BindAddress,
 		CertFile:        o.TLSCertFile,
 		KeyFile:         o.TLSPrivateKeyFile,
 		ShutdownTimeout: o.ShutdownTimeout,
-	}, handler, listening)
+	}, main, listening)
 	cancel()
 	<-probeDone
 	if err != nil {
@@ -181,6 +186,18 @@ func (o *Options) RunWithClient(ctx context.Context, cs kubernetes.Interface, li
 	}
 	klog.InfoS("Extender stopped")
 	return nil
+}
+
+// withPprof adds net/http/pprof's handlers under /debug/pprof/.
+func withPprof(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 // probeOnly lets through GET /healthz, /readyz and /metrics and nothing else:

@@ -1,13 +1,16 @@
 // Command benche2e is `make bench-e2e`: it measures capscale inside a real
 // control plane and prints figures; it asserts nothing about speed.
 //
-// Scheduling throughput (issue 7, item 1): one plane of N kwok nodes whose
-// scheduler calls the extender; pods alternate, round by round, between
-// (a) requesting capscale.io/underlay-ip (filter, prioritize and bind go
-// through the extender) and (b) requesting the same capacity as a native
-// extended resource the nodes advertise (capscale.io/underlay-ip-native: 10;
-// kube-scheduler alone). Same cluster, same run, alternating sides, so the
-// ratio a/b is robust to a noisy machine.
+// Scheduling throughput (issue 17, throughput.go): one plane of N kwok
+// nodes; pods alternate, round by round, between two sides on the same
+// plane. --mode extender: (a) pods requesting capscale.io/underlay-ip, so
+// filter, prioritize and bind go through the extender, against (b) pods
+// requesting the same capacity as a plain extended resource the nodes
+// advertise (capscale.io/underlay-ip-native: 10; kube-scheduler alone).
+// --mode native: the same with capscale's native mode (the published
+// capacity, deploy/native's scheduler configuration) as side (a). --mode
+// tax: pods that request no underlay IP, scheduled with the configuration
+// capscale ships and with kube-scheduler's defaults.
 package main
 
 import (
@@ -20,7 +23,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
@@ -28,7 +30,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
-	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
 	"github.com/capscale/capscale/internal/names"
 )
@@ -38,9 +39,12 @@ import (
 const nativeResource = names.UnderlayIPResource + "-native"
 
 func main() {
-	nodes := flag.Int("nodes", 500, "kwok nodes")
-	pods := flag.Int("pods", 2000, "pods per side (extender, native)")
-	rounds := flag.Int("rounds", 4, "rounds per side, alternating")
+	nodes := flag.Int("nodes", 500, "kwok nodes for the throughput scenario")
+	batch := flag.Int("batch", 500, "throughput: pods per batch")
+	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
+	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same) or tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults)")
+	pprofDir := flag.String("pprof-dir", "", "throughput: save 25 s CPU profiles of kube-scheduler and the extender, taken from the first measured round on, in this directory")
+	jsonFile := flag.String("json", "", "throughput: write the figures to this file as JSON")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
 	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate or all (all but metrics and delegate, which make bench runs)")
 	series := flag.Int("series", 1000, "series for the metrics scenario")
@@ -53,10 +57,15 @@ func main() {
 	changes := flag.Int("changes", 10, "load-index changes for the reaction scenario")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
+	if *mode != "extender" && *mode != "native" && *mode != "tax" {
+		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native or tax, got %q\n", *mode)
+		os.Exit(2)
+	}
+	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir}
 	var err error
 	switch *scenario {
 	case "throughput":
-		err = run(*nodes, *pods, *rounds, *clientQPS, *binDir)
+		err = throughput(rig)
 	case "reaction":
 		err = reaction(*changes, *binDir)
 	case "memory":
@@ -66,7 +75,7 @@ func main() {
 	case "delegate":
 		err = delegateOverhead(*samples, *binDir)
 	case "all":
-		if err = run(*nodes, *pods, *rounds, *clientQPS, *binDir); err == nil {
+		if err = throughput(rig); err == nil {
 			err = reaction(*changes, *binDir)
 		}
 		if err == nil {
@@ -81,121 +90,18 @@ func main() {
 	}
 }
 
-func run(nodes, pods, rounds, clientQPS int, binDir string) error {
-	if pods%rounds != 0 || pods > nodes*10 {
-		return fmt.Errorf("--pods must be a multiple of --rounds and at most 10 per node")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	ten := resource.MustParse("10")
-	start := time.Now()
-	schedCfg, extArgs, err := clientLimits(clientQPS)
-	if err != nil {
-		return err
-	}
-	if clientQPS != 0 {
-		defer os.Remove(schedCfg)
-	}
-	s, err := stack.Start(ctx, stack.Options{
-		SchedulerConfigFile: schedCfg,
-		ExtenderArgs:        extArgs,
-		BinDir:              binDir,
-		Plane: plane.Options{
-			BinDir: binDir, Nodes: nodes,
-			Node: func(_ int, n *corev1.Node) {
-				n.Status.Capacity[nativeResource] = ten
-				n.Status.Allocatable[nativeResource] = ten
-			},
-			Logf: func(f string, a ...any) { fmt.Printf("# "+f+"\n", a...) },
-		},
-		Extender: true,
-	})
-	if err != nil {
-		return err
-	}
-	defer s.Stop()
-	fmt.Printf("# plane with %d nodes and the extender up in %.1fs; client QPS %s\n", nodes, time.Since(start).Seconds(), qpsLabel(clientQPS))
-	const ns = "bench"
-	if err := s.WaitForNamespace(ctx, ns); err != nil {
-		return err
-	}
-	w := newBindWatcher(ctx, s.Client, ns)
-
-	per := pods / rounds
-	type result struct {
-		side    string
-		pods    int
-		seconds float64
-	}
-	var results []result
-	fmt.Printf("round\tside\tpods\tseconds\tpods/s\n")
-	for r := 0; r < rounds; r++ {
-		sides := []string{"extender", "native"}
-		if r%2 == 1 {
-			sides = []string{"native", "extender"}
-		}
-		for _, side := range sides {
-			res := corev1.ResourceName(names.UnderlayIPResource)
-			if side == "native" {
-				res = nativeResource
-			}
-			prefix := fmt.Sprintf("%s-%d", side, r)
-			secs, err := scheduleBatch(ctx, s.Client, w, ns, prefix, res, per)
-			if err != nil {
-				return err
-			}
-			results = append(results, result{side, per, secs})
-			fmt.Printf("%d\t%s\t%d\t%.2f\t%.1f\n", r, side, per, secs, float64(per)/secs)
-		}
-	}
-	total := map[string][2]float64{}
-	for _, r := range results {
-		t := total[r.side]
-		total[r.side] = [2]float64{t[0] + float64(r.pods), t[1] + r.seconds}
-	}
-	a := total["extender"][0] / total["extender"][1]
-	b := total["native"][0] / total["native"][1]
-	fmt.Printf("extender: %.0f pods in %.2fs = %.1f pods/s\n", total["extender"][0], total["extender"][1], a)
-	fmt.Printf("native:   %.0f pods in %.2fs = %.1f pods/s\n", total["native"][0], total["native"][1], b)
-	fmt.Printf("ratio extender/native: %.2f\n", a/b)
-	return checkCapacity(ctx, s.Client, ns)
-}
-
-// scheduleBatch creates n pods as fast as the client allows and returns the
-// seconds from the first create until the last pod is bound.
-func scheduleBatch(ctx context.Context, cs kubernetes.Interface, w *bindWatcher, ns, prefix string, res corev1.ResourceName, n int) (float64, error) {
-	one := resource.MustParse("1")
-	start := time.Now()
-	err := forEach(ctx, n, 32, nil, func(ctx context.Context, i int) error {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%04d", prefix, i), Namespace: ns, Labels: map[string]string{"batch": prefix}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{
-				Name: "app", Image: "registry.example/bench:1",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{res: one}, Limits: corev1.ResourceList{res: one}},
-			}}},
-		}
-		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("creating pods: %w", err)
-	}
-	last, err := w.waitBound(ctx, prefix, n, 10*time.Minute)
-	if err != nil {
-		return 0, err
-	}
-	return last.Sub(start).Seconds(), nil
-}
-
-// bindWatcher records when each pod was first seen bound.
+// bindWatcher records when each pod was first seen bound, and which are
+// Ready.
 type bindWatcher struct {
 	mu      sync.Mutex
 	boundAt map[string]time.Time // pod name -> first seen with a node
 	batch   map[string]string    // pod name -> batch label
+	ready   map[string]int       // batch label -> pods seen Ready
+	isReady map[string]bool      // pod name -> counted in ready
 }
 
 func newBindWatcher(ctx context.Context, cs kubernetes.Interface, ns string) *bindWatcher {
-	w := &bindWatcher{boundAt: map[string]time.Time{}, batch: map[string]string{}}
+	w := &bindWatcher{boundAt: map[string]time.Time{}, batch: map[string]string{}, ready: map[string]int{}, isReady: map[string]bool{}}
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = fields.Everything().String() }))
 	inf := f.Core().V1().Pods().Informer()
@@ -208,6 +114,10 @@ func newBindWatcher(ctx context.Context, cs kubernetes.Interface, ns string) *bi
 		if _, seen := w.boundAt[p.Name]; !seen {
 			w.boundAt[p.Name] = time.Now()
 			w.batch[p.Name] = p.Labels["batch"]
+		}
+		if podReady(p) && !w.isReady[p.Name] {
+			w.isReady[p.Name] = true
+			w.ready[p.Labels["batch"]]++
 		}
 		w.mu.Unlock()
 	}
@@ -243,6 +153,28 @@ func (w *bindWatcher) waitBound(ctx context.Context, batch string, n int, timeou
 	}
 }
 
+// waitReady returns once n pods of batch are Ready: kwok has finished
+// with them, so their status writes no longer load the plane.
+func (w *bindWatcher) waitReady(ctx context.Context, batch string, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		w.mu.Lock()
+		ready := w.ready[batch]
+		w.mu.Unlock()
+		if ready >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("batch %s: %d of %d pods Ready after %s", batch, ready, n, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // checkCapacity verifies that no node holds more than 10 of either resource.
 func checkCapacity(ctx context.Context, cs kubernetes.Interface, ns string) error {
 	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -266,8 +198,11 @@ func checkCapacity(ctx context.Context, cs kubernetes.Interface, ns string) erro
 
 // clientLimits returns the scheduler config file and extender flags for the
 // given client QPS; 0 keeps deploy/'s configuration and the defaults.
-func clientLimits(qps int) (string, []string, error) {
+func clientLimits(qps int, native bool) (string, []string, error) {
 	file := stack.DeployFile("scheduler/kube-scheduler-config.yaml")
+	if native {
+		file = stack.DeployFile("native/kube-scheduler-config.yaml")
+	}
 	if qps == 0 {
 		return file, nil, nil
 	}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"math"
+	"os"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestSummarize(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want spread
+	}{
+		{[]float64{3}, spread{3, 3, 3}},
+		{[]float64{5, 1, 3}, spread{3, 1, 5}},
+		{[]float64{4, 1, 3, 2}, spread{2.5, 1, 4}},
+	} {
+		in := append([]float64(nil), tc.in...)
+		if got := summarize(tc.in); got != tc.want {
+			t.Errorf("summarize(%v) = %+v, want %+v", tc.in, got, tc.want)
+		}
+		for i := range in {
+			if in[i] != tc.in[i] {
+				t.Fatalf("summarize reordered its input: %v", tc.in)
+			}
+		}
+	}
+	if got := summarize(nil); !math.IsNaN(got.Median) {
+		t.Errorf("summarize(nil) = %+v, want NaN", got)
+	}
+}
+
+func TestPairedRatios(t *testing.T) {
+	got := pairedRatios([]float64{80, 90, 100}, []float64{100, 100})
+	want := []float64{0.8, 0.9}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("pairedRatios = %v, want %v", got, want)
+	}
+	if got := pairedRatios([]float64{1}, []float64{0}); len(got) != 0 {
+		t.Errorf("a zero denominator must not pair, got %v", got)
+	}
+}
+
+func TestSidesAlternate(t *testing.T) {
+	firsts := map[string]int{}
+	for r := 0; r < 8; r++ {
+		s := sidesOfRound(r, "a", "b")
+		if s[0] == s[1] {
+			t.Fatalf("round %d runs one side twice: %v", r, s)
+		}
+		firsts[s[0]]++
+	}
+	if firsts["a"] != 4 || firsts["b"] != 4 {
+		t.Errorf("each side must go first in half the rounds, got %v", firsts)
+	}
+}
+
+func TestCPUMsPerPod(t *testing.T) {
+	before := cpuTimes{"kube-scheduler": 10 * time.Second, "kwok": 5 * time.Second, "gone": 0}
+	after := cpuTimes{"kube-scheduler": 12 * time.Second, "kwok": 5*time.Second + 100*time.Millisecond, "new": time.Second}
+	// 10 s of wall: the scheduler idles at 0.05 (0.5 s), kwok at 0.02 (0.2 s).
+	idle := map[string]float64{"kube-scheduler": 0.05, "kwok": 0.02}
+	got := cpuMsPerPod(before, after, 10*time.Second, idle, 500)
+	if v := got["kube-scheduler"]; math.Abs(v-3) > 1e-9 { // (2 s - 0.5 s) / 500 pods
+		t.Errorf("kube-scheduler = %v ms/pod, want 3", v)
+	}
+	if v, ok := got["kwok"]; !ok || v != 0 {
+		t.Errorf("kwok below its idle rate must be charged 0, got %v (present %v)", v, ok)
+	}
+	if _, ok := got["new"]; ok {
+		t.Error("a process without a before sample must not be charged")
+	}
+	if len(cpuMsPerPod(before, after, time.Second, idle, 0)) != 0 {
+		t.Error("no pods, no figures")
+	}
+}
+
+func TestIdleAndQuiet(t *testing.T) {
+	a := cpuTimes{"kube-apiserver": time.Second}
+	b := cpuTimes{"kube-apiserver": time.Second + 200*time.Millisecond}
+	idle := idleRates(a, b, 2*time.Second)
+	if v := idle["kube-apiserver"]; math.Abs(v-0.1) > 1e-9 {
+		t.Fatalf("idle = %v, want 0.1", v)
+	}
+	if !quietEnough(0.16, 0.1) {
+		t.Error("0.16 against an idle 0.1 is within 1.5×idle + 0.02")
+	}
+	if quietEnough(0.3, 0.1) {
+		t.Error("0.3 against an idle 0.1 is a busy plane")
+	}
+}
+
+func TestNodeUsable(t *testing.T) {
+	ready := corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}
+	for _, tc := range []struct {
+		name string
+		node corev1.Node
+		want bool
+	}{
+		{"ready", corev1.Node{Status: ready}, true},
+		{"not ready", corev1.Node{}, false},
+		{"not-ready taint left", corev1.Node{Status: ready, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule}}}}, false},
+		{"prefer-no-schedule is fine", corev1.Node{Status: ready, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "x", Effect: corev1.TaintEffectPreferNoSchedule}}}}, true},
+		{"cordoned", corev1.Node{Status: ready, Spec: corev1.NodeSpec{Unschedulable: true}}, false},
+	} {
+		if got := nodeUsable(&tc.node); got != tc.want {
+			t.Errorf("%s: nodeUsable = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestPodReady(t *testing.T) {
+	readyCond := []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if podReady(&corev1.Pod{Status: corev1.PodStatus{Conditions: readyCond}}) {
+		t.Error("an unbound pod is not done")
+	}
+	if !podReady(&corev1.Pod{Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Conditions: readyCond}}) {
+		t.Error("bound and Ready is done")
+	}
+	if podReady(&corev1.Pod{Spec: corev1.PodSpec{NodeName: "n"}}) {
+		t.Error("bound without Ready is not done")
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	// 100 observations: 50 ≤ 0.01, 90 ≤ 0.1, 100 ≤ 1.
+	bs := []bucket{{1, 100}, {0.01, 50}, {0.1, 90}, {math.Inf(1), 100}}
+	if got := quantile(0.5, bs); math.Abs(got-0.01) > 1e-12 {
+		t.Errorf("p50 = %v, want 0.01", got)
+	}
+	if got := quantile(0.99, bs); math.Abs(got-(0.1+0.9*0.9)) > 1e-12 {
+		t.Errorf("p99 = %v, want 0.91", got)
+	}
+	if got := quantile(0.99, []bucket{{0.1, 50}, {math.Inf(1), 100}}); got != 0.1 {
+		t.Errorf("a quantile in +Inf is the last finite bound, got %v", got)
+	}
+	if got := quantile(0.5, []bucket{{0.1, 0}, {math.Inf(1), 0}}); !math.IsNaN(got) {
+		t.Errorf("no observations is NaN, got %v", got)
+	}
+}
+
+func TestBucketDelta(t *testing.T) {
+	got := bucketDelta([]bucket{{0.1, 10}, {math.Inf(1), 12}}, []bucket{{0.1, 15}, {math.Inf(1), 30}})
+	if got[0].count != 5 || got[1].count != 18 {
+		t.Errorf("delta = %v, want 5 and 18", got)
+	}
+}
+
+func TestHistogramBucketsFromScrape(t *testing.T) {
+	text := `# TYPE h histogram
+h_bucket{route="/bind",le="0.1"} 3
+h_bucket{route="/bind",le="+Inf"} 4
+h_sum{route="/bind"} 0.5
+h_count{route="/bind"} 4
+h_bucket{route="/filter",le="0.1"} 7
+h_bucket{route="/filter",le="+Inf"} 7
+h_sum{route="/filter"} 0.1
+h_count{route="/filter"} 7
+# TYPE c counter
+c{verb="POST",resource="pods",subresource="binding"} 2
+c{verb="GET",resource="pods"} 1
+`
+	f, err := parseMetrics([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bind := f.histogramBuckets("h", map[string]string{"route": "/bind"})
+	if countOf(bind) != 4 {
+		t.Errorf("bind observations = %v, want 4", countOf(bind))
+	}
+	if all := f.histogramBuckets("h", nil); countOf(all) != 11 {
+		t.Errorf("all observations = %v, want 11", countOf(all))
+	}
+	c := f.counters("c", "verb", "resource", "subresource")
+	if c["POST/pods/binding"] != 2 || c["GET/pods"] != 1 {
+		t.Errorf("counters = %v", c)
+	}
+}
+
+func TestProcCPU(t *testing.T) {
+	// Burn some CPU so the reading cannot be a constant zero.
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	d, err := procCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d <= 0 {
+		t.Errorf("procCPU of a busy process = %v", d)
+	}
+	if _, err := procCPU(-1); err == nil {
+		t.Error("no such process must be an error")
+	}
+}

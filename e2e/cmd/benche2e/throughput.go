@@ -1,0 +1,553 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/capscale/capscale/e2e/plane"
+	"github.com/capscale/capscale/e2e/stack"
+	"github.com/capscale/capscale/internal/names"
+)
+
+// Scheduling throughput, measured so that it holds on a shared machine
+// (issue 17): every batch starts on a quiet plane (all nodes usable, the
+// previous batch's pods Ready, the processes back at their idle CPU rate);
+// one warm-up batch per side is not counted; sides alternate round by
+// round; each batch's CPU per pod is read from /proc and the idle rate
+// taken off; kube-scheduler's and the extender's latencies come from their
+// /metrics.
+
+// rigOptions are the throughput and tax scenarios' knobs.
+type rigOptions struct {
+	Mode      string // extender, native (throughput) or tax
+	Nodes     int
+	Batch     int // pods per batch
+	Rounds    int // measured rounds per side
+	ClientQPS int
+	BinDir    string
+	JSONFile  string
+	PprofDir  string // if set: 25 s CPU profiles of kube-scheduler and the extender from the first measured round on
+}
+
+// side is one arm of the comparison.
+type side struct {
+	Name      string
+	Resource  corev1.ResourceName // "" for a pod that requests nothing extended
+	Scheduler string              // the pods' schedulerName; "" is default-scheduler
+	Config    string              // scheduler configuration (tax scenario only)
+}
+
+// batchResult is one measured batch.
+type batchResult struct {
+	Side       string
+	Round      int
+	PodsPerS   float64
+	CPUMsPod   map[string]float64
+	AttemptP50 float64 // ms, scheduler_scheduling_attempt_duration_seconds
+	AttemptP99 float64
+	SLIP50     float64 // ms, scheduler_pod_scheduling_sli_duration_seconds
+	SLIP99     float64
+	Extender   map[string]float64 // p50 ms per route
+	Requests   map[string]float64 // apiserver requests per pod by verb/resource/subresource
+	QuietWait  time.Duration
+	Quiet      bool
+}
+
+// sideReport is one side's figures in the --json file.
+type sideReport struct {
+	RoundsPodsPerS   []float64          `json:"rounds_pods_per_s"`
+	MedianPodsPerS   float64            `json:"median_pods_per_s"`
+	MinPodsPerS      float64            `json:"min_pods_per_s"`
+	MaxPodsPerS      float64            `json:"max_pods_per_s"`
+	CPUMsPerPod      map[string]float64 `json:"cpu_ms_per_pod"`
+	CPUMsPerPodTotal float64            `json:"cpu_ms_per_pod_total"`
+	AttemptP50Ms     float64            `json:"scheduling_attempt_p50_ms"`
+	AttemptP99Ms     float64            `json:"scheduling_attempt_p99_ms"`
+	SLIP50Ms         float64            `json:"pod_scheduling_sli_p50_ms"`
+	SLIP99Ms         float64            `json:"pod_scheduling_sli_p99_ms"`
+	ExtenderP50Ms    map[string]float64 `json:"extender_p50_ms,omitempty"`
+	RequestsPerPod   map[string]float64 `json:"apiserver_requests_per_pod"`
+}
+
+// rigReport is the --json file.
+type rigReport struct {
+	Scenario          string                `json:"scenario"`
+	Nodes             int                   `json:"nodes"`
+	BatchPods         int                   `json:"batch_pods"`
+	Rounds            int                   `json:"rounds"`
+	Date              string                `json:"date"`
+	LoadAverage       string                `json:"load_average_at_start"`
+	IdleCPUPerS       map[string]float64    `json:"idle_cpu_ms_per_s"`
+	Sides             map[string]sideReport `json:"sides"`
+	RatioOfMedians    float64               `json:"ratio_of_medians"`
+	PairedRatioMin    float64               `json:"paired_ratio_min"`
+	PairedRatioMax    float64               `json:"paired_ratio_max"`
+	CPURatioOfMedians float64               `json:"cpu_per_pod_ratio_of_medians"`
+}
+
+// defaultSchedulerConfig is kube-scheduler's own defaults, for the tax
+// scenario's other side.
+const defaultSchedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+`
+
+func throughput(o rigOptions) error {
+	if o.Rounds < 1 || o.Batch < 1 {
+		return fmt.Errorf("--rounds and --batch must be at least 1")
+	}
+	if o.Mode != "tax" && (o.Rounds+1)*o.Batch > o.Nodes*10 {
+		return fmt.Errorf("(rounds+1)*batch = %d pods a side do not fit %d nodes of 10", (o.Rounds+1)*o.Batch, o.Nodes)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
+	defer cancel()
+	started := time.Now()
+	load := loadAverage()
+	schedCfg, extArgs, err := clientLimits(o.ClientQPS, o.Mode == "native")
+	if err != nil {
+		return err
+	}
+	if o.ClientQPS != 0 {
+		defer os.Remove(schedCfg)
+	}
+	var schedFlags []string
+	if o.PprofDir != "" {
+		extArgs = append(extArgs, "--profiling")
+		schedFlags = []string{"--profiling=true"}
+	}
+	ten := resource.MustParse("10")
+	s, err := stack.Start(ctx, stack.Options{
+		SchedulerConfigFile: schedCfg,
+		ExtenderArgs:        extArgs,
+		BinDir:              o.BinDir,
+		Plane: plane.Options{
+			BinDir: o.BinDir, Nodes: o.Nodes,
+			Node: func(_ int, n *corev1.Node) {
+				n.Status.Capacity[nativeResource] = ten
+				n.Status.Allocatable[nativeResource] = ten
+			},
+			Logf:                func(f string, a ...any) { fmt.Printf("# "+f+"\n", a...) },
+			ExtraSchedulerFlags: schedFlags,
+		},
+		Extender: true,
+		Native:   o.Mode == "native",
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	fmt.Printf("# %s scenario: %d nodes, plane up in %.1fs; client QPS %s; load average %s\n", o.Mode, o.Nodes, time.Since(started).Seconds(), qpsLabel(o.ClientQPS), load)
+
+	var sides [2]side
+	switch o.Mode {
+	case "extender":
+		// Both sides on the profile that scores every node, so the extender
+		// is the only difference.
+		sides = [2]side{{Name: "extender", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
+	case "native":
+		sides = [2]side{{Name: "native-mode", Resource: names.UnderlayIPResource}, {Name: "native", Resource: nativeResource}}
+	case "tax":
+		sides = [2]side{{Name: "capscale-config", Config: s.Plane.Opts.SchedulerConfig}, {Name: "default-config", Config: defaultSchedulerConfig}}
+	}
+
+	const ns = "bench"
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		return err
+	}
+	if err := waitNodesUsable(ctx, s.Client, o.Nodes, o.Mode == "native"); err != nil {
+		return err
+	}
+	// The bench's own client must never be what limits the rate.
+	benchCfg := rest.CopyConfig(s.Config)
+	benchCfg.QPS, benchCfg.Burst = 2000, 4000
+	bench, err := kubernetes.NewForConfig(benchCfg)
+	if err != nil {
+		return err
+	}
+	adminHTTP, err := rest.HTTPClientFor(s.Config)
+	if err != nil {
+		return err
+	}
+	extHTTP, err := s.HTTPClient()
+	if err != nil {
+		return err
+	}
+	w := newBindWatcher(ctx, s.Client, ns)
+
+	// Idle: what every process burns with nothing to schedule.
+	time.Sleep(5 * time.Second)
+	pids := livePids(s.Plane)
+	a, err := sampleCPU(pids)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	time.Sleep(10 * time.Second)
+	b, err := sampleCPU(pids)
+	if err != nil {
+		return err
+	}
+	idle := idleRates(a, b, time.Since(t0))
+	fmt.Printf("# idle CPU (ms per s): %s\n", formatMap(idle, 1000))
+
+	r := &rig{s: s, bench: bench, adminHTTP: adminHTTP, extHTTP: extHTTP, w: w, ns: ns, idle: idle, batch: o.Batch}
+	current := sides[0].Config
+	var results []batchResult
+	fmt.Printf("round\tside\tpods/s\tcpu ms/pod (sched ext api etcd kwok kcm)\tattempt p50/p99 ms\tsli p50/p99 ms\tquiet wait\n")
+	for round := -1; round < o.Rounds; round++ {
+		if round == 0 && o.PprofDir != "" {
+			r.profile(o.PprofDir)
+		}
+		for _, sd := range sidesOfRound(round+1, sides[0].Name, sides[1].Name) {
+			side := sides[0]
+			if sd == sides[1].Name {
+				side = sides[1]
+			}
+			if o.Mode == "tax" && side.Config != current {
+				if err := s.RestartScheduler(ctx, side.Config); err != nil {
+					return err
+				}
+				current = side.Config
+				r.idle = idle
+			}
+			res, err := r.measure(ctx, side, round)
+			if err != nil {
+				return err
+			}
+			label := fmt.Sprint(round)
+			if round < 0 {
+				label = "warm-up"
+			} else {
+				results = append(results, res)
+			}
+			fmt.Printf("%s\t%s\t%.1f\t%.2f (%s)\t%.1f/%.1f\t%.0f/%.0f\t%.1fs%s\n", label, res.Side, res.PodsPerS,
+				total(res.CPUMsPod), formatCPU(res.CPUMsPod), res.AttemptP50, res.AttemptP99, res.SLIP50, res.SLIP99,
+				res.QuietWait.Seconds(), map[bool]string{true: "", false: " (not quiet)"}[res.Quiet])
+		}
+	}
+	rep := report(o, load, idle, sides, results)
+	printReport(rep, sides)
+	if o.JSONFile != "" {
+		out, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.JSONFile, append(out, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if o.Mode == "tax" {
+		return nil
+	}
+	return checkCapacity(ctx, s.Client, ns)
+}
+
+// rig holds what every batch needs.
+type rig struct {
+	s                  *stack.Stack
+	bench              kubernetes.Interface
+	adminHTTP, extHTTP *http.Client
+	w                  *bindWatcher
+	ns                 string
+	idle               map[string]float64
+	batch              int
+}
+
+// scrapes is everything read before and after a batch.
+type scrapes struct {
+	cpu                     cpuTimes
+	sched, extender, apiSrv metricFamilies
+}
+
+func (r *rig) scrape(ctx context.Context, pids map[string]int) (scrapes, error) {
+	var sc scrapes
+	var err error
+	if sc.sched, err = scrapeHTTP(ctx, r.adminHTTP, r.s.SchedulerURL+"/metrics"); err != nil {
+		return sc, fmt.Errorf("kube-scheduler metrics: %w", err)
+	}
+	if sc.extender, err = scrapeHTTP(ctx, r.extHTTP, r.s.ExtenderURL+"/metrics"); err != nil {
+		return sc, fmt.Errorf("extender metrics: %w", err)
+	}
+	if sc.apiSrv, err = scrapeAPIServer(ctx, r.s.Client); err != nil {
+		return sc, fmt.Errorf("kube-apiserver metrics: %w", err)
+	}
+	sc.cpu, err = sampleCPU(pids)
+	return sc, err
+}
+
+// measure runs one batch on a quiet plane and waits until the plane is
+// quiet again, so the batch is charged everything it caused.
+func (r *rig) measure(ctx context.Context, sd side, round int) (batchResult, error) {
+	pids := livePids(r.s.Plane)
+	waited, quiet, err := waitQuiet(ctx, pids, r.idle, 90*time.Second)
+	if err != nil {
+		return batchResult{}, err
+	}
+	before, err := r.scrape(ctx, pids)
+	if err != nil {
+		return batchResult{}, err
+	}
+	prefix := fmt.Sprintf("%s-%d", sd.Name, round+1)
+	start := time.Now()
+	if err := createBatch(ctx, r.bench, r.ns, prefix, sd.Resource, sd.Scheduler, r.batch); err != nil {
+		return batchResult{}, err
+	}
+	last, err := r.w.waitBound(ctx, prefix, r.batch, 10*time.Minute)
+	if err != nil {
+		return batchResult{}, err
+	}
+	if err := r.w.waitReady(ctx, prefix, r.batch, 10*time.Minute); err != nil {
+		return batchResult{}, err
+	}
+	if _, _, err := waitQuiet(ctx, pids, r.idle, 90*time.Second); err != nil {
+		return batchResult{}, err
+	}
+	after, err := r.scrape(ctx, pids)
+	if err != nil {
+		return batchResult{}, err
+	}
+	wall := time.Since(start)
+	res := batchResult{
+		Side: sd.Name, Round: round, PodsPerS: float64(r.batch) / last.Sub(start).Seconds(),
+		CPUMsPod: cpuMsPerPod(before.cpu, after.cpu, wall, r.idle, r.batch),
+		Extender: map[string]float64{}, Requests: map[string]float64{},
+		QuietWait: waited, Quiet: quiet,
+	}
+	att := bucketDelta(before.sched.histogramBuckets("scheduler_scheduling_attempt_duration_seconds", nil), after.sched.histogramBuckets("scheduler_scheduling_attempt_duration_seconds", nil))
+	res.AttemptP50, res.AttemptP99 = 1000*quantile(0.5, att), 1000*quantile(0.99, att)
+	sli := bucketDelta(before.sched.histogramBuckets("scheduler_pod_scheduling_sli_duration_seconds", nil), after.sched.histogramBuckets("scheduler_pod_scheduling_sli_duration_seconds", nil))
+	res.SLIP50, res.SLIP99 = 1000*quantile(0.5, sli), 1000*quantile(0.99, sli)
+	for _, route := range []string{"filter", "prioritize", "bind"} {
+		want := map[string]string{"route": route}
+		d := bucketDelta(before.extender.histogramBuckets("capscale_extender_http_request_duration_seconds", want), after.extender.histogramBuckets("capscale_extender_http_request_duration_seconds", want))
+		if n := countOf(d); n > 0 {
+			res.Extender[route] = 1000 * quantile(0.5, d)
+			res.Extender[route+" calls/pod"] = n / float64(r.batch)
+		}
+	}
+	bReq := before.apiSrv.counters("apiserver_request_total", "verb", "resource", "subresource")
+	for k, v := range after.apiSrv.counters("apiserver_request_total", "verb", "resource", "subresource") {
+		if d := (v - bReq[k]) / float64(r.batch); d >= 0.05 {
+			res.Requests[k] = d
+		}
+	}
+	return res, nil
+}
+
+// profile saves 25 s CPU profiles of kube-scheduler and the extender (the
+// extender's server writes for at most 30 s).
+func (r *rig) profile(dir string) {
+	for name, get := range map[string]func() (*http.Response, error){
+		"kube-scheduler": func() (*http.Response, error) {
+			return r.adminHTTP.Get(r.s.SchedulerURL + "/debug/pprof/profile?seconds=25")
+		},
+		"extender": func() (*http.Response, error) {
+			return r.extHTTP.Get(r.s.ExtenderURL + "/debug/pprof/profile?seconds=25")
+		},
+	} {
+		go func() {
+			resp, err := get()
+			if err != nil {
+				fmt.Printf("# profile %s: %v\n", name, err)
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("%s: %s", resp.Status, b)
+			}
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, name+".pprof"), b, 0o644)
+			}
+			fmt.Printf("# profile %s saved in %s (err %v)\n", name, dir, err)
+		}()
+	}
+}
+
+// countOf is the number of observations in cumulative buckets.
+func countOf(bs []bucket) float64 {
+	m := 0.0
+	for _, b := range bs {
+		m = max(m, b.count)
+	}
+	return m
+}
+
+// exactProfile is the scheduler profile of deploy/scheduler that scores
+// every node for underlay pods.
+const exactProfile = "capscale-scheduler"
+
+// createBatch creates n pods for scheduler, each requesting one res (none
+// if res is "").
+func createBatch(ctx context.Context, cs kubernetes.Interface, ns, prefix string, res corev1.ResourceName, scheduler string, n int) error {
+	one := resource.MustParse("1")
+	err := forEach(ctx, n, 32, nil, func(ctx context.Context, i int) error {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%04d", prefix, i), Namespace: ns, Labels: map[string]string{"batch": prefix}},
+			Spec: corev1.PodSpec{SchedulerName: scheduler, Containers: []corev1.Container{{
+				Name: "app", Image: "registry.example/bench:1",
+			}}},
+		}
+		if res != "" {
+			pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{res: one}, Limits: corev1.ResourceList{res: one}}
+		}
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("creating pods: %w", err)
+	}
+	return nil
+}
+
+// waitNodesUsable returns once all n nodes are Ready and untainted and, in
+// native mode, publish their underlay-IP capacity.
+func waitNodesUsable(ctx context.Context, cs kubernetes.Interface, n int, published bool) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err == nil {
+			usable := 0
+			for i := range list.Items {
+				nd := &list.Items[i]
+				if _, ok := nd.Status.Allocatable[names.UnderlayIPResource]; nodeUsable(nd) && (ok || !published) {
+					usable++
+				}
+			}
+			if usable == n {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d of %d nodes usable after 10m", usable, n)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// report folds the measured rounds into the --json shape.
+func report(o rigOptions, load string, idle map[string]float64, sides [2]side, results []batchResult) rigReport {
+	rep := rigReport{
+		Scenario: o.Mode, Nodes: o.Nodes, BatchPods: o.Batch, Rounds: o.Rounds,
+		Date: time.Now().UTC().Format(time.RFC3339), LoadAverage: load,
+		IdleCPUPerS: scale(idle, 1000), Sides: map[string]sideReport{},
+	}
+	rates := map[string][]float64{}
+	cpuTotals := map[string][]float64{}
+	for _, sd := range sides {
+		var mine []batchResult
+		for _, r := range results {
+			if r.Side == sd.Name {
+				mine = append(mine, r)
+			}
+		}
+		sr := sideReport{CPUMsPerPod: map[string]float64{}, ExtenderP50Ms: map[string]float64{}, RequestsPerPod: map[string]float64{}}
+		perProc, perRoute, perReq := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+		var att50, att99, sli50, sli99 []float64
+		for _, r := range mine {
+			sr.RoundsPodsPerS = append(sr.RoundsPodsPerS, r.PodsPerS)
+			cpuTotals[sd.Name] = append(cpuTotals[sd.Name], total(r.CPUMsPod))
+			for k, v := range r.CPUMsPod {
+				perProc[k] = append(perProc[k], v)
+			}
+			for k, v := range r.Extender {
+				perRoute[k] = append(perRoute[k], v)
+			}
+			for k, v := range r.Requests {
+				perReq[k] = append(perReq[k], v)
+			}
+			att50, att99 = append(att50, r.AttemptP50), append(att99, r.AttemptP99)
+			sli50, sli99 = append(sli50, r.SLIP50), append(sli99, r.SLIP99)
+		}
+		rates[sd.Name] = sr.RoundsPodsPerS
+		sp := summarize(sr.RoundsPodsPerS)
+		sr.MedianPodsPerS, sr.MinPodsPerS, sr.MaxPodsPerS = sp.Median, sp.Min, sp.Max
+		for k, v := range perProc {
+			sr.CPUMsPerPod[k] = summarize(v).Median
+		}
+		sr.CPUMsPerPodTotal = summarize(cpuTotals[sd.Name]).Median
+		for k, v := range perRoute {
+			sr.ExtenderP50Ms[k] = summarize(v).Median
+		}
+		for k, v := range perReq {
+			sr.RequestsPerPod[k] = summarize(v).Median
+		}
+		sr.AttemptP50Ms, sr.AttemptP99Ms = summarize(att50).Median, summarize(att99).Median
+		sr.SLIP50Ms, sr.SLIP99Ms = summarize(sli50).Median, summarize(sli99).Median
+		rep.Sides[sd.Name] = sr
+	}
+	a, b := sides[0].Name, sides[1].Name
+	rep.RatioOfMedians = rep.Sides[a].MedianPodsPerS / rep.Sides[b].MedianPodsPerS
+	pr := summarize(pairedRatios(rates[a], rates[b]))
+	rep.PairedRatioMin, rep.PairedRatioMax = pr.Min, pr.Max
+	rep.CPURatioOfMedians = rep.Sides[a].CPUMsPerPodTotal / rep.Sides[b].CPUMsPerPodTotal
+	return rep
+}
+
+func printReport(rep rigReport, sides [2]side) {
+	for _, sd := range sides {
+		sr := rep.Sides[sd.Name]
+		fmt.Printf("%s: median %.1f pods/s (min %.1f, max %.1f over %d rounds); CPU %.2f ms/pod (%s); attempt p50/p99 %.1f/%.1f ms; sli p50/p99 %.0f/%.0f ms\n",
+			sd.Name, sr.MedianPodsPerS, sr.MinPodsPerS, sr.MaxPodsPerS, len(sr.RoundsPodsPerS), sr.CPUMsPerPodTotal, formatCPU(sr.CPUMsPerPod),
+			sr.AttemptP50Ms, sr.AttemptP99Ms, sr.SLIP50Ms, sr.SLIP99Ms)
+		if len(sr.ExtenderP50Ms) > 0 {
+			fmt.Printf("  extender (median of rounds): %s\n", formatMap(sr.ExtenderP50Ms, 1))
+		}
+		fmt.Printf("  apiserver requests per pod: %s\n", formatMap(sr.RequestsPerPod, 1))
+	}
+	fmt.Printf("ratio of medians %s/%s: %.2f (paired rounds %.2f–%.2f); CPU per pod ratio %.2f\n",
+		sides[0].Name, sides[1].Name, rep.RatioOfMedians, rep.PairedRatioMin, rep.PairedRatioMax, rep.CPURatioOfMedians)
+}
+
+// formatCPU prints the measured processes in a fixed order.
+func formatCPU(m map[string]float64) string {
+	parts := make([]string, 0, len(measured))
+	for _, name := range measured {
+		if v, ok := m[name]; ok {
+			parts = append(parts, fmt.Sprintf("%.2f", v))
+		} else {
+			parts = append(parts, "-")
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func formatMap(m map[string]float64, factor float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%.2f", k, m[k]*factor))
+	}
+	return strings.Join(parts, " ")
+}
+
+func scale(m map[string]float64, f float64) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = v * f
+	}
+	return out
+}
