@@ -148,9 +148,26 @@ func TestSecondSchedulerMatchesE2EConfig(t *testing.T) {
 	if !reflect.DeepEqual(tested.Extenders, deployed.Extenders) {
 		t.Errorf("extenders differ:\n e2e:      %+v\n deployed: %+v", tested.Extenders, deployed.Extenders)
 	}
-	if tested.PercentageOfNodesToScore == nil || *tested.PercentageOfNodesToScore != 100 ||
-		!reflect.DeepEqual(tested.PercentageOfNodesToScore, deployed.PercentageOfNodesToScore) {
-		t.Errorf("percentageOfNodesToScore must be 100 in both")
+	// Exact most-free-first costs every node per pod: only the profile
+	// underlay pods name may pay for it, never the whole scheduler.
+	if tested.PercentageOfNodesToScore != nil || deployed.PercentageOfNodesToScore != nil {
+		t.Errorf("a global percentageOfNodesToScore taxes every pod; set it on the capscale-scheduler profile")
+	}
+	for name, cfg := range map[string]*schedv1.KubeSchedulerConfiguration{"e2e": tested, "deployed": deployed} {
+		found := false
+		for _, p := range cfg.Profiles {
+			if p.SchedulerName != nil && *p.SchedulerName == "capscale-scheduler" {
+				found = true
+				if p.PercentageOfNodesToScore == nil || *p.PercentageOfNodesToScore != 100 {
+					t.Errorf("%s: profile capscale-scheduler must set percentageOfNodesToScore: 100", name)
+				}
+			} else if p.PercentageOfNodesToScore != nil {
+				t.Errorf("%s: profile %v must keep kube-scheduler's node sampling", name, p.SchedulerName)
+			}
+		}
+		if !found {
+			t.Errorf("%s: no capscale-scheduler profile", name)
+		}
 	}
 	ext := tested.Extenders
 	if len(ext) != 1 || len(ext[0].ManagedResources) != 1 || ext[0].ManagedResources[0].Name != names.UnderlayIPResource || !ext[0].ManagedResources[0].IgnoredByScheduler {
