@@ -3,7 +3,10 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"k8s.io/component-base/cli"
 
@@ -11,5 +14,8 @@ import (
 )
 
 func main() {
-	os.Exit(cli.Run(app.NewCommand()))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := cli.Run(app.NewCommand(ctx))
+	stop()
+	os.Exit(code)
 }

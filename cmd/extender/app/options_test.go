@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -107,14 +108,14 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestCommandRejectsInvalidOptions(t *testing.T) {
-	cmd := NewCommand()
+	cmd := NewCommand(context.Background())
 	cmd.SetArgs([]string{"--default-capacity=-1", "--bind-address=127.0.0.1:0"})
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	err := cmd.Execute()
 	if err == nil || !strings.Contains(err.Error(), "--default-capacity") {
 		t.Fatalf("Execute = %v, want the validation error", err)
 	}
-	cmd = NewCommand()
+	cmd = NewCommand(context.Background())
 	cmd.SetArgs([]string{"--no-such-flag"})
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	if err := cmd.Execute(); err == nil {

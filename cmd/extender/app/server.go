@@ -3,19 +3,13 @@ package app
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -24,14 +18,13 @@ import (
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/publisher"
 	"github.com/capscale/capscale/internal/httpserver"
-	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/version"
 )
 
 const component = "extender"
 
-// NewCommand returns the extender command; it runs until SIGTERM or SIGINT.
-func NewCommand() *cobra.Command {
+// NewCommand returns the extender command; it runs until ctx ends.
+func NewCommand(ctx context.Context) *cobra.Command {
 	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   "extender",
@@ -48,9 +41,11 @@ for pods that request the capscale.io/underlay-ip extended resource.`,
 			if errs := o.Validate(); len(errs) > 0 {
 				return utilerrors.NewAggregate(errs)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return o.Run(ctx)
+			c, err := o.Config()
+			if err != nil {
+				return err
+			}
+			return c.Run(ctx)
 		},
 	}
 	fss := o.Flags()
@@ -61,64 +56,11 @@ for pods that request the capscale.io/underlay-ip extended resource.`,
 	return cmd
 }
 
-// Run connects to the API server and serves until ctx is done.
-func (o *Options) Run(ctx context.Context) error {
+// Run starts the informers, the requeuer and (if enabled) the capacity
+// publisher, and serves until ctx is done.
+func (c *Config) Run(ctx context.Context) error {
 	klog.InfoS("Starting capscale extender", "version", version.Version)
-	cfg, err := kube.RESTConfig(o.Kubeconfig, component)
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
-	cs, err := kube.Clientset(cfg)
-	if err != nil {
-		return err
-	}
-	return o.RunWithClient(ctx, cs, nil)
-}
-
-// RunWithClient serves with the given clientset until ctx is done. listening,
-// if not nil, receives the bound address.
-func (o *Options) RunWithClient(ctx context.Context, cs kubernetes.Interface, listening func(net.Addr)) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := extender.NewMetrics(reg)
-
-	factory := kube.InformerFactory(cs)
-	podInformer, err := extender.PodInformer(factory)
-	if err != nil {
-		return err
-	}
-	nodeInformer := factory.Core().V1().Nodes().Informer()
-	var waiting *extender.Waiting
-	if o.RequeueQPS > 0 {
-		waiting = extender.NewWaiting(nil)
-	}
-	ledger := extender.NewLedger(extender.LedgerOptions{
-		DefaultCapacity: o.DefaultCapacity,
-		ReservationTTL:  o.ReservationTTL,
-		Metrics:         metrics,
-		Waiting:         waiting,
-	})
-	synced, err := ledger.Attach(podInformer, nodeInformer)
-	if err != nil {
-		return err
-	}
-	var pub *publisher.Publisher
-	if o.PublishCapacity {
-		if pub, err = publisher.New(cs, factory.Core().V1().Nodes(), o.DefaultCapacity, reg); err != nil {
-			return err
-		}
-	}
-	binder := extender.NewBinder(cs, extender.IndexerLookup(podInformer.GetIndexer()), ledger)
-	handler := extender.NewHandler(extender.HandlerOptions{
-		Ledger:          ledger,
-		Binder:          binder,
-		Ready:           synced,
-		MaxRequestBytes: o.MaxRequestBytes,
-		Registerer:      reg,
-		Gatherer:        reg,
-	})
-
+	o, cs, factory, ledger, waiting, pub, handler, synced := c.Options, c.Client, c.Factory, c.Ledger, c.Waiting, c.Publisher, c.Handler, c.Synced
 	ctx, cancel := context.WithCancel(ctx)
 	factory.Start(ctx.Done())
 	defer func() {
@@ -170,12 +112,12 @@ func (o *Options) RunWithClient(ctx context.Context, cs kubernetes.Interface, li
 	if o.Profiling {
 		main = withPprof(handler)
 	}
-	err = httpserver.Serve(ctx, httpserver.Options{
+	err := httpserver.Serve(ctx, httpserver.Options{
 		Addr:            o.BindAddress,
 		CertFile:        o.TLSCertFile,
 		KeyFile:         o.TLSPrivateKeyFile,
 		ShutdownTimeout: o.ShutdownTimeout,
-	}, main, listening)
+	}, main, c.Listening)
 	cancel()
 	<-probeDone
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	certutil "k8s.io/client-go/util/cert"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -40,13 +41,13 @@ func startServer(t *testing.T, o *Options, client *http.Client, scheme string) s
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan net.Addr, 1)
 	done := make(chan error, 1)
-	go func() { done <- o.RunWithClient(ctx, cs, func(a net.Addr) { addrc <- a }) }()
+	go func() { done <- runWithClient(ctx, o, cs, func(a net.Addr) { addrc <- a }) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Errorf("RunWithClient: %v", err)
+				t.Errorf("Run: %v", err)
 			}
 		case <-time.After(30 * time.Second):
 			t.Error("server did not shut down")
@@ -57,7 +58,7 @@ func startServer(t *testing.T, o *Options, client *http.Client, scheme string) s
 	case a := <-addrc:
 		base = scheme + "://" + a.String()
 	case err := <-done:
-		t.Fatalf("RunWithClient: %v", err)
+		t.Fatalf("Run: %v", err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		resp, err := client.Get(base + "/readyz")
@@ -157,14 +158,14 @@ func TestRunFailsWhenTheAddressIsTaken(t *testing.T) {
 	o := NewOptions()
 	o.BindAddress = ln.Addr().String()
 	done := make(chan error, 1)
-	go func() { done <- o.RunWithClient(context.Background(), fake.NewClientset(), nil) }()
+	go func() { done <- runWithClient(context.Background(), o, fake.NewClientset(), nil) }()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "listening") {
-			t.Errorf("RunWithClient = %v, want a listen error", err)
+			t.Errorf("Run = %v, want a listen error", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("RunWithClient hung after failing to listen")
+		t.Fatal("Run hung after failing to listen")
 	}
 }
 
@@ -223,13 +224,23 @@ func TestRunFailsWhenTheProbeAddressIsTaken(t *testing.T) {
 	o.BindAddress = "127.0.0.1:0"
 	o.ProbeBindAddress = ln.Addr().String()
 	done := make(chan error, 1)
-	go func() { done <- o.RunWithClient(context.Background(), fake.NewClientset(), nil) }()
+	go func() { done <- runWithClient(context.Background(), o, fake.NewClientset(), nil) }()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "probe server") {
-			t.Errorf("RunWithClient = %v, want a probe server error", err)
+			t.Errorf("Run = %v, want a probe server error", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("RunWithClient kept running without its probe port")
+		t.Fatal("Run kept running without its probe port")
 	}
+}
+
+// runWithClient is what the command does after connecting: Config, then Run.
+func runWithClient(ctx context.Context, o *Options, cs kubernetes.Interface, listening func(net.Addr)) error {
+	c, err := o.ConfigWithClient(cs)
+	if err != nil {
+		return err
+	}
+	c.Listening = listening
+	return c.Run(ctx)
 }
