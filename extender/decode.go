@@ -82,17 +82,6 @@ func (s *scanner) expect(c byte, what string) error {
 	return nil
 }
 
-// strSpecial marks the bytes that end a run of plain string content: the
-// quote, the backslash and the control characters JSON forbids, which the
-// scanner acts on, and the bytes that make a string other than plain (see
-// str), which it only notes.
-var strSpecial = func() (t [256]bool) {
-	for c := range 256 {
-		t[c] = c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&'
-	}
-	return t
-}()
-
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
@@ -107,11 +96,11 @@ func (s *scanner) str() (start, end int, plain bool, err error) {
 	plain = true
 	for {
 		// The plain run is the hot loop: Node JSON is mostly strings.
-		for i+8 <= len(d) && !strSpecial[d[i]] && !strSpecial[d[i+1]] && !strSpecial[d[i+2]] && !strSpecial[d[i+3]] &&
-			!strSpecial[d[i+4]] && !strSpecial[d[i+5]] && !strSpecial[d[i+6]] && !strSpecial[d[i+7]] {
+		for i+8 <= len(d) && !notPlain[d[i]] && !notPlain[d[i+1]] && !notPlain[d[i+2]] && !notPlain[d[i+3]] &&
+			!notPlain[d[i+4]] && !notPlain[d[i+5]] && !notPlain[d[i+6]] && !notPlain[d[i+7]] {
 			i += 8
 		}
-		for i < len(d) && !strSpecial[d[i]] {
+		for i < len(d) && !notPlain[d[i]] {
 			i++
 		}
 		if i >= len(d) {
@@ -741,4 +730,27 @@ func (s *scanner) annotations(item *NodeItem) error {
 			return err
 		}
 	}
+}
+
+// DecodeExtenderArgs decodes and validates the body of /filter and
+// /prioritize: Pod is required, and so is one of NodeNames
+// (nodeCacheCapable) or Nodes. It gives what json.Unmarshal into Args gives,
+// in one pass over data; the Nodes' Raw JSON aliases data, which the caller
+// must then leave unchanged.
+func DecodeExtenderArgs(data []byte) (*Args, error) {
+	args, err := decodeExtenderArgsFast(data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding ExtenderArgs: %w", err)
+	}
+	return validateArgs(args)
+}
+
+func validateArgs(args *Args) (*Args, error) {
+	if args.Pod == nil {
+		return nil, errors.New("ExtenderArgs.Pod is missing")
+	}
+	if args.NodeNames == nil && args.Nodes == nil {
+		return nil, errors.New("ExtenderArgs needs NodeNames (nodeCacheCapable) or Nodes")
+	}
+	return args, nil
 }

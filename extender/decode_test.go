@@ -196,3 +196,13 @@ func allPlain(names []string) bool {
 	}
 	return true
 }
+
+// decodeExtenderArgsStdlib is DecodeExtenderArgs with encoding/json: the
+// reference the fast decoder is tested against.
+func decodeExtenderArgsStdlib(data []byte) (*Args, error) {
+	var args Args
+	if err := json.Unmarshal(data, &args); err != nil {
+		return nil, fmt.Errorf("decoding ExtenderArgs: %w", err)
+	}
+	return validateArgs(&args)
+}

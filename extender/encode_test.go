@@ -3,6 +3,7 @@ package extender
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -196,4 +197,13 @@ func TestHandlerPrioritizeMatchesPrioritize(t *testing.T) {
 			t.Errorf("handler writes %q, want %q", got.Bytes(), want.Bytes())
 		}
 	}
+}
+
+// writeHostPriorities writes list as json.Encoder would (newline included).
+func writeHostPriorities(w io.Writer, list extenderv1.HostPriorityList) (int64, error) {
+	if list == nil {
+		n, err := io.WriteString(w, "null\n")
+		return int64(n), err
+	}
+	return writeScores(w, len(list), func(i int) (string, int64) { return list[i].Host, list[i].Score }, false)
 }

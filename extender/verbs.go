@@ -89,25 +89,10 @@ func putUsages(u []NodeUsage) {
 	usagePool.Put(&u)
 }
 
-// Filter keeps the candidate nodes with room for the pod and explains every
-// other one. It answers in the mode it was asked: NodeNames or Nodes.
-func (l *Ledger) Filter(args *Args) *FilterResult {
-	res := l.filter(args)
-	for _, f := range res.failed {
-		if f.unresolvable {
-			res.FailedAndUnresolvableNodes[f.name] = f.reason
-		} else {
-			res.FailedNodes[f.name] = f.reason
-		}
-	}
-	putFailed(res.failed)
-	res.failed = nil
-	return res
-}
-
-// filter is Filter with the rejected nodes listed in res.failed instead of
-// the maps, which cost more to build than the rest of a names-only call.
-// WriteTo writes both.
+// filter keeps the candidate nodes with room for the pod and explains every
+// other one, answering in the mode it was asked (NodeNames or Nodes). The
+// rejected nodes are listed in res.failed rather than the maps, which cost
+// more to build than the rest of a names-only call; WriteTo writes both.
 func (l *Ledger) filter(args *Args) *FilterResult {
 	need := underlay.PodNeed(args.Pod)
 	res := &FilterResult{
@@ -250,20 +235,10 @@ func countCause(counts []causeCount, cause string) []causeCount {
 	return append(counts, causeCount{cause: cause, n: 1})
 }
 
-// Prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,
-// in the order the scheduler sent them.
-func (l *Ledger) Prioritize(args *Args) extenderv1.HostPriorityList {
-	names, scores := l.prioritize(args, nil)
-	out := make(extenderv1.HostPriorityList, len(names))
-	for i, name := range names {
-		out[i] = extenderv1.HostPriority{Host: name, Score: scores[i]}
-	}
-	return out
-}
-
-// prioritize is Prioritize as two parallel slices, the candidates and their
-// scores (written into out), which the handler writes without building a
-// HostPriorityList.
+// prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,
+// in the order the scheduler sent them, as two parallel slices: the
+// candidates and their scores (written into out), which the handler writes
+// without building a HostPriorityList.
 func (l *Ledger) prioritize(args *Args, out []int64) ([]string, []int64) {
 	names := candidateNames(args)
 	out = out[:0]

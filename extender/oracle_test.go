@@ -1,0 +1,35 @@
+package extender
+
+import (
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// The verbs in the shape of the upstream types, for tests to compare the
+// handler's hand-written answers against.
+
+// Filter keeps the candidate nodes with room for the pod and explains every
+// other one. It answers in the mode it was asked: NodeNames or Nodes.
+func (l *Ledger) Filter(args *Args) *FilterResult {
+	res := l.filter(args)
+	for _, f := range res.failed {
+		if f.unresolvable {
+			res.FailedAndUnresolvableNodes[f.name] = f.reason
+		} else {
+			res.FailedNodes[f.name] = f.reason
+		}
+	}
+	putFailed(res.failed)
+	res.failed = nil
+	return res
+}
+
+// Prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,
+// in the order the scheduler sent them.
+func (l *Ledger) Prioritize(args *Args) extenderv1.HostPriorityList {
+	names, scores := l.prioritize(args, nil)
+	out := make(extenderv1.HostPriorityList, len(names))
+	for i, name := range names {
+		out[i] = extenderv1.HostPriority{Host: name, Score: scores[i]}
+	}
+	return out
+}
