@@ -42,7 +42,7 @@ func main() {
 	nodes := flag.Int("nodes", 500, "kwok nodes for the throughput scenario")
 	batch := flag.Int("batch", 500, "throughput: pods per batch")
 	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
-	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same) or tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults)")
+	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), native-prioritize (native mode with the extender as prioritizer only, vs the same) or tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults)")
 	pprofDir := flag.String("pprof-dir", "", "throughput: save 25 s CPU profiles of kube-scheduler and the extender, taken from the first measured round on, in this directory")
 	jsonFile := flag.String("json", "", "throughput: write the figures to this file as JSON")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
@@ -57,8 +57,10 @@ func main() {
 	changes := flag.Int("changes", 10, "load-index changes for the reaction scenario")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
-	if *mode != "extender" && *mode != "native" && *mode != "tax" {
-		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native or tax, got %q\n", *mode)
+	switch *mode {
+	case "extender", "native", "native-prioritize", "tax":
+	default:
+		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, native-prioritize or tax, got %q\n", *mode)
 		os.Exit(2)
 	}
 	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir}
@@ -196,14 +198,20 @@ func checkCapacity(ctx context.Context, cs kubernetes.Interface, ns string) erro
 	return nil
 }
 
-// clientLimits returns the scheduler config file and extender flags for the
-// given client QPS; 0 keeps deploy/'s configuration and the defaults.
-func clientLimits(qps int, native bool) (string, []string, error) {
+// schedulerConfig returns the scheduler config file for mode with the
+// given client QPS (0 keeps deploy/'s file and the defaults), and the
+// extender's matching flags.
+//
+// native-prioritize is native mode with the extender kept as a prioritizer
+// only (issue 11's alternative to LeastAllocated: the exact free count, one
+// round trip instead of three): kube-scheduler still filters, reserves and
+// binds the resource itself.
+func schedulerConfig(qps int, mode string) (string, []string, error) {
 	file := stack.DeployFile("scheduler/kube-scheduler-config.yaml")
-	if native {
+	if mode == "native" || mode == "native-prioritize" {
 		file = stack.DeployFile("native/kube-scheduler-config.yaml")
 	}
-	if qps == 0 {
+	if qps == 0 && mode != "native-prioritize" {
 		return file, nil, nil
 	}
 	b, err := os.ReadFile(file)
@@ -214,7 +222,18 @@ func clientLimits(qps int, native bool) (string, []string, error) {
 	if err := yaml.Unmarshal(b, &m); err != nil {
 		return "", nil, err
 	}
-	m["clientConnection"] = map[string]any{"qps": qps, "burst": 2 * qps}
+	var flags []string
+	if qps != 0 {
+		m["clientConnection"] = map[string]any{"qps": qps, "burst": 2 * qps}
+		flags = []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", 2*qps)}
+	}
+	if mode == "native-prioritize" {
+		m["extenders"] = []any{map[string]any{
+			"urlPrefix": "http://127.0.0.1:8888", "prioritizeVerb": "prioritize", "weight": 5,
+			"nodeCacheCapable": true, "ignorable": true, "httpTimeout": "30s",
+			"managedResources": []any{map[string]any{"name": names.UnderlayIPResource, "ignoredByScheduler": false}},
+		}}
+	}
 	out, err := yaml.Marshal(m)
 	if err != nil {
 		return "", nil, err
@@ -227,7 +246,7 @@ func clientLimits(qps int, native bool) (string, []string, error) {
 	if _, err := f.Write(out); err != nil {
 		return "", nil, err
 	}
-	return f.Name(), []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", 2*qps)}, nil
+	return f.Name(), flags, nil
 }
 
 func qpsLabel(qps int) string {

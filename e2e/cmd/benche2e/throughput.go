@@ -118,13 +118,14 @@ func throughput(o rigOptions) error {
 	defer cancel()
 	started := time.Now()
 	load := loadAverage()
-	schedCfg, extArgs, err := clientLimits(o.ClientQPS, o.Mode == "native")
+	schedCfg, extArgs, err := schedulerConfig(o.ClientQPS, o.Mode)
 	if err != nil {
 		return err
 	}
-	if o.ClientQPS != 0 {
+	if schedCfg != stack.DeployFile("scheduler/kube-scheduler-config.yaml") && schedCfg != stack.DeployFile("native/kube-scheduler-config.yaml") {
 		defer os.Remove(schedCfg)
 	}
+	native := o.Mode == "native" || o.Mode == "native-prioritize"
 	var schedFlags []string
 	if o.PprofDir != "" {
 		extArgs = append(extArgs, "--profiling")
@@ -145,7 +146,7 @@ func throughput(o rigOptions) error {
 			ExtraSchedulerFlags: schedFlags,
 		},
 		Extender: true,
-		Native:   o.Mode == "native",
+		Native:   native,
 	})
 	if err != nil {
 		return err
@@ -159,17 +160,23 @@ func throughput(o rigOptions) error {
 		// Both sides on the profile that scores every node, so the extender
 		// is the only difference.
 		sides = [2]side{{Name: "extender", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
-	case "native":
+	case "native", "native-prioritize":
 		sides = [2]side{{Name: "native-mode", Resource: names.UnderlayIPResource}, {Name: "native", Resource: nativeResource}}
 	case "tax":
-		sides = [2]side{{Name: "capscale-config", Config: s.Plane.Opts.SchedulerConfig}, {Name: "default-config", Config: defaultSchedulerConfig}}
+		// The same client limits on both sides: only the scheduling
+		// configuration differs.
+		plain := defaultSchedulerConfig
+		if o.ClientQPS != 0 {
+			plain += fmt.Sprintf("clientConnection:\n  qps: %d\n  burst: %d\n", o.ClientQPS, 2*o.ClientQPS)
+		}
+		sides = [2]side{{Name: "capscale-config", Config: s.Plane.Opts.SchedulerConfig}, {Name: "default-config", Config: plain}}
 	}
 
 	const ns = "bench"
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
 		return err
 	}
-	if err := waitNodesUsable(ctx, s.Client, o.Nodes, o.Mode == "native"); err != nil {
+	if err := waitNodesUsable(ctx, s.Client, o.Nodes, native); err != nil {
 		return err
 	}
 	// The bench's own client must never be what limits the rate.
