@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,7 +41,7 @@ type rigOptions struct {
 	ClientQPS int
 	BinDir    string
 	JSONFile  string
-	PprofDir  string // if set: 25 s CPU profiles of kube-scheduler and the extender from the first measured round on
+	PprofDir  string // if set: CPU profiles of kube-scheduler and the extender during each side's first measured batch
 }
 
 // side is one arm of the comparison.
@@ -212,14 +213,11 @@ func throughput(o rigOptions) error {
 	idle := idleRates(a, b, time.Since(t0))
 	fmt.Printf("# idle CPU (ms per s): %s\n", formatMap(idle, 1000))
 
-	r := &rig{s: s, bench: bench, adminHTTP: adminHTTP, extHTTP: extHTTP, w: w, ns: ns, idle: idle, batch: o.Batch}
+	r := &rig{s: s, bench: bench, adminHTTP: adminHTTP, extHTTP: extHTTP, w: w, ns: ns, idle: idle, batch: o.Batch, pprofDir: o.PprofDir}
 	current := sides[0].Config
 	var results []batchResult
 	fmt.Printf("round\tside\tpods/s\tcpu ms/pod (sched ext api etcd kwok kcm)\tattempt p50/p99 ms\tsli p50/p99 ms\tquiet wait\n")
 	for round := -1; round < o.Rounds; round++ {
-		if round == 0 && o.PprofDir != "" {
-			r.profile(o.PprofDir)
-		}
 		for _, sd := range sidesOfRound(round+1, sides[0].Name, sides[1].Name) {
 			side := sides[0]
 			if sd == sides[1].Name {
@@ -273,6 +271,7 @@ type rig struct {
 	ns                 string
 	idle               map[string]float64
 	batch              int
+	pprofDir           string
 }
 
 // scrapes is everything read before and after a batch.
@@ -310,6 +309,11 @@ func (r *rig) measure(ctx context.Context, sd side, round int) (batchResult, err
 		return batchResult{}, err
 	}
 	prefix := fmt.Sprintf("%s-%d", sd.Name, round+1)
+	if r.pprofDir != "" && round == 0 {
+		// The first measured batch of each side: long enough to cover the
+		// scheduling, short enough to end before the next batch.
+		defer r.profile(r.pprofDir, sd.Name, 8)()
+	}
 	start := time.Now()
 	if err := createBatch(ctx, r.bench, r.ns, prefix, sd.Resource, sd.Scheduler, r.batch); err != nil {
 		return batchResult{}, err
@@ -356,34 +360,41 @@ func (r *rig) measure(ctx context.Context, sd side, round int) (batchResult, err
 	return res, nil
 }
 
-// profile saves 25 s CPU profiles of kube-scheduler and the extender (the
-// extender's server writes for at most 30 s).
-func (r *rig) profile(dir string) {
-	for name, get := range map[string]func() (*http.Response, error){
-		"kube-scheduler": func() (*http.Response, error) {
-			return r.adminHTTP.Get(r.s.SchedulerURL + "/debug/pprof/profile?seconds=25")
-		},
-		"extender": func() (*http.Response, error) {
-			return r.extHTTP.Get(r.s.ExtenderURL + "/debug/pprof/profile?seconds=25")
-		},
+// profile records CPU profiles of kube-scheduler and the extender for
+// seconds, in the background, into dir/<process>-<side>.pprof. The returned
+// function waits for both.
+func (r *rig) profile(dir, side string, seconds int) func() {
+	var wg sync.WaitGroup
+	for name, c := range map[string]struct {
+		client *http.Client
+		url    string
+	}{
+		"kube-scheduler": {r.adminHTTP, r.s.SchedulerURL},
+		"extender":       {r.extHTTP, r.s.ExtenderURL},
 	} {
+		wg.Add(1)
 		go func() {
-			resp, err := get()
-			if err != nil {
-				fmt.Printf("# profile %s: %v\n", name, err)
-				return
-			}
-			defer resp.Body.Close()
-			b, err := io.ReadAll(resp.Body)
-			if err == nil && resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("%s: %s", resp.Status, b)
-			}
+			defer wg.Done()
+			// The profile takes seconds to come: no client timeout.
+			hc := *c.client
+			hc.Timeout = 0
+			resp, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", c.url, seconds))
 			if err == nil {
-				err = os.WriteFile(filepath.Join(dir, name+".pprof"), b, 0o644)
+				defer resp.Body.Close()
+				var b []byte
+				if b, err = io.ReadAll(resp.Body); err == nil && resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("%s: %s", resp.Status, b)
+				}
+				if err == nil {
+					err = os.WriteFile(filepath.Join(dir, name+"-"+side+".pprof"), b, 0o644)
+				}
 			}
-			fmt.Printf("# profile %s saved in %s (err %v)\n", name, dir, err)
+			if err != nil {
+				fmt.Printf("# profile %s during %s: %v\n", name, side, err)
+			}
 		}()
 	}
+	return wg.Wait
 }
 
 // countOf is the number of observations in cumulative buckets.
