@@ -1,11 +1,13 @@
 package extender
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/go-chi/chi/v5"
@@ -205,15 +207,50 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 	defer res.release()
 	failed, unresolvable := res.failedCounts()
 	logDecision(r.Context(), "Filtered nodes", args, "failed", failed, "unresolvable", unresolvable)
+	if args.Nodes != nil {
+		// Full Nodes: stream them (tens of megabytes) without another copy.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		if _, err := res.WriteTo(w); err != nil {
+			// The status is sent; the scheduler sees a truncated body.
+			klog.FromContext(r.Context()).Error(err, "Writing the filter response failed")
+		}
+		return
+	}
+	writeSized(w, r, "filter", res.WriteTo)
+}
+
+// writeSized writes a JSON answer built in memory with its Content-Length.
+// kube-scheduler decodes one value and closes the body without reading on
+// (pkg/scheduler/extender.go, send): a chunked answer leaves the closing
+// chunk unread and the connection is dropped, so every call paid a new TCP
+// connection on both sides. With the length known, the read that takes the
+// last byte also sees the end, and the connection goes back to the pool
+// (TestSchedulerClientReusesConnection).
+func writeSized(w http.ResponseWriter, r *http.Request, verb string, write func(io.Writer) (int64, error)) {
+	buf := respPool.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			buf.Reset()
+			respPool.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if _, err := write(buf); err != nil {
+		klog.FromContext(r.Context()).Error(err, "Encoding the response failed", "verb", verb)
+		httpserver.WriteError(w, http.StatusInternalServerError, "encoding the response failed")
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(http.StatusOK)
-	// net/http buffers the many small writes; the Nodes' JSON goes through
-	// without another copy.
-	if _, err := res.WriteTo(w); err != nil {
-		// The status is sent; the scheduler sees a truncated body.
-		klog.FromContext(r.Context()).Error(err, "Writing the filter response failed")
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		klog.FromContext(r.Context()).V(2).Info("Writing the response failed", "verb", verb, "err", err)
 	}
 }
+
+// respPool recycles the buffers of writeSized.
+var respPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
 	args, data, ok := s.readArgs(w, r)
@@ -231,12 +268,10 @@ func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	logDecision(r.Context(), "Prioritized nodes", args)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
 	at := func(i int) (string, int64) { return names[i], scores[i] }
-	if _, err := writeScores(w, len(names), at, args.NodeNames != nil && args.plainNames); err != nil {
-		klog.FromContext(r.Context()).Error(err, "Writing the prioritize response failed")
-	}
+	writeSized(w, r, "prioritize", func(w io.Writer) (int64, error) {
+		return writeScores(w, len(names), at, args.NodeNames != nil && args.plainNames)
+	})
 }
 
 func (s *server) preempt(w http.ResponseWriter, r *http.Request) {

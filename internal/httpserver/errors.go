@@ -3,6 +3,7 @@ package httpserver
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 
 	"k8s.io/klog/v2"
 )
@@ -20,12 +21,27 @@ func WriteError(w http.ResponseWriter, code int, message string) {
 	WriteJSON(w, code, Error{Code: code, Reason: Reason(code), Message: message})
 }
 
-// WriteJSON encodes v with the given status; an encode failure can only be
-// logged because the header is already sent.
+// WriteJSON encodes v (and a newline, as json.Encoder would) with the given
+// status; a value that does not encode is a logged 500.
+//
+// The body goes out with its Content-Length: a client that decodes one value
+// and closes without reading on (kube-scheduler's extender client does)
+// keeps its connection only if the read that takes the last byte also sees
+// the end, which a chunked body does not give it.
 func WriteJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		klog.ErrorS(err, "Encoding JSON response failed")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte("encoding the response failed\n"))
+		return
+	}
+	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(code)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
+	if _, err := w.Write(b); err != nil {
 		klog.V(2).InfoS("Writing JSON response failed", "err", err)
 	}
 }
