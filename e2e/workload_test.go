@@ -19,12 +19,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	v1alpha1 "github.com/capscale/capscale/apis/capscale/v1alpha1"
 	"github.com/capscale/capscale/e2e/stack"
 	"github.com/capscale/capscale/internal/names"
 )
@@ -84,7 +89,7 @@ type apiError struct {
 // log, and the adapter behind the real APIService. The API acts with each
 // caller's token; its own ServiceAccount has only the read RBAC of deploy/.
 func TestWorkloadAPI(t *testing.T) {
-	s, _ := startAdapterStack(t, 0.5, func(o *stack.Options) { o.WorkloadAPI = true })
+	s, _ := startAdapterStack(t, 0.5, func(o *stack.Options) { o.WorkloadAPI = true; o.Controller = true })
 	ctx := testContext(t, 10*time.Minute)
 	const ns = adapterNS
 	hc, err := s.HTTPClient()
@@ -283,53 +288,123 @@ func TestWorkloadAPI(t *testing.T) {
 			t.Errorf("adjustHPA left the HPA's max at %d, want it to include 6", h.Spec.MaxReplicas)
 		}
 	})
-	t.Run("elasticweb apply reaches ceil(total/single) through the adapter", func(t *testing.T) {
-		body := map[string]any{"image": "registry.example/web:2", "port": 8080, "singlePodQPS": 500, "totalQPS": 1800}
-		if code := console.do(ctx, "PUT", "/v1/namespaces/"+ns+"/elasticwebs/shop", body, nil); code != 200 && code != 201 {
-			t.Fatalf("apply: %d", code)
+	// The elastic web routes write and read the ElasticWeb resource as the
+	// caller; capscale-controller does the rest. "web" holds only the
+	// capscale-workload:elasticweb Role: no right on Deployments, Services
+	// or HPAs.
+	bind(ctx, t, s, ns, "web-elasticweb", "ClusterRole", "capscale-workload:elasticweb", "web")
+	web := &apiClient{t: t, s: s, http: hc, token: token("web")}
+	ewPath := "/v1/namespaces/" + ns + "/elasticwebs/"
+	t.Run("elasticweb PUT writes the resource; the controller reaches ceil(total/single) through the adapter", func(t *testing.T) {
+		var got elasticWebAnswer
+		if code := web.do(ctx, "PUT", ewPath+"shop", map[string]any{"image": "registry.example/web:2", "port": 8080, "singlePodQPS": 500, "totalQPS": 1800}, &got); code != 200 {
+			t.Fatalf("PUT: %d", code)
 		}
-		if _, err := s.Client.CoreV1().Services(ns).Get(ctx, "shop", metav1.GetOptions{}); err != nil {
-			t.Errorf("Service: %v", err)
+		if got.Generation != 1 || got.Spec.TotalQPS != 1800 || got.Spec.MinReplicas == nil || *got.Spec.MinReplicas != 1 {
+			t.Errorf("PUT answered %+v, want generation 1 and the CRD's default minReplicas 1", got)
 		}
-		if _, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, "shop", metav1.GetOptions{}); err != nil {
-			t.Errorf("HPA: %v", err)
-		}
-		waitReplicas(ctx, t, s, "shop", 4, 2*time.Minute, nil, nil)
-		var got struct {
-			DesiredReplicas int32   `json:"desiredReplicas"`
-			ReadyReplicas   int32   `json:"readyReplicas"`
-			RealQPS         float64 `json:"realQPS"`
-		}
-		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			return console.do(ctx, "GET", "/v1/namespaces/"+ns+"/elasticwebs/shop", nil, &got) == 200 && got.ReadyReplicas == 4, nil
-		})
-		if err != nil || got.RealQPS != 2000 {
-			t.Errorf("elasticweb status %+v, want 4 ready and real QPS 2000: %v", got, err)
-		}
-		var e apiError
-		if code := console.do(ctx, "PUT", "/v1/namespaces/"+ns+"/elasticwebs/bad", map[string]any{"image": "x", "port": 8080, "singlePodQPS": 0, "totalQPS": 10}, &e); code != 400 && code != 422 {
-			t.Errorf("zero singlePodQPS: %d %+v, want a validation error", code, e)
-		}
-	})
-	t.Run("elastic web refuses a foreign Service", func(t *testing.T) {
-		svc := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "legacy", Namespace: ns, Labels: map[string]string{"app": "legacy"}},
-			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-		}
-		if _, err := s.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		ew, err := (&ewClient{t: t, s: s, dyn: dynamicClient(t, s)}).get(ctx, "shop")
+		if err != nil {
 			t.Fatal(err)
 		}
+		if m := applyManagers(ew.ManagedFields); !m[names.WorkloadAPIFieldManager] || m[names.FieldManager] {
+			t.Errorf("spec managers %v, want %s's apply and not the controller's", m, names.WorkloadAPIFieldManager)
+		}
+		waitReplicas(ctx, t, s, "shop", 4, 2*time.Minute, nil, nil)
+		d, err := s.Client.AppsV1().Deployments(ns).Get(ctx, "shop", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ref := metav1.GetControllerOf(d); ref == nil || ref.Kind != "ElasticWeb" || ref.UID != ew.UID {
+			t.Errorf("the Deployment's controller is %+v, want the ElasticWeb", ref)
+		}
+		for _, get := range []func() error{
+			func() error {
+				_, err := s.Client.CoreV1().Services(ns).Get(ctx, "shop", metav1.GetOptions{})
+				return err
+			},
+			func() error {
+				_, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, "shop", metav1.GetOptions{})
+				return err
+			},
+		} {
+			if err := get(); err != nil {
+				t.Errorf("the controller's object: %v", err)
+			}
+		}
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return web.do(ctx, "GET", ewPath+"shop", nil, &got) == 200 && got.Status.ObservedGeneration == got.Generation && got.Status.ReadyReplicas == 4, nil
+		})
+		if err != nil || got.Status.RealQPS != 2000 || got.Status.QPSReplicas != 4 || got.Status.DesiredReplicas != 4 {
+			t.Errorf("GET status %+v, want 4 ready and real QPS 2000: %v", got.Status, err)
+		}
+	})
+	t.Run("elasticweb PUT: the apiserver's validation names the field", func(t *testing.T) {
+		for _, tc := range []struct {
+			body  map[string]any
+			field string
+		}{
+			{map[string]any{"image": "x", "port": 8080, "singlePodQPS": 0, "totalQPS": 10}, "spec.singlePodQPS"},
+			{map[string]any{"image": "x", "singlePodQPS": 1, "totalQPS": 10}, "spec.port"},
+			{map[string]any{"image": "x", "port": "http", "singlePodQPS": 1, "totalQPS": 10}, "spec.port"},
+			{map[string]any{"image": "x", "port": 8080, "singlePodQPS": 1, "totalQPS": 10, "replicas": 3}, "replicas"},
+		} {
+			var e apiError
+			if code := web.do(ctx, "PUT", ewPath+"bad", tc.body, &e); code != 422 || e.Reason != "Invalid" || !strings.Contains(e.Message, tc.field) {
+				t.Errorf("PUT %v: %d %+v, want 422 naming %s", tc.body, code, e, tc.field)
+			}
+		}
 		var e apiError
-		body := map[string]any{"image": "registry.example/web:2", "port": 8080, "singlePodQPS": 500, "totalQPS": 1800}
-		if code := console.do(ctx, "PUT", "/v1/namespaces/"+ns+"/elasticwebs/legacy", body, &e); code != 409 || !strings.Contains(e.Message, "service") {
-			t.Errorf("apply over a foreign Service: %d %+v, want 409", code, e)
+		if code := web.do(ctx, "GET", ewPath+"bad", nil, &e); code != 404 {
+			t.Errorf("a refused spec was stored: GET %d %+v", code, e)
 		}
-		got, err := s.Client.CoreV1().Services(ns).Get(ctx, "legacy", metav1.GetOptions{})
-		if err != nil || got.Labels["app"] != "legacy" || got.Spec.Type != corev1.ServiceTypeClusterIP || got.Spec.Ports[0].Port != 80 {
-			t.Errorf("the foreign Service changed: %+v, %v", got, err)
+	})
+	t.Run("elasticweb: the old API's objects are never taken over; delete them to migrate", func(t *testing.T) {
+		// What the one-shot API made: labelled, applied by "capscale", no
+		// owner.
+		old := corev1ac.Service("legacy", ns).
+			WithLabels(map[string]string{names.ElasticWebLabel: "legacy", "app.kubernetes.io/managed-by": names.FieldManager}).
+			WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeNodePort).WithSelector(map[string]string{names.ElasticWebLabel: "legacy"}).
+				WithPorts(corev1ac.ServicePort().WithName("http").WithPort(80).WithTargetPort(intstr.FromInt32(80))))
+		if _, err := s.Client.CoreV1().Services(ns).Apply(ctx, old, metav1.ApplyOptions{FieldManager: names.FieldManager, Force: true}); err != nil {
+			t.Fatal(err)
 		}
-		if _, err := s.Client.AppsV1().Deployments(ns).Get(ctx, "legacy", metav1.GetOptions{}); err == nil {
-			t.Error("a refused apply created a Deployment")
+		var got elasticWebAnswer
+		if code := web.do(ctx, "PUT", ewPath+"legacy", map[string]any{"image": "registry.example/web:2", "port": 8080, "singlePodQPS": 500, "totalQPS": 500}, &got); code != 200 {
+			t.Fatalf("PUT: %d", code)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			if web.do(ctx, "GET", ewPath+"legacy", nil, &got) != 200 {
+				return false, nil
+			}
+			c := meta.FindStatusCondition(got.Status.Conditions, "Reconciled")
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "ObjectConflict" &&
+				strings.Contains(c.Message, "Service "+ns+"/legacy exists and was not created by this ElasticWeb"), nil
+		})
+		if err != nil {
+			t.Fatalf("no ObjectConflict condition naming the old Service: %+v", got.Status.Conditions)
+		}
+		if !hasEvent(ctx, s, "legacy", "ObjectConflict", "Service "+ns+"/legacy") {
+			t.Errorf("no ObjectConflict Warning event")
+		}
+		svc, err := s.Client.CoreV1().Services(ns).Get(ctx, "legacy", metav1.GetOptions{})
+		if err != nil || len(svc.OwnerReferences) != 0 || svc.Spec.Ports[0].Port != 80 {
+			t.Errorf("the old Service was changed: %+v, %v", svc, err)
+		}
+		// The README's migration: delete the old object; the ElasticWeb's own
+		// comes in its place.
+		if err := s.Client.CoreV1().Services(ns).Delete(ctx, "legacy", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return web.do(ctx, "GET", ewPath+"legacy", nil, &got) == 200 && meta.IsStatusConditionTrue(got.Status.Conditions, "Reconciled"), nil
+		})
+		if err != nil {
+			t.Fatalf("not Reconciled after the old Service went: %+v", got.Status.Conditions)
+		}
+		svc, err = s.Client.CoreV1().Services(ns).Get(ctx, "legacy", metav1.GetOptions{})
+		if err != nil || metav1.GetControllerOf(svc) == nil || svc.Spec.Ports[0].Port != 8080 {
+			t.Errorf("the ElasticWeb's own Service: %+v, %v", svc, err)
 		}
 	})
 	t.Run("an admission policy refuses the caller through the API", func(t *testing.T) {
@@ -361,6 +436,7 @@ func TestWorkloadAPI(t *testing.T) {
 			{"update", "deployments"}, {"patch", "deployments"}, {"update", "deployments/scale"},
 			{"update", "statefulsets"}, {"create", "services"}, {"patch", "horizontalpodautoscalers"},
 			{"create", "tokenreviews"}, {"create", "subjectaccessreviews"}, {"impersonate", "users"},
+			{"patch", "elasticwebs.capscale.io"}, {"create", "elasticwebs.capscale.io"},
 		} {
 			out, err := s.Kubectl(ctx, "auth", "can-i", check[0], check[1], "--all-namespaces", "--as", sa)
 			if got := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]); got != "no" {
@@ -387,8 +463,7 @@ func TestWorkloadAPI(t *testing.T) {
 			sa("console") + " update deployments/",
 			sa("console") + " patch deployments/",
 			sa("console") + " update horizontalpodautoscalers/",
-			sa("console") + " patch services/",
-			sa("console") + " patch horizontalpodautoscalers/",
+			sa("web") + " patch elasticwebs/",
 		} {
 			if !seen[want] {
 				t.Errorf("no audit event %q; the caller's writes were %v", want, seen)
@@ -396,6 +471,33 @@ func TestWorkloadAPI(t *testing.T) {
 		}
 	})
 
+}
+
+// elasticWebAnswer is the workload API's answer for an ElasticWeb.
+type elasticWebAnswer struct {
+	Generation int64                     `json:"generation"`
+	Spec       v1alpha1.ElasticWebSpec   `json:"spec"`
+	Status     v1alpha1.ElasticWebStatus `json:"status"`
+}
+
+// applyManagers are the managers that server-side applied an object.
+func applyManagers(mf []metav1.ManagedFieldsEntry) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range mf {
+		if m.Operation == metav1.ManagedFieldsOperationApply && m.Subresource == "" {
+			out[m.Manager] = true
+		}
+	}
+	return out
+}
+
+func dynamicClient(t *testing.T, s *stack.Stack) dynamic.Interface {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn
 }
 
 func bind(ctx context.Context, t *testing.T, s *stack.Stack, ns, name, kind, role, sa string) {

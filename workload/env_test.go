@@ -19,11 +19,16 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -31,6 +36,8 @@ import (
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/capscale/capscale/apis/capscale/v1alpha1"
 )
 
 // env is a Server over a fake clientset, served on 127.0.0.1. The server's
@@ -52,6 +59,10 @@ type env struct {
 	// react, if set before the requests, runs before the fake apiserver
 	// stores a call.
 	react k8stesting.ReactionFunc
+	// ews are the ElasticWebs the fake apiserver holds, by namespace/name;
+	// applies are the ElasticWeb applies it received.
+	ews     map[string]*unstructured.Unstructured
+	applies []k8stesting.PatchActionImpl
 }
 
 // call is one API call a request made, and as whom.
@@ -70,10 +81,11 @@ func newEnv(t *testing.T, objs ...runtime.Object) *env {
 
 func newEnvWith(t *testing.T, o envOpts, objs ...runtime.Object) *env {
 	t.Helper()
-	e := &env{t: t, cs: fake.NewClientset(objs...), clk: clocktesting.NewFakeClock(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)), reg: prometheus.NewRegistry()}
+	e := &env{t: t, cs: fake.NewClientset(objs...), clk: clocktesting.NewFakeClock(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)), reg: prometheus.NewRegistry(),
+		ews: map[string]*unstructured.Unstructured{}}
 	factory := informers.NewSharedInformerFactory(e.cs, 0)
 	e.srv = New(Config{
-		ClientFor: e.clientFor, Metrics: o.metrics, Informers: factory, Registry: e.reg, Gatherer: e.reg,
+		ClientFor: e.clientFor, DynamicFor: e.dynamicFor, Metrics: o.metrics, Informers: factory, Registry: e.reg, Gatherer: e.reg,
 		Clock: e.clk, MaxBodyBytes: 4096,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -145,8 +157,77 @@ func (e *env) clientFor(token string) (kubernetes.Interface, error) {
 	if e.react != nil {
 		c.PrependReactor("*", "*", e.react)
 	}
-	// RBAC, outermost: log the call and refuse what deny says.
-	c.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	c.PrependReactor("*", "*", e.rbac(user))
+	return c, nil
+}
+
+// dynamicFor is the server's DynamicFor: a fake apiserver client for
+// ElasticWebs, with the same users and RBAC as clientFor.
+func (e *env) dynamicFor(token string) (dynamic.Interface, error) {
+	c := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.ElasticWebResource: "ElasticWebList"})
+	user, ok := strings.CutPrefix(token, "tok-")
+	if !ok {
+		c.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewUnauthorized("Unauthorized")
+		})
+		return c, nil
+	}
+	c.PrependReactor("*", "*", e.elasticWebStore)
+	if e.react != nil {
+		c.PrependReactor("*", "*", e.react)
+	}
+	c.PrependReactor("*", "*", e.rbac(user))
+	return c, nil
+}
+
+// elasticWebStore serves get and apply of ElasticWebs: an apply replaces the
+// spec (the API is its one manager here) and bumps the generation when the
+// spec changed; the status is whatever the test stored.
+func (e *env) elasticWebStore(a k8stesting.Action) (bool, runtime.Object, error) {
+	gr := v1alpha1.ElasticWebResource.GroupResource()
+	key := a.GetNamespace() + "/" + actionName(a)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// Patch first: a patch action has GetName too.
+	switch a := a.(type) {
+	case k8stesting.PatchActionImpl:
+		if a.PatchType != types.ApplyPatchType {
+			return true, nil, apierrors.NewBadRequest("only apply patches are served")
+		}
+		e.applies = append(e.applies, a)
+		sent := &unstructured.Unstructured{}
+		if err := sent.UnmarshalJSON(a.Patch); err != nil {
+			return true, nil, apierrors.NewBadRequest(err.Error())
+		}
+		u, ok := e.ews[key]
+		if !ok {
+			u = sent.DeepCopy()
+			u.SetGeneration(0)
+		}
+		spec, _, _ := unstructured.NestedFieldCopy(sent.Object, "spec")
+		old, _, _ := unstructured.NestedFieldCopy(u.Object, "spec")
+		if !ok || !equality.Semantic.DeepEqual(spec, old) {
+			u.SetGeneration(u.GetGeneration() + 1)
+		}
+		if err := unstructured.SetNestedField(u.Object, spec, "spec"); err != nil {
+			return true, nil, err
+		}
+		e.ews[key] = u
+		return true, u.DeepCopy(), nil
+	case k8stesting.GetAction:
+		u, ok := e.ews[key]
+		if !ok {
+			return true, nil, apierrors.NewNotFound(gr, a.GetName())
+		}
+		return true, u.DeepCopy(), nil
+	}
+	return true, nil, apierrors.NewMethodNotSupported(gr, a.GetVerb())
+}
+
+// rbac, the outermost reactor, logs the call and refuses what deny says.
+func (e *env) rbac(user string) k8stesting.ReactionFunc {
+	return func(a k8stesting.Action) (bool, runtime.Object, error) {
 		ra := authorizationv1.ResourceAttributes{
 			Verb: a.GetVerb(), Group: a.GetResource().Group, Resource: a.GetResource().Resource,
 			Subresource: a.GetSubresource(), Namespace: a.GetNamespace(), Name: actionName(a),
@@ -160,8 +241,7 @@ func (e *env) clientFor(token string) (kubernetes.Interface, error) {
 				fmt.Errorf("User %q cannot %s resource %q in API group %q in the namespace %q", user, ra.Verb, ra.Resource, ra.Group, ra.Namespace))
 		}
 		return false, nil, nil
-	})
-	return c, nil
+	}
 }
 
 func actionName(a k8stesting.Action) string {

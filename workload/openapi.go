@@ -97,7 +97,7 @@ func openAPIDocument() obj {
 	const ew = "/v1/namespaces/{namespace}/elasticwebs/{name}"
 	all := []string{"deployments", "statefulsets", "daemonsets"}
 	sc := []string{"deployments", "statefulsets"}
-	ewParams := []any{pathParam("namespace", "namespace of the elastic web"), pathParam("name", "name of the elastic web (a DNS-1035 label)")}
+	ewParams := []any{pathParam("namespace", "namespace of the elastic web"), pathParam("name", "name of the ElasticWeb, which its Deployment, Service and HPA share (a DNS-1035 label)")}
 	amounts := obj{"type": "object", "description": "resource → amount: cpu in millicores, memory in bytes, pods and capscale.io/underlay-ip as counts",
 		"additionalProperties": obj{"type": "integer", "format": "int64"}}
 	hpaCond := object(obj{"type": stringProp(""), "status": stringProp(""), "reason": stringProp(""), "message": stringProp("")})
@@ -107,7 +107,7 @@ func openAPIDocument() obj {
 		"info": obj{
 			"title":       "capscale workload lifecycle API",
 			"version":     "v1",
-			"description": "Restart, stop, start and scale workloads with a capacity computation, and apply elastic webs. Every /v1 call acts as its caller: the API calls the apiserver with the caller's bearer token, and the apiserver's RBAC, admission and audit decide. Errors are {\"code\",\"reason\",\"message\"}.",
+			"description": "Restart, stop, start and scale workloads with a capacity computation, and write and read ElasticWeb resources. Every /v1 call acts as its caller: the API calls the apiserver with the caller's bearer token, and the apiserver's RBAC, admission and audit decide. Errors are {\"code\",\"reason\",\"message\"}.",
 		},
 		"components": obj{
 			"securitySchemes": obj{"bearer": obj{"type": "http", "scheme": "bearer", "description": "a Kubernetes bearer token; the API passes it to the apiserver and never stores it"}},
@@ -179,21 +179,35 @@ func openAPIDocument() obj {
 					"currentReplicas": intProp(""), "capacity": ref("Capacity"),
 					"usageMessage": stringProp("why live usage is missing"),
 				}),
-				"ElasticWebRequest": object(obj{
-					"image": stringProp("container image"), "port": intProp("container and service port, 1..65535"),
+				"ElasticWebSpec": object(obj{
+					"image": stringProp("container image, no whitespace"), "port": intProp("container and service port, 1..65535"),
 					"singlePodQPS": numberProp("QPS one pod serves, > 0"), "totalQPS": numberProp("QPS to serve, >= 0"),
 					"minReplicas": intProp("HPA minReplicas, default 1"),
-					"maxReplicas": intProp("HPA maxReplicas, default max(10, 2 × ceil(totalQPS / singlePodQPS))"),
+					"maxReplicas": intProp("HPA maxReplicas (>= minReplicas), default max(10, 2 × ceil(totalQPS / singlePodQPS))"),
+					"resources": object(obj{
+						"requests": obj{"type": "object", "description": "e.g. {\"cpu\": \"100m\", \"memory\": \"64Mi\"}", "additionalProperties": obj{"type": "string"}},
+						"limits":   obj{"type": "object", "additionalProperties": obj{"type": "string"}},
+					}),
 				}, "image", "port", "singlePodQPS", "totalQPS"),
+				"Condition": object(obj{
+					"type":    obj{"type": "string", "enum": []any{"Reconciled", "Ready"}},
+					"status":  obj{"type": "string", "enum": []any{"True", "False", "Unknown"}},
+					"reason":  stringProp("Reconciled: Applied, ObjectConflict, InvalidSpec, ApplyFailed; Ready: EnoughReplicas, Scaling"),
+					"message": stringProp(""), "observedGeneration": int64Prop(""), "lastTransitionTime": stringProp("RFC3339"),
+				}),
 				"ElasticWebStatus": object(obj{
-					"namespace": stringProp(""), "name": stringProp(""), "image": stringProp(""), "port": intProp(""),
-					"singlePodQPS": numberProp(""), "totalQPS": numberProp(""),
-					"qpsReplicas":     intProp("ceil(totalQPS / singlePodQPS)"),
-					"desiredReplicas": intProp("the Deployment's spec.replicas"),
-					"readyReplicas":   intProp(""),
-					"realQPS":         numberProp("readyReplicas × singlePodQPS"),
-					"nodePort":        intProp(""), "hpa": ref("HPA"),
-					"warnings": obj{"type": "array", "items": obj{"type": "string"}},
+					"observedGeneration": int64Prop("the generation this status describes"),
+					"qpsReplicas":        intProp("ceil(totalQPS / singlePodQPS), as the metrics adapter computes it"),
+					"desiredReplicas":    intProp("the Deployment's spec.replicas, as the HPA set it"),
+					"readyReplicas":      intProp(""),
+					"realQPS":            numberProp("readyReplicas × singlePodQPS"),
+					"nodePort":           intProp(""),
+					"conditions":         obj{"type": "array", "items": ref("Condition")},
+				}),
+				"ElasticWeb": object(obj{
+					"namespace": stringProp(""), "name": stringProp(""),
+					"generation": int64Prop("the spec's generation; the status describes it when status.observedGeneration equals it"),
+					"spec":       ref("ElasticWebSpec"), "status": ref("ElasticWebStatus"),
 				}),
 			},
 		},
@@ -228,12 +242,13 @@ func openAPIDocument() obj {
 				"capacity", workloadParams(sc...), nil, "capacity", ref("CapacityResponse"), "200", nil)},
 			ew: obj{
 				"put": operation(
-					"Server-side apply (field manager capscale) a Deployment, a NodePort Service and an HPA on capscale-desired-replicas (policy=qps). Needs create and patch on deployments, services and horizontalpodautoscalers.",
-					"applyElasticWeb", ewParams, jsonBody(ref("ElasticWebRequest")), "applied", ref("ElasticWebStatus"), "200",
-					map[string]string{"400": "malformed body", "409": "a Deployment, Service or HPA of that name exists and is not an elastic web", "413": "body too large", "415": "not JSON", "422": "validation failed; the message names each field"}),
+					"Server-side apply the ElasticWeb resource with the body as its spec (field manager capscale-workload-api); capscale-controller then keeps its Deployment, Service and HPA in shape. Spec fields the API set before and the body leaves out are removed. Needs get, create and patch on elasticwebs.capscale.io.",
+					"applyElasticWeb", append(ewParams, obj{"name": "force", "in": "query", "required": false, "schema": obj{"type": "boolean"}, "description": "take over spec fields another manager (kubectl, GitOps) owns instead of answering 409"}),
+					jsonBody(ref("ElasticWebSpec")), "applied; status is the controller's latest", ref("ElasticWeb"), "200",
+					map[string]string{"400": "malformed body", "404": "the ElasticWeb CRD is not installed", "409": "another field manager owns a field the body sets (the message names it); retry with force=true to take it over", "413": "body too large", "415": "not JSON", "422": "the apiserver refused the spec; the message names each field, e.g. spec.singlePodQPS"}),
 				"get": operation(
-					"Desired and ready replicas, real QPS (ready × singlePodQPS) and the HPA's state. Needs get on deployments, services and horizontalpodautoscalers.",
-					"getElasticWeb", ewParams, nil, "status", ref("ElasticWebStatus"), "200", nil),
+					"The ElasticWeb's spec and status (replicas, ready replicas, real QPS = ready × singlePodQPS, conditions). Needs get on elasticwebs.capscale.io.",
+					"getElasticWeb", ewParams, nil, "the ElasticWeb", ref("ElasticWeb"), "200", nil),
 			},
 		},
 	}

@@ -1,6 +1,6 @@
 // Package workload is capscale's workload lifecycle API: restart, rollout
-// status, stop, start, scale with a capacity computation, and "elastic web"
-// apply. Every /v1 request acts as its caller: its reads of the workload and
+// status, stop, start, scale with a capacity computation, and a thin way to
+// write and read ElasticWeb resources. Every /v1 request acts as its caller: its reads of the workload and
 // all its writes go to the apiserver with the caller's own bearer token
 // (package caller), so the apiserver's authentication, RBAC, admission and
 // audit decide. Only the capacity computation reads the API's own informers
@@ -18,6 +18,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
@@ -43,6 +44,11 @@ type Config struct {
 	// ClientFor returns the client a request acts with, authenticated by
 	// the caller's bearer token (caller.Clients.For).
 	ClientFor func(token string) (kubernetes.Interface, error)
+	// DynamicFor returns the dynamic client (ElasticWebs) a request acts
+	// with, authenticated by the caller's bearer token
+	// (caller.Clients.DynamicFor). Without it the elastic web routes answer
+	// 500.
+	DynamicFor func(token string) (dynamic.Interface, error)
 	// MaxInflight bounds the /v1 requests served at once; more get 429.
 	// Default DefaultMaxInflight.
 	MaxInflight int
@@ -68,8 +74,9 @@ type Config struct {
 
 // Server serves the workload API.
 type Server struct {
-	clientFor func(token string) (kubernetes.Interface, error)
-	metrics   metricsclient.Interface
+	clientFor  func(token string) (kubernetes.Interface, error)
+	dynamicFor func(token string) (dynamic.Interface, error)
+	metrics    metricsclient.Interface
 	// inflight holds one token per /v1 request being served.
 	inflight  chan struct{}
 	clock     clock.PassiveClock
@@ -121,14 +128,15 @@ func New(cfg Config) *Server {
 	}
 	f := cfg.Informers
 	s := &Server{
-		clientFor: cfg.ClientFor,
-		metrics:   cfg.Metrics,
-		inflight:  make(chan struct{}, cfg.MaxInflight),
-		clock:     cfg.Clock,
-		maxBody:   cfg.MaxBodyBytes,
-		defaultIP: cfg.DefaultUnderlayIPCapacity,
-		gatherer:  cfg.Gatherer,
-		instr:     httpserver.NewInstrumenter("workload", cfg.Registry),
+		clientFor:  cfg.ClientFor,
+		dynamicFor: cfg.DynamicFor,
+		metrics:    cfg.Metrics,
+		inflight:   make(chan struct{}, cfg.MaxInflight),
+		clock:      cfg.Clock,
+		maxBody:    cfg.MaxBodyBytes,
+		defaultIP:  cfg.DefaultUnderlayIPCapacity,
+		gatherer:   cfg.Gatherer,
+		instr:      httpserver.NewInstrumenter("workload", cfg.Registry),
 		mutations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "capscale", Subsystem: "workload", Name: "mutations_total",
 			Help: "Mutating workload API requests, by action (restart, stop, start, scale, elasticweb-apply) and result (HTTP status code).",
@@ -223,6 +231,8 @@ func (s *Server) routes() chi.Router {
 
 type clientKey struct{}
 
+type dynamicKey struct{}
+
 // withCaller answers 401 without a bearer token, and otherwise gives the
 // handler a client that carries the token to the apiserver, which decides.
 // The token is in that client only, and goes with the request.
@@ -240,13 +250,29 @@ func (s *Server) withCaller(next http.Handler) http.Handler {
 			httpserver.WriteError(w, http.StatusInternalServerError, "cannot reach the apiserver as the caller")
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, c)))
+		ctx := context.WithValue(r.Context(), clientKey{}, c)
+		if s.dynamicFor != nil {
+			dc, err := s.dynamicFor(token)
+			if err != nil {
+				klog.FromContext(r.Context()).Error(err, "Creating the caller's dynamic client failed")
+				httpserver.WriteError(w, http.StatusInternalServerError, "cannot reach the apiserver as the caller")
+				return
+			}
+			ctx = context.WithValue(ctx, dynamicKey{}, dc)
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
-// clientFor is the client a request acts with: the caller's.
+// callerClient is the client a request acts with: the caller's.
 func callerClient(r *http.Request) kubernetes.Interface {
 	c, _ := r.Context().Value(clientKey{}).(kubernetes.Interface)
+	return c
+}
+
+// callerDynamic is the caller's dynamic client, nil without Config.DynamicFor.
+func callerDynamic(r *http.Request) dynamic.Interface {
+	c, _ := r.Context().Value(dynamicKey{}).(dynamic.Interface)
 	return c
 }
 

@@ -47,4 +47,8 @@ const (
 
 	// FieldManager is the server-side apply field manager of capscale.
 	FieldManager = "capscale"
+	// WorkloadAPIFieldManager is the field manager of the workload API's
+	// writes of an ElasticWeb's spec (PUT .../elasticwebs/{name}), apart
+	// from the controller's "capscale", which owns the objects it makes.
+	WorkloadAPIFieldManager = "capscale-workload-api"
 )

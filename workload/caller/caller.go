@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
@@ -44,10 +45,24 @@ func New(base *rest.Config, qps float32, burst int) (*Clients, error) {
 
 // For returns a client that authenticates as the holder of token.
 func (c *Clients) For(token string) (kubernetes.Interface, error) {
-	hc := &http.Client{Transport: transport.NewBearerAuthRoundTripper(token, c.base)}
-	cs, err := kubernetes.NewForConfigAndClient(c.cfg, hc)
+	cs, err := kubernetes.NewForConfigAndClient(c.cfg, c.httpClient(token))
 	if err != nil {
 		return nil, fmt.Errorf("creating the caller's client: %w", err)
 	}
 	return cs, nil
+}
+
+// DynamicFor returns a dynamic client (custom resources such as ElasticWeb)
+// that authenticates as the holder of token; it shares the connection pool
+// and the rate limiter with every other caller's client.
+func (c *Clients) DynamicFor(token string) (dynamic.Interface, error) {
+	dc, err := dynamic.NewForConfigAndClient(c.cfg, c.httpClient(token))
+	if err != nil {
+		return nil, fmt.Errorf("creating the caller's dynamic client: %w", err)
+	}
+	return dc, nil
+}
+
+func (c *Clients) httpClient(token string) *http.Client {
+	return &http.Client{Transport: transport.NewBearerAuthRoundTripper(token, c.base)}
 }

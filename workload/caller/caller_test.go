@@ -12,10 +12,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+
+	v1alpha1 "github.com/capscale/capscale/apis/capscale/v1alpha1"
 )
 
-// TestForSendsOnlyTheCallersToken: each client carries its own caller's
-// token and never the API's own credentials.
+// TestForSendsOnlyTheCallersToken: each client, typed or dynamic, carries
+// its own caller's token and never the API's own credentials.
 func TestForSendsOnlyTheCallersToken(t *testing.T) {
 	var (
 		mu   sync.Mutex
@@ -39,10 +41,15 @@ func TestForSendsOnlyTheCallersToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, _ = cs.AppsV1().Deployments("ns").Get(context.Background(), "web", metav1.GetOptions{})
+		dc, err := c.DynamicFor(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = dc.Resource(v1alpha1.ElasticWebResource).Namespace("ns").Get(context.Background(), "web", metav1.GetOptions{})
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if strings.Join(seen, ",") != "Bearer alice-token,Bearer bob-token" {
+	if strings.Join(seen, ",") != "Bearer alice-token,Bearer alice-token,Bearer bob-token,Bearer bob-token" {
 		t.Errorf("Authorization headers %q, want each caller's own token", seen)
 	}
 }
@@ -79,5 +86,9 @@ func TestRateLimitIsShared(t *testing.T) {
 	defer cancel()
 	if _, err := second.AppsV1().Deployments("ns").Get(ctx, "web", metav1.GetOptions{}); err == nil || !strings.Contains(err.Error(), "rate limiter") {
 		t.Errorf("second caller's call: %v, want the shared rate limiter to hold it back", err)
+	}
+	third, _ := c.DynamicFor("bogus-3")
+	if _, err := third.Resource(v1alpha1.ElasticWebResource).Namespace("ns").Get(ctx, "web", metav1.GetOptions{}); err == nil || !strings.Contains(err.Error(), "rate limiter") {
+		t.Errorf("a dynamic client's call: %v, want the same shared rate limiter to hold it back", err)
 	}
 }

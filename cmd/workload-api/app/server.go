@@ -30,13 +30,13 @@ func NewCommand(ctx context.Context) *cobra.Command {
 	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   component,
-		Short: "Serve capscale's workload lifecycle API (restart, stop, start, scale, elastic webs)",
+		Short: "Serve capscale's workload lifecycle API (restart, stop, start, scale, ElasticWebs)",
 		Long: `workload-api serves restart, rollout status, stop, start, scale and capacity
-for Deployments and StatefulSets (restart also for DaemonSets), and "elastic
-web" apply, under /v1/namespaces/{namespace}/... Every /v1 request needs a
-bearer token, and acts with it: the API reads the workload and writes with a
-client carrying the caller's token, so the apiserver's RBAC, admission and
-audit decide. The API's own credentials only read nodes, pods, deployments
+for Deployments and StatefulSets (restart also for DaemonSets), and writes
+and reads ElasticWeb resources, under /v1/namespaces/{namespace}/... Every
+/v1 request needs a bearer token, and acts with it: the API reads the
+workload and writes with a client carrying the caller's token, so the
+apiserver's RBAC, admission and audit decide. The API's own credentials only read nodes, pods, deployments
 and statefulsets for the capacity computation. GET /openapi.json describes
 the API.`,
 		Args: cobra.NoArgs,
@@ -88,6 +88,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	srv := workload.New(workload.Config{
 		ClientFor:                 callers.For,
+		DynamicFor:                callers.DynamicFor,
 		MaxInflight:               o.MaxRequestsInflight,
 		Metrics:                   mc,
 		Informers:                 factory,
