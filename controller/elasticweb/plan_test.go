@@ -77,6 +77,34 @@ func (w *world) applied(ew *v1alpha1.ElasticWeb, replicas, ready, nodePort int32
 	return Observed{Deployment: dep, Service: svc, HPA: hpa}
 }
 
+// oneShot returns the three objects as the workload API's one-shot apply
+// made them before ElasticWeb was a resource: the same labels and fields,
+// applied by the capscale field manager, and no owner.
+func (w *world) oneShot(ew *v1alpha1.ElasticWeb, replicas, ready, nodePort int32) Observed {
+	w.t.Helper()
+	d, err := NewDesired(ew)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	d.Deployment.OwnerReferences, d.Service.OwnerReferences, d.HPA.OwnerReferences = nil, nil, nil
+	dep, err := w.cs.AppsV1().Deployments(ns).Apply(ctx, d.Deployment, capscaleApply)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	dep.Spec.Replicas = ptr.To(replicas)
+	dep.Status.ReadyReplicas = ready
+	svc, err := w.cs.CoreV1().Services(ns).Apply(ctx, d.Service, capscaleApply)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	svc.Spec.Ports[0].NodePort = nodePort
+	hpa, err := w.cs.AutoscalingV2().HorizontalPodAutoscalers(ns).Apply(ctx, d.HPA, capscaleApply)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return Observed{Deployment: dep, Service: svc, HPA: hpa}
+}
+
 // setImageByHand is `kubectl set image`: an update by another manager.
 func (w *world) setImageByHand(d *appsv1.Deployment, image string) *appsv1.Deployment {
 	w.t.Helper()
@@ -100,6 +128,8 @@ func TestPlanFor(t *testing.T) {
 		realQPS                               float64
 		reconciled, readyCond                 metav1.ConditionStatus
 		reconciledReason, readyMsg            string
+		// conflictMsg is part of the Reconciled message when set.
+		conflictMsg string
 	}
 	tests := []struct {
 		name  string
@@ -171,6 +201,15 @@ func TestPlanFor(t *testing.T) {
 		want: want{dep: ActionConflict, svc: ActionConflict, hpa: ActionConflict, qps: 2, maxHPA: 10,
 			reconciled: metav1.ConditionFalse, reconciledReason: v1alpha1.ReasonObjectConflict, readyCond: metav1.ConditionFalse},
 	}, {
+		name: "objects of the old one-shot API (labelled, applied by capscale, no owner): never taken over",
+		ew:   elasticWeb(500, 800),
+		world: func(w *world, ew *v1alpha1.ElasticWeb) Observed {
+			return w.oneShot(ew, 2, 2, 30080)
+		},
+		want: want{dep: ActionConflict, svc: ActionConflict, hpa: ActionConflict, qps: 2, maxHPA: 10,
+			reconciled: metav1.ConditionFalse, reconciledReason: v1alpha1.ReasonObjectConflict, readyCond: metav1.ConditionFalse,
+			conflictMsg: "as the workload API's old one-shot apply made it: delete it to migrate"},
+	}, {
 		name: "minReplicas raised: only the HPA changes",
 		ew:   elasticWeb(500, 800, func(ew *v1alpha1.ElasticWeb) { ew.Spec.MinReplicas = ptr.To[int32](3) }),
 		world: func(w *world, ew *v1alpha1.ElasticWeb) Observed {
@@ -239,6 +278,9 @@ func TestPlanFor(t *testing.T) {
 			}
 			if rc != nil && w.svc == ActionConflict && !strings.Contains(rc.Message, "Service "+ns+"/shop exists and was not created by this ElasticWeb") {
 				t.Errorf("Reconciled message %q does not name the Service", rc.Message)
+			}
+			if w.conflictMsg != "" && (rc == nil || !strings.Contains(rc.Message, w.conflictMsg)) {
+				t.Errorf("Reconciled = %+v, want a message with %q", rc, w.conflictMsg)
 			}
 			ready := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
 			if ready == nil || ready.Status != w.readyCond || !strings.Contains(ready.Message, w.readyMsg) {
