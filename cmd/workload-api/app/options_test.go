@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -112,5 +114,34 @@ func TestCommandRejectsBadFlags(t *testing.T) {
 	cmd.SetErr(new(strings.Builder))
 	if err := cmd.Execute(); err == nil {
 		t.Error("an unknown flag was accepted")
+	}
+}
+
+// TestConfigBuildsTheServer: Config wires the server from a kubeconfig
+// without calling the apiserver; the handler answers before Run starts
+// anything.
+func TestConfigBuildsTheServer(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := parse(t, "--kubeconfig="+kc)
+	c, err := o.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Options != o || c.Informers == nil || c.Server == nil {
+		t.Fatalf("Config() = %+v", c)
+	}
+	rec := httptest.NewRecorder()
+	c.Server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("/healthz = %d", rec.Code)
 	}
 }

@@ -36,18 +36,22 @@ for Deployments and StatefulSets (restart also for DaemonSets), and writes
 and reads ElasticWeb resources, under /v1/namespaces/{namespace}/... Every
 /v1 request needs a bearer token, and acts with it: the API reads the
 workload and writes with a client carrying the caller's token, so the
-apiserver's RBAC, admission and audit decide. The API's own credentials only read nodes, pods, deployments
-and statefulsets for the capacity computation. GET /openapi.json describes
-the API.`,
+apiserver's RBAC, admission and audit decide. The API's own credentials only
+read nodes, pods, deployments and statefulsets for the capacity computation.
+GET /openapi.json describes the API.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if errs := o.Validate(); len(errs) > 0 {
-				return utilerrors.NewAggregate(errs)
-			}
 			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
 				return err
 			}
-			return Run(ctx, o)
+			if errs := o.Validate(); len(errs) > 0 {
+				return utilerrors.NewAggregate(errs)
+			}
+			c, err := o.Config()
+			if err != nil {
+				return err
+			}
+			return c.Run(ctx)
 		},
 	}
 	fss := o.Flags()
@@ -58,21 +62,28 @@ the API.`,
 	return cmd
 }
 
-// Run serves the API until ctx ends, then shuts down gracefully.
-func Run(ctx context.Context, o *Options) error {
-	klog.InfoS("Starting capscale workload API", "version", version.Version)
+// Config is everything Run needs, built from Options.
+type Config struct {
+	Options *Options
+	// Informers feed the capacity computation; Run starts them.
+	Informers informers.SharedInformerFactory
+	Server    *workload.Server
+}
+
+// Config connects to the apiserver and builds the API server.
+func (o *Options) Config() (*Config, error) {
 	cfg, err := kube.RESTConfig(o.Kubeconfig, component)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cs, err := kube.Clientset(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// metrics.k8s.io speaks JSON only; the plain config is right for it.
 	mc, err := metricsclient.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("creating metrics.k8s.io client: %w", err)
+		return nil, fmt.Errorf("creating metrics.k8s.io client: %w", err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -84,7 +95,7 @@ func Run(ctx context.Context, o *Options) error {
 	// cfg, never cfg's credentials.
 	callers, err := caller.New(cfg, o.APIServerQPS, o.APIServerBurst)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	srv := workload.New(workload.Config{
 		ClientFor:                 callers.For,
@@ -97,14 +108,21 @@ func Run(ctx context.Context, o *Options) error {
 		DefaultUnderlayIPCapacity: o.DefaultUnderlayIPCapacity,
 		MaxBodyBytes:              o.MaxBodyBytes,
 	})
+	return &Config{Options: o, Informers: factory, Server: srv}, nil
+}
 
+// Run starts the informers and serves the API until ctx ends, then shuts
+// down gracefully.
+func (c *Config) Run(ctx context.Context) error {
+	o := c.Options
+	klog.InfoS("Starting capscale workload API", "version", version.Version)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	c.Informers.Start(ctx.Done())
+	defer c.Informers.Shutdown()
 	go func() {
 		start := time.Now()
-		for t, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		for t, ok := range c.Informers.WaitForCacheSync(ctx.Done()) {
 			if !ok {
 				klog.InfoS("Informer did not sync before shutdown", "type", t.String())
 				return
@@ -122,7 +140,7 @@ func Run(ctx context.Context, o *Options) error {
 		CertFile:        o.TLSCertFile,
 		KeyFile:         o.TLSPrivateKeyFile,
 		ShutdownTimeout: o.ShutdownTimeout,
-	}, srv.Handler(), nil)
+	}, c.Server.Handler(), nil)
 }
 
 func isLoopback(addr string) bool {
