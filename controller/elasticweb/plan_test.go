@@ -53,10 +53,32 @@ var (
 // ew, with the Deployment at replicas/ready and the Service at nodePort.
 func (w *world) applied(ew *v1alpha1.ElasticWeb, replicas, ready, nodePort int32) Observed {
 	w.t.Helper()
+	return w.store(w.desired(ew), replicas, ready, nodePort)
+}
+
+// oneShot returns the three objects as the workload API's one-shot apply
+// made them before ElasticWeb was a resource: the same labels and fields,
+// applied by the capscale field manager, and no owner.
+func (w *world) oneShot(ew *v1alpha1.ElasticWeb, replicas, ready, nodePort int32) Observed {
+	w.t.Helper()
+	d := w.desired(ew)
+	d.Deployment.OwnerReferences, d.Service.OwnerReferences, d.HPA.OwnerReferences = nil, nil, nil
+	return w.store(d, replicas, ready, nodePort)
+}
+
+func (w *world) desired(ew *v1alpha1.ElasticWeb) *Desired {
+	w.t.Helper()
 	d, err := NewDesired(ew)
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	return d
+}
+
+// store applies d's objects as capscale and sets what the apiserver and the
+// controllers would have added.
+func (w *world) store(d *Desired, replicas, ready, nodePort int32) Observed {
+	w.t.Helper()
 	dep, err := w.cs.AppsV1().Deployments(ns).Apply(ctx, d.Deployment, capscaleApply)
 	if err != nil {
 		w.t.Fatal(err)
@@ -70,34 +92,6 @@ func (w *world) applied(ew *v1alpha1.ElasticWeb, replicas, ready, nodePort int32
 	if nodePort != 0 {
 		svc.Spec.Ports[0].NodePort = nodePort
 	}
-	hpa, err := w.cs.AutoscalingV2().HorizontalPodAutoscalers(ns).Apply(ctx, d.HPA, capscaleApply)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return Observed{Deployment: dep, Service: svc, HPA: hpa}
-}
-
-// oneShot returns the three objects as the workload API's one-shot apply
-// made them before ElasticWeb was a resource: the same labels and fields,
-// applied by the capscale field manager, and no owner.
-func (w *world) oneShot(ew *v1alpha1.ElasticWeb, replicas, ready, nodePort int32) Observed {
-	w.t.Helper()
-	d, err := NewDesired(ew)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	d.Deployment.OwnerReferences, d.Service.OwnerReferences, d.HPA.OwnerReferences = nil, nil, nil
-	dep, err := w.cs.AppsV1().Deployments(ns).Apply(ctx, d.Deployment, capscaleApply)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	dep.Spec.Replicas = ptr.To(replicas)
-	dep.Status.ReadyReplicas = ready
-	svc, err := w.cs.CoreV1().Services(ns).Apply(ctx, d.Service, capscaleApply)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	svc.Spec.Ports[0].NodePort = nodePort
 	hpa, err := w.cs.AutoscalingV2().HorizontalPodAutoscalers(ns).Apply(ctx, d.HPA, capscaleApply)
 	if err != nil {
 		w.t.Fatal(err)
