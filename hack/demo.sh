@@ -206,6 +206,17 @@ printf '\033[36m$ POST .../deployments/web/restart\033[0m\n'; api -X POST "$WORK
 printf '\033[36m$ GET .../deployments/underlay/capacity\033[0m\n'
 capacity=$(api "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/underlay/capacity")
 printf '   %s\n' "$(grep -o '"capacity":{"replicas":[0-9]*,"limitingResource":"[^"]*","reason":"[^"]*"' <<<"$capacity")"
+say "The console writes ElasticWebs through the API (Role capscale-workload:elasticweb: the resource only, no Deployment rights):"
+k create rolebinding console-elasticweb --clusterrole=capscale-workload:elasticweb --serviceaccount=demo:console -n demo >/dev/null
+printf '\033[36m$ PUT .../elasticwebs/cart {"image":"registry.example/cart:1","port":8080,"singlePodQPS":100,"totalQPS":300}\033[0m\n'
+api -X PUT -H 'Content-Type: application/json' -d '{"image":"registry.example/cart:1","port":8080,"singlePodQPS":100,"totalQPS":300}' \
+  "$WORKLOAD_API_URL/v1/namespaces/demo/elasticwebs/cart" | cut -c1-160
+cart_ready() { [ "$(k -n demo get elasticweb cart -o jsonpath='{.status.readyReplicas}/{.status.realQPS}')" = "3/300" ]; }
+wait_for "cart: 3 ready, REAL-QPS 300" 90 cart_ready
+run k -n demo get elasticwebs
+say "A bad spec: the apiserver's 422 names the field:"
+api -X PUT -H 'Content-Type: application/json' -d '{"image":"registry.example/cart:1","port":8080,"singlePodQPS":0,"totalQPS":300}' \
+  "$WORKLOAD_API_URL/v1/namespaces/demo/elasticwebs/cart"
 
 bold "Explore"
 cat <<EOT
