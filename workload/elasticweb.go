@@ -1,10 +1,14 @@
 package workload
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +45,51 @@ func elasticWebApply(ns, name string, spec map[string]json.RawMessage) ([]byte, 
 	})
 }
 
+// specShapeError names a field of spec that is not a field of the ElasticWeb
+// spec or holds a JSON value of the wrong type. The apiserver answers such an
+// apply with a 500 (kubernetes/kubernetes#139253), so the API checks the
+// shape against the Go type itself; the values (ranges, required fields, CEL
+// rules) stay the apiserver's to judge.
+func specShapeError(spec map[string]json.RawMessage) error {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var typed v1alpha1.ElasticWebSpec
+	err = dec.Decode(&typed)
+	var te *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te) && te.Field != "":
+		return fmt.Errorf("spec.%s: Invalid value: a JSON %s: must be %s", te.Field, te.Value, jsonKind(te.Type.Kind()))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		if _, top := spec[name]; top {
+			return fmt.Errorf("spec.%s: Unsupported field: the spec's fields are image, port, singlePodQPS, totalQPS, minReplicas, maxReplicas and resources", name)
+		}
+		return fmt.Errorf("spec: unknown field %q", name)
+	default:
+		return fmt.Errorf("spec: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+}
+
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return k.String()
+}
+
 // applyElasticWeb server-side applies the body as the ElasticWeb's spec, as
 // the caller, with field manager capscale-workload-api. Fields of the spec
 // the API set before and the body leaves out are removed (PUT). A field
@@ -66,6 +115,10 @@ func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
 	}
 	if spec == nil {
 		httpserver.WriteError(w, http.StatusBadRequest, "the body must be a JSON object: the ElasticWeb's spec")
+		return
+	}
+	if err := specShapeError(spec); err != nil {
+		httpserver.WriteError(w, http.StatusUnprocessableEntity, err.Error())
 		return
 	}
 	body, err := elasticWebApply(p.namespace, p.name, spec)

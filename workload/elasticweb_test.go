@@ -129,6 +129,16 @@ func TestElasticWebErrors(t *testing.T) {
 			wantCode: http.StatusNotFound, wantMsg: []string{"is the ElasticWeb CRD installed"}, wantCalls: 1},
 		{name: "GET of a missing ElasticWeb", method: http.MethodGet, wantCode: http.StatusNotFound, wantMsg: []string{`"shop" not found`}, wantCalls: 1},
 		{name: "GET refused", method: http.MethodGet, deny: true, wantCode: http.StatusForbidden, wantMsg: []string{"cannot get"}, wantCalls: 1},
+		// The apiserver would answer these with a 500 (kubernetes#139253):
+		// the API names the field itself and makes no call.
+		{name: "a value of the wrong type", method: http.MethodPut, body: `{"image":"nginx","port":"http","singlePodQPS":1,"totalQPS":1}`,
+			wantCode: http.StatusUnprocessableEntity, wantMsg: []string{"spec.port: Invalid value: a JSON string: must be an integer"}},
+		{name: "a field the spec does not have", method: http.MethodPut, body: `{"image":"nginx","port":80,"singlePodQPS":1,"totalQPS":1,"replicas":3}`,
+			wantCode: http.StatusUnprocessableEntity, wantMsg: []string{"spec.replicas: Unsupported field"}},
+		{name: "an unknown nested field", method: http.MethodPut, body: `{"image":"nginx","port":80,"singlePodQPS":1,"totalQPS":1,"resources":{"request":{}}}`,
+			wantCode: http.StatusUnprocessableEntity, wantMsg: []string{`spec: unknown field "request"`}},
+		{name: "a quantity that is none", method: http.MethodPut, body: `{"image":"nginx","port":80,"singlePodQPS":1,"totalQPS":1,"resources":{"limits":{"cpu":"lots"}}}`,
+			wantCode: http.StatusUnprocessableEntity, wantMsg: []string{"spec: quantities must match"}},
 		{name: "null body", method: http.MethodPut, body: `null`, wantCode: http.StatusBadRequest, wantMsg: []string{"JSON object"}},
 		{name: "array body", method: http.MethodPut, body: `[1]`, wantCode: http.StatusBadRequest, wantMsg: []string{"decoding request body"}},
 		{name: "two values", method: http.MethodPut, body: ok + ok, wantCode: http.StatusBadRequest, wantMsg: []string{"single JSON value"}},

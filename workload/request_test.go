@@ -92,6 +92,7 @@ func FuzzDecodeBodies(f *testing.F) {
 		if errE != nil || spec == nil {
 			return
 		}
+		_ = specShapeError(spec)
 		body, err := elasticWebApply("ns", "shop", spec)
 		if err != nil {
 			t.Fatalf("a decoded spec %q did not encode: %v", data, err)

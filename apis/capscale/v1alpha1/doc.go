@@ -1,7 +1,7 @@
 // Package v1alpha1 holds the capscale.io/v1alpha1 API types: ElasticWeb, an
 // image, a port and two QPS figures that capscale's controller turns into a
 // Deployment, a Service and an HPA. The CRD that serves them is
-// deploy/crds/capscale.io_elasticwebs.yaml; a unit test keeps the two in step.
+// deploy/crd/elasticwebs.yaml; a unit test keeps the two in step.
 package v1alpha1
 
 import (
