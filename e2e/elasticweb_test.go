@@ -133,7 +133,8 @@ func hasEvent(ctx context.Context, s *stack.Stack, name, reason, contains string
 
 // TestElasticWebResource runs issue 13's scenarios: capscale-controller as
 // its own ServiceAccount, the HPA driven by the real HPA controller through
-// the adapter behind the real APIService, kubectl as the user.
+// the adapter behind the real APIService, kubectl as the user. Crash and
+// failover are TestElasticWebControllerCrash.
 func TestElasticWebResource(t *testing.T) {
 	s, _ := startAdapterStack(t, 0.5, func(o *stack.Options) {
 		o.Controller = true
@@ -291,38 +292,6 @@ func TestElasticWebResource(t *testing.T) {
 		c.waitStatus(ctx, "taken", time.Minute, "Reconciled=True after the Service went", func(ew *v1alpha1.ElasticWeb) bool {
 			return meta.IsStatusConditionTrue(ew.Status.Conditions, v1alpha1.ConditionReconciled)
 		})
-	})
-
-	t.Run("killed mid-change: a restart completes it", func(t *testing.T) {
-		// The kill lands right after the change, before or while the
-		// controller applies it; the Lease it held is not released.
-		// Upwards only: the HPA's default scale-down stabilization (5 min)
-		// would make a smaller count slow.
-		c.patchSpec(ctx, "shop", `{"totalQPS":2200}`)
-		s.Controller.Kill()
-		r, err := s.StartController(ctx, "controller")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Controller = r
-		c.waitStatus(ctx, "shop", 2*time.Minute, "5 ready, realQPS 2500", serving(5, 2500))
-	})
-
-	t.Run("leader killed mid-change: the standby completes it", func(t *testing.T) {
-		standby, err := s.StartController(ctx, "controller-2")
-		if err != nil {
-			t.Fatal(err)
-		}
-		eventually(ctx, t, 30*time.Second, "the first replica does not lead", func(ctx context.Context) bool {
-			return leading(ctx, s.Controller.URL) == 1 && leading(ctx, standby.URL) == 0
-		})
-		c.patchSpec(ctx, "shop", `{"totalQPS":2800}`)
-		s.Controller.Kill()
-		eventually(ctx, t, 30*time.Second, "the standby never took the Lease", func(ctx context.Context) bool {
-			return leading(ctx, standby.URL) == 1
-		})
-		c.waitStatus(ctx, "shop", 2*time.Minute, "6 ready, realQPS 3000", serving(6, 3000))
-		s.Controller = standby
 	})
 
 	t.Run("deleting the ElasticWeb removes its objects", func(t *testing.T) {
