@@ -384,9 +384,9 @@ func TestWorkloadAPI(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no ObjectConflict condition naming the old Service: %+v", got.Status.Conditions)
 		}
-		if !hasEvent(ctx, s, "legacy", "ObjectConflict", "Service "+ns+"/legacy") {
-			t.Errorf("no ObjectConflict Warning event")
-		}
+		eventually(ctx, t, 30*time.Second, "no ObjectConflict Warning event", func(ctx context.Context) bool {
+			return hasEvent(ctx, s, "legacy", "ObjectConflict", "Service "+ns+"/legacy")
+		})
 		svc, err := s.Client.CoreV1().Services(ns).Get(ctx, "legacy", metav1.GetOptions{})
 		if err != nil || len(svc.OwnerReferences) != 0 || svc.Spec.Ports[0].Port != 80 {
 			t.Errorf("the old Service was changed: %+v, %v", svc, err)
