@@ -39,12 +39,16 @@ build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, co
 control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl and kwok into _output/bin.
 	@bash e2e/tools/build.sh $(BIN)
 
+.PHONY: deploy-tools
+deploy-tools: ## Build (or link from ~/.cache/capscale) helm and kubectl, which deploy/'s unit tests run, into _output/bin.
+	@bash e2e/tools/build.sh $(BIN) helm kubectl
+
 .PHONY: test
 test: test-unit fuzz e2e ## Unit tests with -race, every fuzz target briefly, then the end-to-end suite.
 
 .PHONY: test-unit
-test-unit: deps ## Unit tests: go test -race ./...
-	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+test-unit: deps deploy-tools ## Unit tests: go test -race ./... (deploy/'s run helm and kubectl on the chart and manifests).
+	CGO_ENABLED=1 CAPSCALE_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 ./...
 
 FUZZTIME ?= 10s
 

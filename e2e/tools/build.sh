@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Builds the tools the e2e suite and the demo run — etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok and helm — from the
-# Go module proxy, caches each tool module's binaries under ~/.cache/capscale
-# keyed by its pinned versions, and links them into OUTPUT_DIR together with
-# kwok's stage definitions. A cache hit costs a second; a cold build of the
-# Kubernetes binaries takes about 15 minutes on 2 cores.
+# Usage: build.sh OUTPUT_DIR [TOOL...]
+#
+# Builds the tools capscale's checks and the demo run — etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl, kwok and helm; all of them
+# unless TOOLs are named — from the Go module proxy, caches each tool module's
+# binaries under ~/.cache/capscale keyed by its pinned versions, and links
+# them into OUTPUT_DIR (with kwok's stage definitions when kwok is named). A
+# cache hit costs a second; a cold build of the Kubernetes binaries takes
+# about 15 minutes on 2 cores.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:?usage: build.sh OUTPUT_DIR}
+out=${1:?usage: build.sh OUTPUT_DIR [TOOL...]}
+shift
+all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl)
+tools=("$@")
+[ ${#tools[@]} -gt 0 ] || tools=("${all[@]}")
+for t in "${tools[@]}"; do
+  [[ " ${all[*]} " == *" $t "* ]] || { echo "build.sh: unknown tool $t (known: ${all[*]})" >&2; exit 2; }
+done
+wanted() { [[ " ${tools[*]} " == *" $1 "* ]]; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
@@ -23,26 +34,32 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   stamp+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=37 -X $pkg.gitTreeState=clean"
 done
 
-# build MODULE_DIR BIN=PACKAGE...: builds each BIN from PACKAGE in the tool
-# module MODULE_DIR unless its cache entry is complete, then links them.
+# build MODULE_DIR BIN=PACKAGE...: builds each wanted BIN from PACKAGE in the
+# tool module MODULE_DIR unless its cache entry has it, then links them.
 build() {
   local mod=$1; shift
-  local key dir tmp bin pkg missing=0 start=$SECONDS
+  local key dir spec start=$SECONDS
+  local -a specs=() missing=()
+  for spec in "$@"; do wanted "${spec%%=*}" && specs+=("$spec"); done
+  [ ${#specs[@]} -gt 0 ] || return 0
   key=$(cat "$here/$mod/go.mod" "$here/$mod/go.sum" <(go version) <(echo "$k8s_version $recipe") | sha256sum | cut -c1-16)
   dir="$cache_root/$mod-$key"
-  for spec in "$@"; do [ -x "$dir/${spec%%=*}" ] || missing=1; done
-  if [ "$missing" = 1 ]; then
-    echo "building $mod tools into $dir" >&2
-    tmp="$dir.tmp.$$"
-    rm -rf "$tmp" && mkdir -p "$tmp"
-    for spec in "$@"; do
-      bin=${spec%%=*} pkg=${spec#*=}
-      (cd "$here/$mod" && go build -trimpath -ldflags "-s -w$stamp" -o "$tmp/$bin" "$pkg") || { rm -rf "$tmp"; return 1; }
-      echo "  $bin built ($((SECONDS - start))s)" >&2
+  for spec in "${specs[@]}"; do
+    [ -x "$dir/${spec%%=*}" ] || missing+=("$spec")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "building ${missing[*]%%=*} ($mod module) into $dir" >&2
+    mkdir -p "$dir"
+    # Each binary goes to a temporary name first and is renamed into place,
+    # so an interrupted build never leaves a partial binary in the cache.
+    for spec in "${missing[@]}"; do
+      (cd "$here/$mod" && go build -trimpath -ldflags "-s -w$stamp" -o "$dir/.${spec%%=*}.$$" "${spec#*=}") ||
+        { rm -f "$dir/.${spec%%=*}.$$"; return 1; }
+      mv -f "$dir/.${spec%%=*}.$$" "$dir/${spec%%=*}"
+      echo "  ${spec%%=*} built ($((SECONDS - start))s)" >&2
     done
-    rm -rf "$dir" && mv "$tmp" "$dir"
   fi
-  for spec in "$@"; do ln -sf "$dir/${spec%%=*}" "$out/${spec%%=*}"; done
+  for spec in "${specs[@]}"; do ln -sf "$dir/${spec%%=*}" "$out/${spec%%=*}"; done
 }
 
 build etcd etcd=go.etcd.io/etcd/server/v3
@@ -54,13 +71,15 @@ build k8s kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
 
 # kwok's standalone binary has no behaviour of its own: give it the "fast"
 # stages its module ships (nodes Ready with lease heartbeats, pods Running).
-kwokdir=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
-stages="$out/kwok-stages.yaml.tmp"
-: >"$stages"
-for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
-         pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
-  cat "$kwokdir/kustomize/stage/$f.yaml" >>"$stages"
-  printf '\n---\n' >>"$stages"
-done
-mv "$stages" "$out/kwok-stages.yaml"
-echo "tools ready in $out" >&2
+if wanted kwok; then
+  kwokdir=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+  stages="$out/kwok-stages.yaml.tmp"
+  : >"$stages"
+  for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+           pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+    cat "$kwokdir/kustomize/stage/$f.yaml" >>"$stages"
+    printf '\n---\n' >>"$stages"
+  done
+  mv "$stages" "$out/kwok-stages.yaml"
+fi
+echo "${tools[*]} ready in $out" >&2
