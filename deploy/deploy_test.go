@@ -47,7 +47,8 @@ func documents(t *testing.T) map[string][]byte {
 			return err
 		}
 		// Helm templates are not plain YAML, and the monitoring manifests
-		// need the prometheus-operator CRDs: e2e/helm_test.go checks those.
+		// need the prometheus-operator CRDs: helm_test.go and
+		// servicemonitor_test.go check those.
 		if d.IsDir() && (path == "helm" || path == "monitoring") {
 			return filepath.SkipDir
 		}

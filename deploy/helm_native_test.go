@@ -1,6 +1,4 @@
-//go:build e2e
-
-package e2e
+package deploy
 
 import (
 	"os"
@@ -12,8 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
-
-	"github.com/capscale/capscale/e2e/stack"
 )
 
 // TestHelmNativeMode: extender.mode=native renders deploy/native's RBAC and
@@ -23,7 +19,7 @@ func TestHelmNativeMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(stack.DeployFile("native/rbac.yaml"))
+	b, err := os.ReadFile("native/rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +46,7 @@ func TestHelmNativeMode(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &got); err != nil {
 		t.Fatal(err)
 	}
-	nb, err := os.ReadFile(stack.DeployFile("native/kube-scheduler-config.yaml"))
+	nb, err := os.ReadFile("native/kube-scheduler-config.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

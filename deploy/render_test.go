@@ -1,0 +1,159 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// The chart and kustomize tests of this package run helm and kubectl on
+// deploy/helm/capscale and on deploy/, deploy/monitoring/. They start no
+// cluster; `make test-unit` links the two binaries into _output/bin first
+// (`make deploy-tools`).
+
+// renderedObject is one object of a render: its generic form, compared
+// field by field, and its typed form, decoded strictly.
+type renderedObject struct {
+	raw   map[string]any
+	typed runtime.Object // nil for kinds outside the scheme (ServiceMonitor)
+}
+
+// rendered maps "Kind namespace/name" to the object.
+type rendered map[string]renderedObject
+
+func objectKey(kind, namespace, name string) string { return kind + " " + namespace + "/" + name }
+
+// repoRoot is the repository's root: go test runs this package in deploy/.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func chartDir(t *testing.T) string { return filepath.Join(repoRoot(t), "deploy", "helm", "capscale") }
+
+// deployTool returns the path of helm or kubectl as `make deploy-tools`
+// built them; nothing is downloaded at test time. A missing binary fails the
+// test rather than skipping it: a skipped check would pass `go test ./...`
+// while checking nothing.
+func deployTool(t *testing.T, name string) string {
+	t.Helper()
+	dir := os.Getenv("CAPSCALE_BIN_DIR")
+	if dir == "" {
+		dir = filepath.Join(repoRoot(t), "_output", "bin")
+	}
+	p := filepath.Join(dir, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is not in %s: run `make deploy-tools` (make test-unit does it), or set CAPSCALE_BIN_DIR: %v", name, dir, err)
+	}
+	return p
+}
+
+// runDeployTool runs helm or kubectl in the repository root and returns its
+// standard output; the error carries standard error.
+func runDeployTool(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(deployTool(t, name), args...)
+	cmd.Dir = repoRoot(t)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// decodeRender splits a multi-document render into objects, each decoded
+// generically and, when its kind is in the scheme, strictly.
+func decodeRender(t *testing.T, text string) rendered {
+	t.Helper()
+	dec := strictDecoder(t)
+	objs := rendered{}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(text)))
+	for {
+		doc, err := r.Read()
+		if err != nil {
+			break
+		}
+		var raw map[string]any
+		if err := yaml.Unmarshal(doc, &raw); err != nil {
+			t.Fatalf("decoding a rendered document: %v\n%s", err, doc)
+		}
+		if len(raw) == 0 {
+			continue
+		}
+		kind, _ := raw["kind"].(string)
+		meta, _ := raw["metadata"].(map[string]any)
+		ns, _ := meta["namespace"].(string)
+		name, _ := meta["name"].(string)
+		key := objectKey(kind, ns, name)
+		if _, dup := objs[key]; dup {
+			t.Errorf("%s is rendered twice", key)
+		}
+		o := renderedObject{raw: raw}
+		typed, _, err := dec.Decode(doc, nil, nil)
+		switch {
+		case err == nil:
+			o.typed = typed
+		case runtime.IsNotRegisteredError(err):
+		default:
+			t.Errorf("%s does not decode strictly: %v", key, err)
+		}
+		objs[key] = o
+	}
+	return objs
+}
+
+func (r rendered) keys() []string {
+	keys := make([]string, 0, len(r))
+	for k := range r {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// get returns the typed object of key, failing the test when it is absent.
+func get[T runtime.Object](t *testing.T, r rendered, key string) T {
+	t.Helper()
+	o, ok := r[key]
+	if !ok {
+		t.Fatalf("%s is not rendered; rendered: %v", key, r.keys())
+	}
+	typed, ok := o.typed.(T)
+	if !ok {
+		t.Fatalf("%s is a %T", key, o.typed)
+	}
+	return typed
+}
+
+func helmTemplate(t *testing.T, args ...string) (rendered, error) {
+	t.Helper()
+	out, err := runDeployTool(t, "helm", append([]string{"template", "capscale", chartDir(t)}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeRender(t, out), nil
+}
+
+func kustomize(t *testing.T, dir string) rendered {
+	t.Helper()
+	out, err := runDeployTool(t, "kubectl", "kustomize", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeRender(t, out)
+}
