@@ -37,7 +37,7 @@ build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, co
 
 .PHONY: control-plane
 control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl and kwok into _output/bin.
-	@bash e2e/tools/build.sh $(BIN)
+	@bash e2e/tools/build.sh $(BIN) etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok
 
 .PHONY: deploy-tools
 deploy-tools: ## Build (or link from ~/.cache/capscale) helm and kubectl, which deploy/'s unit tests run, into _output/bin.
@@ -97,7 +97,7 @@ local-down: ## Stop everything local-up started.
 	@if [ -x $(BIN)/localplane ]; then $(BIN)/localplane down --dir $(OUT)/local; else $(GO) run ./e2e/cmd/localplane down --dir $(OUT)/local; fi
 
 .PHONY: demo
-demo: ## Build everything, start the local plane and walk through what capscale does.
+demo: ## Build capscale and the control plane (not helm), start the local plane and walk through what capscale does.
 	@bash hack/demo.sh
 
 IMAGE ?= ghcr.io/capscale/capscale:$(VERSION)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make demo: build everything, start a local control plane with capscale wired
-# in, and walk through what each component does with the real objects.
+# make demo: build capscale and the control-plane binaries the plane runs (not
+# helm), start a local control plane with capscale wired in, and walk through
+# what each component does with the real objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
