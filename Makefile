@@ -33,7 +33,9 @@ deps: ## Install the Debian packages the tests need, if any is missing (apt-get)
 .PHONY: build
 build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, controller) into _output/bin.
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+	@echo "building capscale's binaries into $(BIN)"
+	@total=$$($(GO) list -deps -trimpath -f '{{if and .Stale (ne .StaleReason "not installed but available in build cache")}}{{.ImportPath}}{{end}}' ./cmd/... | grep -c .) || true; \
+	$(GO) build -v -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/... 2>&1 | bash e2e/tools/progress.sh capscale "$$total"
 
 .PHONY: control-plane
 control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl and kwok into _output/bin.

@@ -7,7 +7,7 @@
 # binaries under ~/.cache/capscale keyed by its pinned versions, and links
 # them into OUTPUT_DIR (with kwok's stage definitions when kwok is named). A
 # cache hit costs a second; a cold build of the Kubernetes binaries takes
-# about 15 minutes on 2 cores.
+# about 15 minutes on 2 cores, showing packages compiled and time elapsed.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,26 +38,32 @@ done
 # tool module MODULE_DIR unless its cache entry has it, then links them.
 build() {
   local mod=$1; shift
-  local key dir spec start=$SECONDS
-  local -a specs=() missing=()
+  local key dir spec total start=$SECONDS
+  local -a specs=() missing=() pkgs=()
   for spec in "$@"; do wanted "${spec%%=*}" && specs+=("$spec"); done
   [ ${#specs[@]} -gt 0 ] || return 0
   key=$(cat "$here/$mod/go.mod" "$here/$mod/go.sum" <(go version) <(echo "$k8s_version $recipe") | sha256sum | cut -c1-16)
   dir="$cache_root/$mod-$key"
   for spec in "${specs[@]}"; do
-    [ -x "$dir/${spec%%=*}" ] || missing+=("$spec")
+    [ -x "$dir/${spec%%=*}" ] || { missing+=("$spec"); pkgs+=("${spec#*=}"); }
   done
   if [ ${#missing[@]} -gt 0 ]; then
     echo "building ${missing[*]%%=*} ($mod module) into $dir" >&2
     mkdir -p "$dir"
+    # What Go has yet to compile with these flags (stale, and not a binary
+    # Go can take from its build cache) is the total the progress counts to.
+    echo "  $mod: counting the packages to compile" >&2
+    total=$(cd "$here/$mod" && go list -deps -trimpath \
+      -f '{{if and .Stale (ne .StaleReason "not installed but available in build cache")}}{{.ImportPath}}{{end}}' \
+      "${pkgs[@]}" | grep -c .) || true
     # Each binary goes to a temporary name first and is renamed into place,
     # so an interrupted build never leaves a partial binary in the cache.
     for spec in "${missing[@]}"; do
-      (cd "$here/$mod" && go build -trimpath -ldflags "-s -w$stamp" -o "$dir/.${spec%%=*}.$$" "${spec#*=}") ||
-        { rm -f "$dir/.${spec%%=*}.$$"; return 1; }
+      (cd "$here/$mod" && go build -v -trimpath -ldflags "-s -w$stamp" -o "$dir/.${spec%%=*}.$$" "${spec#*=}") ||
+        { rm -f "$dir/.${spec%%=*}.$$"; exit 1; }
       mv -f "$dir/.${spec%%=*}.$$" "$dir/${spec%%=*}"
-      echo "  ${spec%%=*} built ($((SECONDS - start))s)" >&2
-    done
+      echo "=${spec%%=*} built ($((SECONDS - start))s)"
+    done 2>&1 | bash "$here/progress.sh" "$mod" "${total:-0}"
   fi
   for spec in "${specs[@]}"; do ln -sf "$dir/${spec%%=*}" "$out/${spec%%=*}"; done
 }
