@@ -1,5 +1,6 @@
-// Package app wires the metrics adapter: flags, the custom-metrics-apiserver
-// AdapterBase, informers, source pollers, the config watcher and readiness.
+// Package app is the metrics-adapter command: Options (flags, validation) →
+// Config (clients, the custom-metrics-apiserver server, informers, source
+// pollers, the config watcher, readiness) → Run.
 package app
 
 import (
@@ -8,7 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	basecmd "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd"
 	cmoptions "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd/options"
 
@@ -31,6 +33,8 @@ type Options struct {
 	DelegateTimeout           time.Duration
 	DelegateMaxResponseBytes  int64
 	DelegateDiscoveryInterval time.Duration
+
+	Logs *logsapi.LoggingConfiguration
 }
 
 // NewOptions returns Options with defaults.
@@ -41,6 +45,7 @@ func NewOptions() *Options {
 		DelegateTimeout:           5 * time.Second,
 		DelegateMaxResponseBytes:  4 << 20,
 		DelegateDiscoveryInterval: 30 * time.Second,
+		Logs:                      logsapi.NewLoggingConfiguration(),
 	}
 	o.Name = "capscale-metrics-adapter"
 	o.CustomMetricsAdapterServerOptions = cmoptions.NewCustomMetricsAdapterServerOptions()
@@ -51,15 +56,25 @@ func NewOptions() *Options {
 	return o
 }
 
-// AddFlags installs every flag on fs, which the AdapterBase then owns.
-func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	o.FlagSet = fs
+// Flags returns the options as named flag sets. The AdapterBase owns the
+// "apiserver" set and installs its flags only once, so call Flags once per
+// Options.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+
+	// Serving, delegated authentication and authorization, audit,
+	// --lister-kubeconfig, --client-qps, ...
+	o.FlagSet = fss.FlagSet("apiserver")
 	o.InstallFlags()
+
+	fs := fss.FlagSet("configuration")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile,
 		"YAML file with the load-index sources and load-step policies. Reloaded when it changes; an invalid new file keeps the old configuration. "+
 			"Without it only the QPS metrics (annotations on workloads) are served.")
 	fs.DurationVar(&o.ConfigCheckInterval, "config-check-interval", o.ConfigCheckInterval,
 		"How often --config is checked for changes.")
+
+	fs = fss.FlagSet("delegation")
 	fs.StringVar(&o.DelegateRouting, "delegate-routing", o.DelegateRouting,
 		"How the delegate's Service is dialled: 'endpoints' (its ready endpoints, like kube-apiserver's --enable-aggregator-routing) or 'service' (<name>.<namespace>.svc through cluster DNS).")
 	fs.DurationVar(&o.DelegateTimeout, "delegate-timeout", o.DelegateTimeout,
@@ -68,6 +83,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Largest answer accepted from the delegate; a larger one is a 503.")
 	fs.DurationVar(&o.DelegateDiscoveryInterval, "delegate-discovery-interval", o.DelegateDiscoveryInterval,
 		"How often the delegate's metric names are listed for discovery.")
+
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
+	return fss
 }
 
 // Validate returns every problem with the options.
@@ -89,5 +107,8 @@ func (o *Options) Validate() []error {
 		errs = append(errs, fmt.Errorf("--delegate-discovery-interval must be positive, got %s", o.DelegateDiscoveryInterval))
 	}
 	errs = append(errs, o.CustomMetricsAdapterServerOptions.Validate()...)
+	if err := logsapi.Validate(o.Logs, nil, nil); len(err) > 0 {
+		errs = append(errs, err.ToAggregate().Errors()...)
+	}
 	return errs
 }
