@@ -18,6 +18,7 @@ import (
 	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/version"
 	"github.com/capscale/capscale/metricsadapter/delegate"
+	"github.com/capscale/capscale/metricsadapter/kedascaler"
 )
 
 // Config is everything Run needs, built from Options.
@@ -25,6 +26,10 @@ type Config struct {
 	Options *Options
 	// Server is the external.metrics.k8s.io API server.
 	Server *cmapiserver.CustomMetricsAdapterServer
+
+	// Scaler serves KEDA's external-scaler protocol; nil when
+	// --keda-scaler-bind-address is empty.
+	Scaler *kedascaler.Server
 
 	adapter  *adapter
 	delegate *delegate.Watcher
@@ -103,17 +108,56 @@ func (o *Options) config(a *adapter, base, restCfg *rest.Config) (*Config, error
 	})); err != nil {
 		return nil, fmt.Errorf("adding readyz check: %w", err)
 	}
-	return &Config{Options: o, Server: server, adapter: a, delegate: dw}, nil
+	c := &Config{Options: o, Server: server, adapter: a, delegate: dw}
+
+	// KEDA's external scaler reads capscale's own provider, the one the
+	// external-metrics API answers capscale-* names with.
+	if o.KEDAScalerBindAddress != "" {
+		km := kedascaler.NewMetrics()
+		if err := km.Register(legacyregistry.Registerer()); err != nil {
+			return nil, err
+		}
+		cert, key := o.kedaScalerCertKey()
+		c.Scaler, err = kedascaler.New(a.provider, kedascaler.Options{
+			BindAddress: o.KEDAScalerBindAddress, CertFile: cert, KeyFile: key, ClientCAFile: o.KEDAScalerClientCAFile,
+			StreamInterval: o.KEDAScalerStreamInterval, MaxStreams: o.KEDAScalerMaxStreams, Ready: a.provider.HasSynced,
+		}, km)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // Run starts the informers, the config watcher and the delegate watcher,
-// then serves until ctx is done.
+// then serves (and the KEDA scaler, if on) until ctx is done. A scaler that
+// cannot serve stops the process.
 func (c *Config) Run(ctx context.Context) error {
 	defer c.adapter.stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	c.adapter.start(ctx)
 	go c.delegate.Run(ctx)
 
+	scalerErr := make(chan error, 1)
+	if c.Scaler != nil {
+		go func() {
+			err := c.Scaler.Run(ctx)
+			if err != nil {
+				cancel()
+			}
+			scalerErr <- err
+		}()
+	} else {
+		scalerErr <- nil
+	}
+
 	klog.FromContext(ctx).Info("Starting capscale metrics adapter", "version", version.Version,
-		"config", c.Options.ConfigFile, "sources", c.adapter.sources.Names())
-	return c.Server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+		"config", c.Options.ConfigFile, "sources", c.adapter.sources.Names(), "kedaScaler", c.Options.KEDAScalerBindAddress)
+	err := c.Server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+	cancel()
+	if serr := <-scalerErr; serr != nil {
+		return serr
+	}
+	return err
 }

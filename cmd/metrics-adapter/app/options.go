@@ -4,6 +4,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	basecmd "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd"
 	cmoptions "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd/options"
 
+	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/metricsadapter/delegate"
 )
 
@@ -34,6 +36,16 @@ type Options struct {
 	DelegateMaxResponseBytes  int64
 	DelegateDiscoveryInterval time.Duration
 
+	// KEDAScaler* configure KEDA's external-scaler gRPC protocol (README
+	// "KEDA keeps the APIService: capscale as an external scaler").
+	KEDAScalerBindAddress    string
+	KEDAScalerCertFile       string
+	KEDAScalerKeyFile        string
+	KEDAScalerClientCAFile   string
+	KEDAScalerAnyClient      bool
+	KEDAScalerStreamInterval time.Duration
+	KEDAScalerMaxStreams     int
+
 	Logs *logsapi.LoggingConfiguration
 }
 
@@ -45,6 +57,8 @@ func NewOptions() *Options {
 		DelegateTimeout:           5 * time.Second,
 		DelegateMaxResponseBytes:  4 << 20,
 		DelegateDiscoveryInterval: 30 * time.Second,
+		KEDAScalerStreamInterval:  5 * time.Second,
+		KEDAScalerMaxStreams:      1000,
 		Logs:                      logsapi.NewLoggingConfiguration(),
 	}
 	o.Name = "capscale-metrics-adapter"
@@ -84,6 +98,22 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.DelegateDiscoveryInterval, "delegate-discovery-interval", o.DelegateDiscoveryInterval,
 		"How often the delegate's metric names are listed for discovery.")
 
+	fs = fss.FlagSet("keda scaler")
+	fs.StringVar(&o.KEDAScalerBindAddress, "keda-scaler-bind-address", o.KEDAScalerBindAddress,
+		"host:port to serve KEDA's external-scaler gRPC protocol on (TLS), for ScaledObjects with an 'external' trigger; empty (the default) disables it.")
+	fs.StringVar(&o.KEDAScalerCertFile, "keda-scaler-tls-cert-file", o.KEDAScalerCertFile,
+		"PEM serving certificate of the KEDA scaler, reloaded when it changes; empty uses --tls-cert-file.")
+	fs.StringVar(&o.KEDAScalerKeyFile, "keda-scaler-tls-private-key-file", o.KEDAScalerKeyFile,
+		"PEM key of --keda-scaler-tls-cert-file; empty uses --tls-private-key-file.")
+	fs.StringVar(&o.KEDAScalerClientCAFile, "keda-scaler-client-ca-file", o.KEDAScalerClientCAFile,
+		"PEM CA that KEDA's client certificate must verify against (reloaded when it changes). Required with --keda-scaler-bind-address unless --keda-scaler-allow-any-client.")
+	fs.BoolVar(&o.KEDAScalerAnyClient, "keda-scaler-allow-any-client", o.KEDAScalerAnyClient,
+		"Serve the KEDA scaler to clients without a verified certificate: anyone who reaches the port can then read capscale's metrics for any namespace. Logged as a warning.")
+	fs.DurationVar(&o.KEDAScalerStreamInterval, "keda-scaler-stream-interval", o.KEDAScalerStreamInterval,
+		"How often an open StreamIsActive stream re-evaluates its trigger; a change is pushed at the next evaluation.")
+	fs.IntVar(&o.KEDAScalerMaxStreams, "keda-scaler-max-streams", o.KEDAScalerMaxStreams,
+		"Most StreamIsActive streams open at once; more are refused with ResourceExhausted.")
+
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 	return fss
 }
@@ -106,9 +136,49 @@ func (o *Options) Validate() []error {
 	if o.DelegateDiscoveryInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--delegate-discovery-interval must be positive, got %s", o.DelegateDiscoveryInterval))
 	}
+	errs = append(errs, o.validateKEDAScaler()...)
 	errs = append(errs, o.CustomMetricsAdapterServerOptions.Validate()...)
 	if err := logsapi.Validate(o.Logs, nil, nil); len(err) > 0 {
 		errs = append(errs, err.ToAggregate().Errors()...)
 	}
 	return errs
+}
+
+// validateKEDAScaler checks the --keda-scaler-* flags when the scaler is on.
+func (o *Options) validateKEDAScaler() []error {
+	if o.KEDAScalerBindAddress == "" {
+		return nil
+	}
+	var errs []error
+	if err := httpserver.ValidateAddress("--keda-scaler-bind-address", o.KEDAScalerBindAddress); err != nil {
+		errs = append(errs, err)
+	}
+	if (o.KEDAScalerCertFile == "") != (o.KEDAScalerKeyFile == "") {
+		errs = append(errs, errors.New("--keda-scaler-tls-cert-file and --keda-scaler-tls-private-key-file go together"))
+	} else if cert, key := o.kedaScalerCertKey(); cert == "" || key == "" {
+		errs = append(errs, errors.New("--keda-scaler-bind-address needs a serving certificate: --keda-scaler-tls-cert-file and --keda-scaler-tls-private-key-file, or the adapter's --tls-cert-file and --tls-private-key-file"))
+	}
+	switch {
+	case o.KEDAScalerClientCAFile == "" && !o.KEDAScalerAnyClient:
+		errs = append(errs, errors.New("--keda-scaler-bind-address needs --keda-scaler-client-ca-file (KEDA presents a client certificate) or, deliberately, --keda-scaler-allow-any-client"))
+	case o.KEDAScalerClientCAFile != "" && o.KEDAScalerAnyClient:
+		errs = append(errs, errors.New("--keda-scaler-client-ca-file and --keda-scaler-allow-any-client exclude each other"))
+	}
+	if o.KEDAScalerStreamInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--keda-scaler-stream-interval must be positive, got %s", o.KEDAScalerStreamInterval))
+	}
+	if o.KEDAScalerMaxStreams < 1 {
+		errs = append(errs, fmt.Errorf("--keda-scaler-max-streams must be at least 1, got %d", o.KEDAScalerMaxStreams))
+	}
+	return errs
+}
+
+// kedaScalerCertKey is the scaler's serving pair: its own flags, else the
+// API server's.
+func (o *Options) kedaScalerCertKey() (cert, key string) {
+	if o.KEDAScalerCertFile != "" {
+		return o.KEDAScalerCertFile, o.KEDAScalerKeyFile
+	}
+	ck := o.SecureServing.ServerCert.CertKey
+	return ck.CertFile, ck.KeyFile
 }
