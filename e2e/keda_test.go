@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -121,7 +122,7 @@ func TestKEDAScaler(t *testing.T) {
 					return false, nil
 				}
 				api = l.Items[0].Value.AsApproximateFloat64()
-				return api == tc.want, nil
+				return math.Abs(api-tc.want) < 1e-9, nil
 			})
 			if err != nil {
 				t.Fatalf("external-metrics API: %s{%s} = %v, want %v: %v (last error %v)", tc.md["metric"], tc.selector, api, tc.want, err, last)
@@ -131,7 +132,7 @@ func TestKEDAScaler(t *testing.T) {
 				t.Fatalf("GetMetricSpec = %v, %v; want %s with target %v", spec, err, tc.md["metric"], tc.target)
 			}
 			m, err := keda.GetMetrics(ctx, &pb.GetMetricsRequest{ScaledObjectRef: ref(tc.md), MetricName: tc.md["metric"]})
-			if err != nil || len(m.MetricValues) != 1 || m.MetricValues[0].MetricValueFloat != api {
+			if err != nil || len(m.MetricValues) != 1 || math.Abs(m.MetricValues[0].MetricValueFloat-api) > 1e-9 {
 				t.Fatalf("GetMetrics = %v, %v; want the external-metrics API's %v", m, err, api)
 			}
 			if a, err := keda.IsActive(ctx, ref(tc.md)); err != nil || !a.Result {
