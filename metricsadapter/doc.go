@@ -12,7 +12,9 @@
 //     one step per interval);
 //   - provider: the sigs.k8s.io/custom-metrics-apiserver
 //     ExternalMetricsProvider that answers from the sources and informer
-//     caches only.
+//     caches only;
+//   - kedascaler: KEDA's external-scaler gRPC protocol over that same
+//     provider, for clusters where KEDA keeps the APIService.
 //
 // The binary is cmd/metrics-adapter.
 package metricsadapter

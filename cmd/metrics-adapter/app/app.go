@@ -3,27 +3,21 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/component-base/metrics/legacyregistry"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
-	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"k8s.io/utils/clock"
-	cmmetrics "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver/metrics"
 
 	"github.com/capscale/capscale/internal/kube"
-	"github.com/capscale/capscale/internal/version"
 	"github.com/capscale/capscale/metricsadapter/config"
-	"github.com/capscale/capscale/metricsadapter/delegate"
 	"github.com/capscale/capscale/metricsadapter/provider"
 	"github.com/capscale/capscale/metricsadapter/source"
 )
@@ -43,91 +37,33 @@ It serves capscale-load-index (source=NAME), capscale-desired-replicas
 (workload=NAME) from memory, for ordinary HorizontalPodAutoscalers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+				return err
+			}
 			if errs := o.Validate(); len(errs) > 0 {
 				return utilerrors.NewAggregate(errs)
 			}
-			return o.Run(cmd.Context())
+			c, err := o.Config()
+			if err != nil {
+				return err
+			}
+			return c.Run(cmd.Context())
 		},
 	}
 	cmd.SetContext(ctx)
-	o.AddFlags(cmd.Flags())
+	fss := o.Flags()
+	for _, fs := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(fs)
+	}
+	cliflag.SetUsageAndHelpFunc(cmd, fss, 80)
 	cmd.AddCommand(newPreflightCommand())
 	return cmd
 }
 
-// Run starts the informers, the source pollers and the config watcher, then
-// serves until ctx is done.
-func (o *Options) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
-
-	// ClientConfig reads --lister-kubeconfig, or the in-cluster config when
-	// it is empty.
-	base, err := o.ClientConfig()
-	if err != nil {
-		return err
-	}
-	restCfg := rest.CopyConfig(base)
-	restCfg.UserAgent = "capscale-metrics-adapter"
-	cs, err := kube.Clientset(restCfg)
-	if err != nil {
-		return err
-	}
-
-	a, err := newAdapter(ctx, cs, clock.RealClock{}, o.ConfigFile, o.ConfigCheckInterval)
-	if err != nil {
-		return err
-	}
-	defer a.stop()
-	// The adapter's /metrics serves the legacy registry.
-	if err := a.register(legacyregistry.Registerer()); err != nil {
-		return err
-	}
-	if err := cmmetrics.RegisterMetrics(legacyregistry.Register); err != nil {
-		return fmt.Errorf("registering custom-metrics-apiserver metrics: %w", err)
-	}
-
-	// Every metric not named capscale-* goes to the delegate recorded on
-	// the APIService, if any.
-	ac, err := aggregator.NewForConfig(restCfg)
-	if err != nil {
-		return err
-	}
-	dm := delegate.NewMetrics()
-	if err := dm.Register(legacyregistry.Registerer()); err != nil {
-		return err
-	}
-	dp := delegate.NewProvider(a.provider)
-	dw := delegate.NewWatcher(delegate.WatcherOptions{
-		Provider: dp, Kube: cs, Aggregator: ac, Credentials: base,
-		Routing: delegate.Routing(o.DelegateRouting), Timeout: o.DelegateTimeout,
-		MaxBytes: o.DelegateMaxResponseBytes, Discovery: o.DelegateDiscoveryInterval, Metrics: dm,
-	})
-	o.WithExternalMetrics(dp)
-	server, err := o.Server()
-	if err != nil {
-		return fmt.Errorf("building the API server: %w", err)
-	}
-	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-informers-synced", a.readyCheck)); err != nil {
-		return fmt.Errorf("adding readyz check: %w", err)
-	}
-	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-delegate-record-read", func(*http.Request) error {
-		if !dw.HasSynced() {
-			return errors.New("the APIService's delegate record has not been read yet")
-		}
-		return nil
-	})); err != nil {
-		return fmt.Errorf("adding readyz check: %w", err)
-	}
-	a.start(ctx)
-	go dw.Run(ctx)
-
-	logger.Info("Starting capscale metrics adapter", "version", version.Version, "config", o.ConfigFile, "sources", a.sources.Names())
-	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
-}
-
-// adapter is everything Run wires apart from the API server, so that it can
+// adapter is everything Config wires apart from the API server, so that it can
 // be tested with a fake clientset.
 type adapter struct {
+	client     kubernetes.Interface
 	informers  informers.SharedInformerFactory
 	sources    *source.Manager
 	provider   *provider.Provider
@@ -140,6 +76,7 @@ type adapter struct {
 // loads configFile (if any): an invalid file at startup is an error.
 func newAdapter(ctx context.Context, cs kubernetes.Interface, clk clock.WithTicker, configFile string, checkInterval time.Duration) (*adapter, error) {
 	a := &adapter{
+		client:     cs,
 		informers:  kube.InformerFactory(cs),
 		sources:    source.NewManager(ctx, clk, source.NewMetrics()),
 		cfgMetrics: config.NewMetrics(),

@@ -1,17 +1,21 @@
-// Package app wires the metrics adapter: flags, the custom-metrics-apiserver
-// AdapterBase, informers, source pollers, the config watcher and readiness.
+// Package app is the metrics-adapter command: Options (flags, validation) →
+// Config (clients, the custom-metrics-apiserver server, informers, source
+// pollers, the config watcher, readiness) → Run.
 package app
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	basecmd "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd"
 	cmoptions "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd/options"
 
+	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/metricsadapter/delegate"
 )
 
@@ -31,6 +35,18 @@ type Options struct {
 	DelegateTimeout           time.Duration
 	DelegateMaxResponseBytes  int64
 	DelegateDiscoveryInterval time.Duration
+
+	// KEDAScaler* configure KEDA's external-scaler gRPC protocol (README
+	// "KEDA keeps the APIService: capscale as an external scaler").
+	KEDAScalerBindAddress    string
+	KEDAScalerCertFile       string
+	KEDAScalerKeyFile        string
+	KEDAScalerClientCAFile   string
+	KEDAScalerAnyClient      bool
+	KEDAScalerStreamInterval time.Duration
+	KEDAScalerMaxStreams     int
+
+	Logs *logsapi.LoggingConfiguration
 }
 
 // NewOptions returns Options with defaults.
@@ -41,6 +57,9 @@ func NewOptions() *Options {
 		DelegateTimeout:           5 * time.Second,
 		DelegateMaxResponseBytes:  4 << 20,
 		DelegateDiscoveryInterval: 30 * time.Second,
+		KEDAScalerStreamInterval:  5 * time.Second,
+		KEDAScalerMaxStreams:      1000,
+		Logs:                      logsapi.NewLoggingConfiguration(),
 	}
 	o.Name = "capscale-metrics-adapter"
 	o.CustomMetricsAdapterServerOptions = cmoptions.NewCustomMetricsAdapterServerOptions()
@@ -51,15 +70,25 @@ func NewOptions() *Options {
 	return o
 }
 
-// AddFlags installs every flag on fs, which the AdapterBase then owns.
-func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	o.FlagSet = fs
+// Flags returns the options as named flag sets. The AdapterBase owns the
+// "apiserver" set and installs its flags only once, so call Flags once per
+// Options.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+
+	// Serving, delegated authentication and authorization, audit,
+	// --lister-kubeconfig, --client-qps, ...
+	o.FlagSet = fss.FlagSet("apiserver")
 	o.InstallFlags()
+
+	fs := fss.FlagSet("configuration")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile,
 		"YAML file with the load-index sources and load-step policies. Reloaded when it changes; an invalid new file keeps the old configuration. "+
 			"Without it only the QPS metrics (annotations on workloads) are served.")
 	fs.DurationVar(&o.ConfigCheckInterval, "config-check-interval", o.ConfigCheckInterval,
 		"How often --config is checked for changes.")
+
+	fs = fss.FlagSet("delegation")
 	fs.StringVar(&o.DelegateRouting, "delegate-routing", o.DelegateRouting,
 		"How the delegate's Service is dialled: 'endpoints' (its ready endpoints, like kube-apiserver's --enable-aggregator-routing) or 'service' (<name>.<namespace>.svc through cluster DNS).")
 	fs.DurationVar(&o.DelegateTimeout, "delegate-timeout", o.DelegateTimeout,
@@ -68,6 +97,25 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Largest answer accepted from the delegate; a larger one is a 503.")
 	fs.DurationVar(&o.DelegateDiscoveryInterval, "delegate-discovery-interval", o.DelegateDiscoveryInterval,
 		"How often the delegate's metric names are listed for discovery.")
+
+	fs = fss.FlagSet("keda scaler")
+	fs.StringVar(&o.KEDAScalerBindAddress, "keda-scaler-bind-address", o.KEDAScalerBindAddress,
+		"host:port to serve KEDA's external-scaler gRPC protocol on (TLS), for ScaledObjects with an 'external' trigger; empty (the default) disables it.")
+	fs.StringVar(&o.KEDAScalerCertFile, "keda-scaler-tls-cert-file", o.KEDAScalerCertFile,
+		"PEM serving certificate of the KEDA scaler, reloaded when it changes; empty uses --tls-cert-file.")
+	fs.StringVar(&o.KEDAScalerKeyFile, "keda-scaler-tls-private-key-file", o.KEDAScalerKeyFile,
+		"PEM key of --keda-scaler-tls-cert-file; empty uses --tls-private-key-file.")
+	fs.StringVar(&o.KEDAScalerClientCAFile, "keda-scaler-client-ca-file", o.KEDAScalerClientCAFile,
+		"PEM CA that KEDA's client certificate must verify against (reloaded when it changes). Required with --keda-scaler-bind-address unless --keda-scaler-allow-any-client.")
+	fs.BoolVar(&o.KEDAScalerAnyClient, "keda-scaler-allow-any-client", o.KEDAScalerAnyClient,
+		"Serve the KEDA scaler to clients without a verified certificate: anyone who reaches the port can then read capscale's metrics for any namespace. Logged as a warning.")
+	fs.DurationVar(&o.KEDAScalerStreamInterval, "keda-scaler-stream-interval", o.KEDAScalerStreamInterval,
+		"How often an open StreamIsActive stream re-evaluates its trigger; a change is pushed at the next evaluation.")
+	fs.IntVar(&o.KEDAScalerMaxStreams, "keda-scaler-max-streams", o.KEDAScalerMaxStreams,
+		"Most StreamIsActive streams open at once; more are refused with ResourceExhausted.")
+
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
+	return fss
 }
 
 // Validate returns every problem with the options.
@@ -88,6 +136,49 @@ func (o *Options) Validate() []error {
 	if o.DelegateDiscoveryInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--delegate-discovery-interval must be positive, got %s", o.DelegateDiscoveryInterval))
 	}
+	errs = append(errs, o.validateKEDAScaler()...)
 	errs = append(errs, o.CustomMetricsAdapterServerOptions.Validate()...)
+	if err := logsapi.Validate(o.Logs, nil, nil); len(err) > 0 {
+		errs = append(errs, err.ToAggregate().Errors()...)
+	}
 	return errs
+}
+
+// validateKEDAScaler checks the --keda-scaler-* flags when the scaler is on.
+func (o *Options) validateKEDAScaler() []error {
+	if o.KEDAScalerBindAddress == "" {
+		return nil
+	}
+	var errs []error
+	if err := httpserver.ValidateAddress("--keda-scaler-bind-address", o.KEDAScalerBindAddress); err != nil {
+		errs = append(errs, err)
+	}
+	if (o.KEDAScalerCertFile == "") != (o.KEDAScalerKeyFile == "") {
+		errs = append(errs, errors.New("--keda-scaler-tls-cert-file and --keda-scaler-tls-private-key-file go together"))
+	} else if cert, key := o.kedaScalerCertKey(); cert == "" || key == "" {
+		errs = append(errs, errors.New("--keda-scaler-bind-address needs a serving certificate: --keda-scaler-tls-cert-file and --keda-scaler-tls-private-key-file, or the adapter's --tls-cert-file and --tls-private-key-file"))
+	}
+	switch {
+	case o.KEDAScalerClientCAFile == "" && !o.KEDAScalerAnyClient:
+		errs = append(errs, errors.New("--keda-scaler-bind-address needs --keda-scaler-client-ca-file (KEDA presents a client certificate) or, deliberately, --keda-scaler-allow-any-client"))
+	case o.KEDAScalerClientCAFile != "" && o.KEDAScalerAnyClient:
+		errs = append(errs, errors.New("--keda-scaler-client-ca-file and --keda-scaler-allow-any-client exclude each other"))
+	}
+	if o.KEDAScalerStreamInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--keda-scaler-stream-interval must be positive, got %s", o.KEDAScalerStreamInterval))
+	}
+	if o.KEDAScalerMaxStreams < 1 {
+		errs = append(errs, fmt.Errorf("--keda-scaler-max-streams must be at least 1, got %d", o.KEDAScalerMaxStreams))
+	}
+	return errs
+}
+
+// kedaScalerCertKey is the scaler's serving pair: its own flags, else the
+// API server's.
+func (o *Options) kedaScalerCertKey() (cert, key string) {
+	if o.KEDAScalerCertFile != "" {
+		return o.KEDAScalerCertFile, o.KEDAScalerKeyFile
+	}
+	ck := o.SecureServing.ServerCert.CertKey
+	return ck.CertFile, ck.KeyFile
 }

@@ -74,6 +74,12 @@ func TestParseErrors(t *testing.T) {
 		{name: "zero delegate timeout", argv: []string{"--delegate-timeout=0s"}, wantErr: "--delegate-timeout must be positive"},
 		{name: "zero delegate body", argv: []string{"--delegate-max-response-bytes=0"}, wantErr: "--delegate-max-response-bytes must be positive"},
 		{name: "zero discovery interval", argv: []string{"--delegate-discovery-interval=0s"}, wantErr: "--delegate-discovery-interval must be positive"},
+		{name: "KEDA scaler without a certificate", argv: []string{"--keda-scaler-bind-address=:9443", "--keda-scaler-allow-any-client"}, wantErr: "needs a serving certificate"},
+		{name: "KEDA scaler without client verification", argv: []string{"--keda-scaler-bind-address=:9443", "--tls-cert-file=a", "--tls-private-key-file=b"}, wantErr: "needs --keda-scaler-client-ca-file"},
+		{name: "KEDA scaler: both client modes", argv: []string{"--keda-scaler-bind-address=:9443", "--tls-cert-file=a", "--tls-private-key-file=b", "--keda-scaler-client-ca-file=ca", "--keda-scaler-allow-any-client"}, wantErr: "exclude each other"},
+		{name: "KEDA scaler: cert without key", argv: []string{"--keda-scaler-bind-address=:9443", "--keda-scaler-tls-cert-file=a", "--keda-scaler-client-ca-file=ca"}, wantErr: "go together"},
+		{name: "KEDA scaler: bad address", argv: []string{"--keda-scaler-bind-address=9443", "--tls-cert-file=a", "--tls-private-key-file=b", "--keda-scaler-client-ca-file=ca"}, wantErr: "--keda-scaler-bind-address"},
+		{name: "KEDA scaler: no streams", argv: []string{"--keda-scaler-bind-address=:9443", "--tls-cert-file=a", "--tls-private-key-file=b", "--keda-scaler-client-ca-file=ca", "--keda-scaler-max-streams=0"}, wantErr: "--keda-scaler-max-streams must be at least 1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,6 +110,30 @@ func TestHelpListsFlags(t *testing.T) {
 		if !strings.Contains(usage, f) {
 			t.Errorf("usage lacks %s", f)
 		}
+	}
+}
+
+func TestKEDAScalerFlags(t *testing.T) {
+	o, err := parse(t, append(harnessArgv, "--keda-scaler-bind-address=127.0.0.1:9443", "--keda-scaler-client-ca-file=/run/keda/ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := o.Validate(); len(errs) > 0 {
+		t.Fatalf("Validate: %v", utilerrors.NewAggregate(errs))
+	}
+	// The scaler serves the API server's certificate unless given its own.
+	if cert, key := o.kedaScalerCertKey(); cert != "/run/adapter/tls.crt" || key != "/run/adapter/tls.key" {
+		t.Errorf("scaler certificate = %s, %s; want the API server's", cert, key)
+	}
+	if o.KEDAScalerStreamInterval != 5*time.Second || o.KEDAScalerMaxStreams != 1000 {
+		t.Errorf("defaults: interval %s, max streams %d", o.KEDAScalerStreamInterval, o.KEDAScalerMaxStreams)
+	}
+	off, err := parse(t, harnessArgv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.KEDAScalerBindAddress != "" {
+		t.Errorf("the KEDA scaler is on by default (%q)", off.KEDAScalerBindAddress)
 	}
 }
 

@@ -1,0 +1,163 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+	"k8s.io/utils/clock"
+	cmapiserver "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver"
+	cmmetrics "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver/metrics"
+
+	"github.com/capscale/capscale/internal/kube"
+	"github.com/capscale/capscale/internal/version"
+	"github.com/capscale/capscale/metricsadapter/delegate"
+	"github.com/capscale/capscale/metricsadapter/kedascaler"
+)
+
+// Config is everything Run needs, built from Options.
+type Config struct {
+	Options *Options
+	// Server is the external.metrics.k8s.io API server.
+	Server *cmapiserver.CustomMetricsAdapterServer
+
+	// Scaler serves KEDA's external-scaler protocol; nil when
+	// --keda-scaler-bind-address is empty.
+	Scaler *kedascaler.Server
+
+	adapter  *adapter
+	delegate *delegate.Watcher
+}
+
+// Config builds the clients, the provider (loading --config, which starts
+// the source pollers: Run must follow, and stops them), the delegate
+// watcher and the API server with its readiness checks.
+//
+// It shadows the AdapterBase's Config, which Options.Server still calls.
+func (o *Options) Config() (*Config, error) {
+	// ClientConfig reads --lister-kubeconfig, or the in-cluster config when
+	// it is empty.
+	base, err := o.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	restCfg := rest.CopyConfig(base)
+	restCfg.UserAgent = "capscale-metrics-adapter"
+	cs, err := kube.Clientset(restCfg)
+	if err != nil {
+		return nil, err
+	}
+
+	// The pollers live until Run stops them (adapter.stop).
+	a, err := newAdapter(context.Background(), cs, clock.RealClock{}, o.ConfigFile, o.ConfigCheckInterval)
+	if err != nil {
+		return nil, err
+	}
+	c, err := o.config(a, base, restCfg)
+	if err != nil {
+		a.stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (o *Options) config(a *adapter, base, restCfg *rest.Config) (*Config, error) {
+	// The adapter's /metrics serves the legacy registry.
+	if err := a.register(legacyregistry.Registerer()); err != nil {
+		return nil, err
+	}
+	if err := cmmetrics.RegisterMetrics(legacyregistry.Register); err != nil {
+		return nil, fmt.Errorf("registering custom-metrics-apiserver metrics: %w", err)
+	}
+
+	// Every metric not named capscale-* goes to the delegate recorded on
+	// the APIService, if any.
+	ac, err := aggregator.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	dm := delegate.NewMetrics()
+	if err := dm.Register(legacyregistry.Registerer()); err != nil {
+		return nil, err
+	}
+	dp := delegate.NewProvider(a.provider)
+	dw := delegate.NewWatcher(delegate.WatcherOptions{
+		Provider: dp, Kube: a.client, Aggregator: ac, Credentials: base,
+		Routing: delegate.Routing(o.DelegateRouting), Timeout: o.DelegateTimeout,
+		MaxBytes: o.DelegateMaxResponseBytes, Discovery: o.DelegateDiscoveryInterval, Metrics: dm,
+	})
+	o.WithExternalMetrics(dp)
+	server, err := o.Server()
+	if err != nil {
+		return nil, fmt.Errorf("building the API server: %w", err)
+	}
+	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-informers-synced", a.readyCheck)); err != nil {
+		return nil, fmt.Errorf("adding readyz check: %w", err)
+	}
+	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-delegate-record-read", func(*http.Request) error {
+		if !dw.HasSynced() {
+			return errors.New("the APIService's delegate record has not been read yet")
+		}
+		return nil
+	})); err != nil {
+		return nil, fmt.Errorf("adding readyz check: %w", err)
+	}
+	c := &Config{Options: o, Server: server, adapter: a, delegate: dw}
+
+	// KEDA's external scaler reads capscale's own provider, the one the
+	// external-metrics API answers capscale-* names with.
+	if o.KEDAScalerBindAddress != "" {
+		km := kedascaler.NewMetrics()
+		if err := km.Register(legacyregistry.Registerer()); err != nil {
+			return nil, err
+		}
+		cert, key := o.kedaScalerCertKey()
+		c.Scaler, err = kedascaler.New(a.provider, kedascaler.Options{
+			BindAddress: o.KEDAScalerBindAddress, CertFile: cert, KeyFile: key, ClientCAFile: o.KEDAScalerClientCAFile,
+			StreamInterval: o.KEDAScalerStreamInterval, MaxStreams: o.KEDAScalerMaxStreams, Ready: a.provider.HasSynced,
+		}, km)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Run starts the informers, the config watcher and the delegate watcher,
+// then serves (and the KEDA scaler, if on) until ctx is done. A scaler that
+// cannot serve stops the process.
+func (c *Config) Run(ctx context.Context) error {
+	defer c.adapter.stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.adapter.start(ctx)
+	go c.delegate.Run(ctx)
+
+	scalerErr := make(chan error, 1)
+	if c.Scaler != nil {
+		go func() {
+			err := c.Scaler.Run(ctx)
+			if err != nil {
+				cancel()
+			}
+			scalerErr <- err
+		}()
+	} else {
+		scalerErr <- nil
+	}
+
+	klog.FromContext(ctx).Info("Starting capscale metrics adapter", "version", version.Version,
+		"config", c.Options.ConfigFile, "sources", c.adapter.sources.Names(), "kedaScaler", c.Options.KEDAScalerBindAddress)
+	err := c.Server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+	cancel()
+	if serr := <-scalerErr; serr != nil {
+		return serr
+	}
+	return err
+}
