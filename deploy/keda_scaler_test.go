@@ -1,6 +1,4 @@
-//go:build e2e
-
-package e2e
+package deploy
 
 import (
 	"os"
@@ -13,8 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/diff"
-
-	"github.com/capscale/capscale/e2e/plane"
 )
 
 // TestKEDAScalerDeploy: the KEDA scaler is off by default in deploy/ and
@@ -36,7 +32,7 @@ func TestKEDAScalerDeploy(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, filepath.Join(plane.RepoRoot(), "deploy"))
+	rel, err := filepath.Rel(dir, filepath.Join(repoRoot(t), "deploy"))
 	if err != nil {
 		t.Fatal(err)
 	}
