@@ -68,6 +68,9 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	restCfg := rest.CopyConfig(base)
 	restCfg.UserAgent = "capscale-metrics-adapter"
+	// The informers' watches decide readiness too: see kube.WatchHealth.
+	health := kube.NewWatchHealth()
+	restCfg.Wrap(health.Wrap)
 	cs, err := kube.Clientset(restCfg)
 	if err != nil {
 		return err
@@ -108,6 +111,11 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("building the API server: %w", err)
 	}
 	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-informers-synced", a.readyCheck)); err != nil {
+		return fmt.Errorf("adding readyz check: %w", err)
+	}
+	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-informers-connected", func(*http.Request) error {
+		return health.Check()
+	})); err != nil {
 		return fmt.Errorf("adding readyz check: %w", err)
 	}
 	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-delegate-record-read", func(*http.Request) error {
