@@ -219,7 +219,13 @@ func assertPendingReason(ctx context.Context, t *testing.T, s *stack.Stack, ns s
 // scrapeCounter reads one sample from the extender's /metrics.
 func scrapeCounter(ctx context.Context, t *testing.T, s *stack.Stack, series string) float64 {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.ExtenderURL+"/metrics", nil)
+	return scrapeCounterAt(ctx, t, s.ExtenderURL, series)
+}
+
+// scrapeCounterAt reads one sample from the /metrics of the extender at url.
+func scrapeCounterAt(ctx context.Context, t *testing.T, url, series string) float64 {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
