@@ -106,7 +106,13 @@ func assertAlive(t *testing.T, probes []readyzProbe) {
 // the IPs there are bound.
 func TestControlPlaneRestart(t *testing.T) {
 	po, capacity, total := underlayPlane(t)
-	s := startStack(t, stack.Options{Plane: po, Extender: true, Adapter: true, WorkloadAPI: true, Controller: true})
+	s := startStack(t, stack.Options{
+		Plane: po, Extender: true, Adapter: true, WorkloadAPI: true, Controller: true,
+		// Past its renew deadline a leading controller gives the Lease up
+		// and exits, by design. kube-apiserver takes up to 10s to come back
+		// on this shared machine: the defaults (10s) would race it.
+		ControllerArgs: []string{"--leader-elect-lease-duration=45s", "--leader-elect-renew-deadline=30s"},
+	})
 	ctx := testContext(t, 10*time.Minute)
 	const ns = "restart"
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
@@ -125,8 +131,6 @@ func TestControlPlaneRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitBound(ctx, t, s, ns, 20)
-	// Outages stay under the controller's lease renew deadline (10s): past
-	// it, the leading controller gives the Lease up and exits, by design.
 	if err := s.Halt("kube-apiserver", 500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func (r *SchedulerReplica) Kill() {
 }
 
 // leaseAcquired is what kube-scheduler's leader election logs on winning.
-var leaseAcquired = regexp.MustCompile(`successfully acquired lease`)
+var leaseAcquired = regexp.MustCompile(`(?i)successfully acquired lease`)
 
 // Leads reports whether this replica's kube-scheduler has acquired the lease
 // (it exits when it loses it, so acquiring once means leading while alive).
