@@ -63,13 +63,7 @@ func TestExtender(t *testing.T) {
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	capacity := map[string]int{}
-	total := 0
-	for i := 0; i < 20; i++ {
-		_, c := underlayCapacity(i)
-		capacity[plane.NodeName(i)] = c
-		total += c
-	}
+	_, capacity, total := underlayPlane(t)
 
 	// 4. (first, while no underlay pod is pending and retried) Pods without
 	// the resource never reach the extender and schedule normally.
