@@ -60,7 +60,9 @@ func waitReadiness(ctx context.Context, t *testing.T, c *http.Client, probes []r
 	start := time.Now()
 	took := map[string]time.Duration{}
 	var last map[string]int
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	// The probes use ctx, not the poll's: the poll's is cancelled at its
+	// timeout and would turn the last codes reported into 0s.
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		last = readyState(ctx, c, probes)
 		for name, code := range last {
 			if _, done := took[name]; !done && (code == 200) == ready && code != 0 {
