@@ -63,13 +63,7 @@ func TestExtender(t *testing.T) {
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	capacity := map[string]int{}
-	total := 0
-	for i := 0; i < 20; i++ {
-		_, c := underlayCapacity(i)
-		capacity[plane.NodeName(i)] = c
-		total += c
-	}
+	_, capacity, total := underlayPlane(t)
 
 	// 4. (first, while no underlay pod is pending and retried) Pods without
 	// the resource never reach the extender and schedule normally.
@@ -219,7 +213,13 @@ func assertPendingReason(ctx context.Context, t *testing.T, s *stack.Stack, ns s
 // scrapeCounter reads one sample from the extender's /metrics.
 func scrapeCounter(ctx context.Context, t *testing.T, s *stack.Stack, series string) float64 {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.ExtenderURL+"/metrics", nil)
+	return scrapeCounterAt(ctx, t, s.ExtenderURL, series)
+}
+
+// scrapeCounterAt reads one sample from the /metrics of the extender at url.
+func scrapeCounterAt(ctx context.Context, t *testing.T, url, series string) float64 {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -30,8 +30,9 @@ type HandlerOptions struct {
 	Ledger *Ledger
 	// Binder answers bind.
 	Binder *Binder
-	// Ready reports whether the ledger has been rebuilt from the informers;
-	// until then the verbs answer 503 and /readyz fails. Nil means ready.
+	// Ready reports whether the ledger has been rebuilt from the informers
+	// and still follows them; while not, the verbs answer 503 and /readyz
+	// fails. Nil means ready.
 	Ready func() bool
 	// MaxRequestBytes bounds request bodies; 0 means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
@@ -110,7 +111,7 @@ func writeText(w http.ResponseWriter, code int, msg string) {
 
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !s.ready() {
-		writeText(w, http.StatusServiceUnavailable, "informers not synced: the underlay IP ledger is not rebuilt yet")
+		writeText(w, http.StatusServiceUnavailable, "informers not synced or not connected: the underlay IP ledger does not follow the apiserver")
 		return
 	}
 	writeText(w, http.StatusOK, "ok")

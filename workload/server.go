@@ -70,12 +70,16 @@ type Config struct {
 	MaxBodyBytes int64
 	// Clock stamps restarts; default the real clock.
 	Clock clock.PassiveClock
+	// Connected, if not nil, reports whether the informers' watches follow
+	// the apiserver (kube.WatchHealth.Check); /readyz fails while not.
+	Connected func() error
 }
 
 // Server serves the workload API.
 type Server struct {
 	clientFor  func(token string) (kubernetes.Interface, error)
 	dynamicFor func(token string) (dynamic.Interface, error)
+	connected  func() error
 	metrics    metricsclient.Interface
 	// inflight holds one token per /v1 request being served.
 	inflight  chan struct{}
@@ -130,6 +134,7 @@ func New(cfg Config) *Server {
 	s := &Server{
 		clientFor:  cfg.ClientFor,
 		dynamicFor: cfg.DynamicFor,
+		connected:  cfg.Connected,
 		metrics:    cfg.Metrics,
 		inflight:   make(chan struct{}, cfg.MaxInflight),
 		clock:      cfg.Clock,
@@ -315,6 +320,13 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte("informers not synced"))
 		return
+	}
+	if s.connected != nil {
+		if err := s.connected(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(err.Error()))
+			return
+		}
 	}
 	_, _ = w.Write([]byte("ok"))
 }

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -74,6 +75,30 @@ func TestReadyzBeforeSync(t *testing.T) {
 	s.readyz(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("readyz before sync = %d, want 503", rec.Code)
+	}
+}
+
+func TestReadyzWhileDisconnected(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		connected func() error
+		want      int
+	}{
+		{"connected", func() error { return nil }, http.StatusOK},
+		{"watch down", func() error {
+			return errors.New("informers not connected to the apiserver: /api/v1/pods: connection refused")
+		}, http.StatusServiceUnavailable},
+		{"not tracked", nil, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Server{connected: tc.connected}
+			s.synced = append(s.synced, func() bool { return true })
+			rec := httptest.NewRecorder()
+			s.readyz(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			if rec.Code != tc.want {
+				t.Errorf("readyz = %d %q, want %d", rec.Code, rec.Body.String(), tc.want)
+			}
+		})
 	}
 }
 

@@ -79,6 +79,8 @@ type Config struct {
 	Broadcaster record.EventBroadcaster
 	Controller  *elasticweb.Controller
 	Identity    string
+	// Watches follows the informers' watches (kube.WatchHealth).
+	Watches *kube.WatchHealth
 
 	leading atomic.Bool
 }
@@ -90,6 +92,9 @@ func (o *Options) Config() (*Config, error) {
 		return nil, err
 	}
 	rc.QPS, rc.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	// The informers' watches decide readiness too: see kube.WatchHealth.
+	health := kube.NewWatchHealth()
+	rc.Wrap(health.Wrap)
 	cs, err := kube.Clientset(rc)
 	if err != nil {
 		return nil, err
@@ -126,7 +131,7 @@ func (o *Options) Config() (*Config, error) {
 	}
 	return &Config{
 		Options: o, Client: cs, Registry: reg, Broadcaster: b, Controller: ctrl,
-		Identity: host + "_" + string(uuid.NewUUID()),
+		Identity: host + "_" + string(uuid.NewUUID()), Watches: health,
 	}, nil
 }
 
@@ -227,7 +232,7 @@ func (c *Config) runElected(ctx context.Context, watchdog *leaderelection.Health
 
 // handler serves /healthz (failing when this replica leads but has not
 // renewed the Lease in time), /readyz (a standby is ready; the leader once
-// its caches synced) and /metrics.
+// its caches synced, and while their watches are connected) and /metrics.
 func (c *Config) handler(watchdog *leaderelection.HealthzAdaptor) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -241,6 +246,12 @@ func (c *Config) handler(watchdog *leaderelection.HealthzAdaptor) http.Handler {
 		if c.leading.Load() && !c.Controller.HasSynced() {
 			http.Error(w, "leading, informers not synced yet", http.StatusServiceUnavailable)
 			return
+		}
+		if c.leading.Load() && c.Watches != nil {
+			if err := c.Watches.Check(); err != nil {
+				http.Error(w, "leading, "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		_, _ = w.Write([]byte("ok"))
 	})

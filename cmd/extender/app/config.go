@@ -37,15 +37,23 @@ func (o *Options) Config() (*Config, error) {
 		return nil, err
 	}
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	// The informers' watches decide readiness too: see kube.WatchHealth.
+	health := kube.NewWatchHealth()
+	cfg.Wrap(health.Wrap)
 	cs, err := kube.Clientset(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return o.ConfigWithClient(cs)
+	return o.config(cs, health)
 }
 
 // ConfigWithClient builds the extender around the given clientset.
 func (o *Options) ConfigWithClient(cs kubernetes.Interface) (*Config, error) {
+	return o.config(cs, nil)
+}
+
+// config builds the extender; health, if not nil, follows the watches of cs.
+func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Config, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := extender.NewMetrics(reg)
@@ -80,7 +88,7 @@ func (o *Options) ConfigWithClient(cs kubernetes.Interface) (*Config, error) {
 	handler := extender.NewHandler(extender.HandlerOptions{
 		Ledger:          ledger,
 		Binder:          binder,
-		Ready:           synced,
+		Ready:           ready(synced, health),
 		MaxRequestBytes: o.MaxRequestBytes,
 		Registerer:      reg,
 		Gatherer:        reg,
@@ -89,4 +97,15 @@ func (o *Options) ConfigWithClient(cs kubernetes.Interface) (*Config, error) {
 		Options: o, Client: cs, Registry: reg, Factory: factory, Ledger: ledger,
 		Waiting: waiting, Publisher: pub, Handler: handler, Synced: synced,
 	}, nil
+}
+
+// ready is the ledger's readiness: rebuilt from the informers once, and
+// their watches connected now. A ledger that misses events (the apiserver was
+// restarted and the watch is not back) must not decide binds: the verbs
+// answer 503 until it follows the apiserver again.
+func ready(synced func() bool, health *kube.WatchHealth) func() bool {
+	if health == nil {
+		return synced
+	}
+	return func() bool { return synced() && health.Check() == nil }
 }

@@ -49,6 +49,9 @@ func (o *Options) Config() (*Config, error) {
 	}
 	restCfg := rest.CopyConfig(base)
 	restCfg.UserAgent = "capscale-metrics-adapter"
+	// The informers' watches decide readiness too: see kube.WatchHealth.
+	health := kube.NewWatchHealth()
+	restCfg.Wrap(health.Wrap)
 	cs, err := kube.Clientset(restCfg)
 	if err != nil {
 		return nil, err
@@ -59,7 +62,7 @@ func (o *Options) Config() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := o.config(a, base, restCfg)
+	c, err := o.config(a, health, base, restCfg)
 	if err != nil {
 		a.stop()
 		return nil, err
@@ -67,7 +70,7 @@ func (o *Options) Config() (*Config, error) {
 	return c, nil
 }
 
-func (o *Options) config(a *adapter, base, restCfg *rest.Config) (*Config, error) {
+func (o *Options) config(a *adapter, health *kube.WatchHealth, base, restCfg *rest.Config) (*Config, error) {
 	// The adapter's /metrics serves the legacy registry.
 	if err := a.register(legacyregistry.Registerer()); err != nil {
 		return nil, err
@@ -98,6 +101,11 @@ func (o *Options) config(a *adapter, base, restCfg *rest.Config) (*Config, error
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
 	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-informers-synced", a.readyCheck)); err != nil {
+		return nil, fmt.Errorf("adding readyz check: %w", err)
+	}
+	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-informers-connected", func(*http.Request) error {
+		return health.Check()
+	})); err != nil {
 		return nil, fmt.Errorf("adding readyz check: %w", err)
 	}
 	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-delegate-record-read", func(*http.Request) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/rest"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
@@ -76,7 +77,12 @@ func (o *Options) Config() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kube.Clientset(cfg)
+	// The informers' client only: its watches decide readiness too (see
+	// kube.WatchHealth); callers' clients are built from cfg unwrapped.
+	health := kube.NewWatchHealth()
+	informerCfg := rest.CopyConfig(cfg)
+	informerCfg.Wrap(health.Wrap)
+	cs, err := kube.Clientset(informerCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +113,7 @@ func (o *Options) Config() (*Config, error) {
 		Gatherer:                  reg,
 		DefaultUnderlayIPCapacity: o.DefaultUnderlayIPCapacity,
 		MaxBodyBytes:              o.MaxBodyBytes,
+		Connected:                 health.Check,
 	})
 	return &Config{Options: o, Informers: factory, Server: srv}, nil
 }

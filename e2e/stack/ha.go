@@ -1,0 +1,127 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/capscale/capscale/e2e/plane"
+)
+
+// SchedulerReplica is one replica of deploy/scheduler's capscale-scheduler
+// Deployment: a kube-scheduler process and its own extender process, both
+// as ServiceAccount capscale-scheduler, the scheduler calling only its
+// extender.
+type SchedulerReplica struct {
+	Name        string
+	Scheduler   *plane.Process
+	Extender    *plane.Process
+	ExtenderURL string
+}
+
+// Kill ends both processes with SIGKILL, as the loss of the pod's node would.
+func (r *SchedulerReplica) Kill() {
+	r.Scheduler.Kill()
+	r.Extender.Kill()
+}
+
+// leaseAcquired is what kube-scheduler's leader election logs on winning.
+var leaseAcquired = regexp.MustCompile(`(?i)successfully acquired lease`)
+
+// Leads reports whether this replica's kube-scheduler has acquired the lease
+// (it exits when it loses it, so acquiring once means leading while alive).
+func (r *SchedulerReplica) Leads() bool {
+	b, err := os.ReadFile(r.Scheduler.LogFile)
+	return err == nil && leaseAcquired.Match(b)
+}
+
+// StartSchedulerReplica applies deploy/scheduler/capscale-scheduler.yaml
+// without its Deployment (ServiceAccount, RBAC, ConfigMap) and starts one
+// replica named name: its extender on a free port, then kube-scheduler with
+// the ConfigMap's configuration pointed at that extender, leader election as
+// written there.
+func (s *Stack) StartSchedulerReplica(ctx context.Context, name string) (*SchedulerReplica, error) {
+	file := DeployFile("scheduler/capscale-scheduler.yaml")
+	docs, config, err := schedulerManifests(file)
+	if err != nil {
+		return nil, err
+	}
+	rbac := filepath.Join(s.Dir, "capscale-scheduler-rbac.yaml")
+	if err := os.WriteFile(rbac, docs, 0o600); err != nil {
+		return nil, err
+	}
+	// The extender's ClusterRole lives in deploy/extender/.
+	for _, f := range []string{DeployFile("extender/rbac.yaml"), rbac} {
+		if _, err := s.Kubectl(ctx, "apply", "-f", f); err != nil {
+			return nil, err
+		}
+	}
+	kc, err := s.ServiceAccountKubeconfig(ctx, Namespace, "capscale-scheduler")
+	if err != nil {
+		return nil, err
+	}
+	port, err := plane.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	r := &SchedulerReplica{Name: name, ExtenderURL: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	args := append([]string{fmt.Sprintf("--bind-address=127.0.0.1:%d", port), "--kubeconfig=" + kc, "--v=2"}, s.Opts.ExtenderArgs...)
+	if r.Extender, err = s.StartProcess(name+"-extender", filepath.Join(s.Opts.BinDir, "extender"), args...); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx, r.Extender, r.ExtenderURL+"/readyz"); err != nil {
+		return nil, err
+	}
+	cfgFile := filepath.Join(s.Dir, name+"-config-in.yaml")
+	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
+		return nil, err
+	}
+	cfg, err := SchedulerConfigWithExtender(cfgFile, r.ExtenderURL)
+	if err != nil {
+		return nil, err
+	}
+	if r.Scheduler, err = s.StartScheduler(ctx, name, cfg, kc); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// schedulerManifests splits the capscale-scheduler manifest into what an
+// operator applies minus the Deployment (the test runs its containers as
+// processes) and the ConfigMap's KubeSchedulerConfiguration.
+func schedulerManifests(file string) (docs []byte, config string, err error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, "", err
+	}
+	var kept [][]byte
+	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+		var head struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal(doc, &head); err != nil {
+			return nil, "", fmt.Errorf("parsing %s: %w", file, err)
+		}
+		switch head.Kind {
+		case "Deployment":
+			continue
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			if err := yaml.Unmarshal(doc, &cm); err != nil {
+				return nil, "", fmt.Errorf("parsing %s: %w", file, err)
+			}
+			config = cm.Data["config.yaml"]
+		}
+		kept = append(kept, doc)
+	}
+	if config == "" {
+		return nil, "", fmt.Errorf("%s has no ConfigMap with config.yaml", file)
+	}
+	return bytes.Join(kept, []byte("\n---\n")), config, nil
+}
