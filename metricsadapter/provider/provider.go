@@ -85,7 +85,6 @@ type Provider struct {
 	statefulSets appslisters.StatefulSetLister
 	podIndexer   cache.Indexer
 	hpas         autoscalinglisters.HorizontalPodAutoscalerLister
-	tracker      *ScaleTracker
 	synced       []cache.InformerSynced
 	metrics      *Metrics
 
@@ -96,7 +95,9 @@ type Provider struct {
 var _ cmprovider.ExternalMetricsProvider = (*Provider)(nil)
 
 // New wires a Provider to the informers it reads (Deployments,
-// StatefulSets, Pods and autoscaling/v2 HPAs).
+// StatefulSets, non-terminal Pods and autoscaling/v2 HPAs) and installs the
+// transforms that cache only what it reads; call it before the factory
+// starts.
 func New(o Options) (*Provider, error) {
 	if o.Informers == nil || o.Sources == nil {
 		return nil, errors.New("provider needs informers and sources")
@@ -108,32 +109,31 @@ func New(o Options) (*Provider, error) {
 	p := &Provider{
 		sources: o.Sources,
 		clock:   clk,
-		tracker: NewScaleTracker(clk),
 		metrics: newMetrics(),
 	}
 	deploy := o.Informers.Apps().V1().Deployments()
 	sts := o.Informers.Apps().V1().StatefulSets()
-	pods := o.Informers.Core().V1().Pods()
 	hpas := o.Informers.Autoscaling().V2().HorizontalPodAutoscalers()
 	p.deployments, p.statefulSets, p.hpas = deploy.Lister(), sts.Lister(), hpas.Lister()
+	pods, err := podInformer(o.Informers)
+	if err != nil {
+		return nil, err
+	}
 	// Pods are looked up by owning workload, not by listing the namespace
 	// and matching selectors: that is O(pods in the namespace) per request.
-	if err := pods.Informer().AddIndexers(cache.Indexers{podWorkloadIndex: podWorkloadKeys}); err != nil {
+	if err := pods.AddIndexers(cache.Indexers{podWorkloadIndex: podWorkloadKeys}); err != nil {
 		return nil, fmt.Errorf("indexing pods by workload: %w", err)
 	}
-	p.podIndexer = pods.Informer().GetIndexer()
-
-	for kind, inf := range map[string]cache.SharedIndexInformer{
-		config.KindDeployment:  deploy.Informer(),
-		config.KindStatefulSet: sts.Informer(),
+	p.podIndexer = pods.GetIndexer()
+	for what, inf := range map[string]cache.SharedIndexInformer{
+		"deployment": deploy.Informer(), "statefulset": sts.Informer(), "HPA": hpas.Informer(),
 	} {
-		reg, err := inf.AddEventHandler(p.tracker.handler(kind))
-		if err != nil {
-			return nil, fmt.Errorf("watching %s replica changes: %w", kind, err)
+		if err := setTransform(inf, what); err != nil {
+			return nil, err
 		}
-		p.synced = append(p.synced, inf.HasSynced, reg.HasSynced)
+		p.synced = append(p.synced, inf.HasSynced)
 	}
-	p.synced = append(p.synced, pods.Informer().HasSynced, hpas.Informer().HasSynced)
+	p.synced = append(p.synced, pods.HasSynced)
 	empty := map[string]config.StepPolicy{}
 	p.policies.Store(&empty)
 	return p, nil
@@ -323,17 +323,28 @@ type workload struct {
 	annotations   map[string]string
 	replicas      int32
 	readyReplicas int32
-	selector      *metav1.LabelSelector
+	// replicasChangedAt: see replicasChangedAt.
+	replicasChangedAt time.Time
 }
 
 func fromDeployment(d *appsv1.Deployment) workload {
 	return workload{kind: config.KindDeployment, namespace: d.Namespace, name: d.Name, annotations: d.Annotations,
-		replicas: specReplicas(d.Spec.Replicas), readyReplicas: d.Status.ReadyReplicas, selector: d.Spec.Selector}
+		replicas: specReplicas(d.Spec.Replicas), readyReplicas: d.Status.ReadyReplicas,
+		replicasChangedAt: replicasChangedAt(d.ManagedFields)}
 }
 
 func fromStatefulSet(s *appsv1.StatefulSet) workload {
 	return workload{kind: config.KindStatefulSet, namespace: s.Namespace, name: s.Name, annotations: s.Annotations,
-		replicas: specReplicas(s.Spec.Replicas), readyReplicas: s.Status.ReadyReplicas, selector: s.Spec.Selector}
+		replicas: specReplicas(s.Spec.Replicas), readyReplicas: s.Status.ReadyReplicas,
+		replicasChangedAt: replicasChangedAt(s.ManagedFields)}
+}
+
+// specReplicas applies the API default of 1 for an unset spec.replicas.
+func specReplicas(r *int32) int32 {
+	if r == nil {
+		return 1
+	}
+	return *r
 }
 
 func (w workload) String() string { return w.kind + " " + w.namespace + "/" + w.name }
@@ -470,33 +481,13 @@ func workloadIndexKey(namespace, kind, name string) string {
 	return namespace + "/" + kind + "/" + name
 }
 
-// podWorkloadKeys finds a pod's workload from its controller reference: a
-// StatefulSet directly, or a ReplicaSet named <deployment>-<pod-template-hash>
-// (the Deployment controller's naming) for a Deployment.
+// podWorkloadKeys indexes a pod under the workload podWorkload found for it.
 func podWorkloadKeys(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
+	pod, ok := asPodRecord(obj)
+	if !ok || pod.Workload == "" {
 		return nil, nil
 	}
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil {
-		return nil, nil
-	}
-	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != appsv1.GroupName {
-		return nil, nil
-	}
-	switch ref.Kind {
-	case config.KindStatefulSet:
-		return []string{workloadIndexKey(pod.Namespace, config.KindStatefulSet, ref.Name)}, nil
-	case "ReplicaSet":
-		hash := pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
-		if hash == "" || !strings.HasSuffix(ref.Name, "-"+hash) {
-			return nil, nil
-		}
-		return []string{workloadIndexKey(pod.Namespace, config.KindDeployment, strings.TrimSuffix(ref.Name, "-"+hash))}, nil
-	default:
-		return nil, nil
-	}
+	return []string{pod.Workload}, nil
 }
 
 // podCreationTimes lists the creation times of the workload's live pods
@@ -508,8 +499,8 @@ func (p *Provider) podCreationTimes(w workload) ([]time.Time, error) {
 	}
 	out := make([]time.Time, 0, len(objs))
 	for _, o := range objs {
-		pod, ok := o.(*corev1.Pod)
-		if !ok || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		pod, ok := asPodRecord(o)
+		if !ok || pod.DeletionTimestamp != nil || pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {
 			continue
 		}
 		out = append(out, pod.CreationTimestamp.Time)
@@ -517,11 +508,12 @@ func (p *Provider) podCreationTimes(w workload) ([]time.Time, error) {
 	return out, nil
 }
 
-// lastScaleTime is status.lastScaleTime of the HPA targeting the workload,
-// which every adapter replica reads alike; without one, the time this
-// process saw spec.replicas change.
+// lastScaleTime is the newer of the workload's replicasChangedAt and the
+// status.lastScaleTime of the HPAs targeting it. Both come from the cluster,
+// not from this process's memory, so every adapter replica, however long it
+// has run, holds the same interval (README, "Running more than one replica").
 func (p *Provider) lastScaleTime(w workload) time.Time {
-	var last time.Time
+	last := w.replicasChangedAt
 	if hpas, err := p.hpas.HorizontalPodAutoscalers(w.namespace).List(labels.Everything()); err == nil {
 		for _, h := range hpas {
 			ref := h.Spec.ScaleTargetRef
@@ -534,10 +526,7 @@ func (p *Provider) lastScaleTime(w workload) time.Time {
 			}
 		}
 	}
-	if !last.IsZero() {
-		return last
-	}
-	return p.tracker.LastChange(w.kind, w.namespace, w.name)
+	return last
 }
 
 // quantity renders v with micro precision (the HPA compares milli-values);

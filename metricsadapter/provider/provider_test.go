@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
@@ -131,7 +132,15 @@ func gpuPolicy(ns, kind, name string) config.StepPolicy {
 
 // newTestProvider fills the informer caches directly (no watch needed for
 // lister reads) and returns a provider over them.
+// Objects go through the provider's cache transform first, as the
+// informers would put them.
 func newTestProvider(t testing.TB, sources SourceReader, objs ...runtime.Object) (*Provider, *clocktesting.FakeClock) {
+	t.Helper()
+	return newTestProviderWith(t, sources, compactObject, objs...)
+}
+
+// newTestProviderWith stores transform(obj) for each object.
+func newTestProviderWith(t testing.TB, sources SourceReader, transform cache.TransformFunc, objs ...runtime.Object) (*Provider, *clocktesting.FakeClock) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(now)
 	factory := kube.InformerFactory(fake.NewClientset())
@@ -140,7 +149,11 @@ func newTestProvider(t testing.TB, sources SourceReader, objs ...runtime.Object)
 		t.Fatal(err)
 	}
 	for _, o := range objs {
-		if err := indexerFor(factory, o).Add(o); err != nil {
+		stored, err := transform(o.DeepCopyObject())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := indexerFor(factory, o).Add(stored); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,18 +177,22 @@ func indexerFor(f informers.SharedInformerFactory, o runtime.Object) cacheIndexe
 	}
 }
 
-func TestGetExternalMetric(t *testing.T) {
-	sampled := now.Add(-20 * time.Second)
-	recentScale := now.Add(-2 * time.Minute)
-	oldScale := now.Add(-time.Hour)
-	sources := fakeSources{
+// scenarioSources serves the readings of TestGetExternalMetric's scenario.
+func scenarioSources(sampled time.Time) fakeSources {
+	return fakeSources{
 		"gpu-load":  reading(0.83, sampled),
 		"idle-load": reading(0.2, sampled),
 		"down": func() (source.Reading, error) {
 			return source.Reading{}, &source.UnavailableError{Source: "down", Never: true, LastError: "timeout"}
 		},
 	}
-	objs := []runtime.Object{
+}
+
+// scenarioObjects are the workloads, pods and HPAs of TestGetExternalMetric.
+func scenarioObjects() []runtime.Object {
+	recentScale := now.Add(-2 * time.Minute)
+	oldScale := now.Add(-time.Hour)
+	return []runtime.Object{
 		deployment("web", "shop", 2, 2, qpsAnn("800", "500")),
 		deployment("web", "big", 2, 3, qpsAnn("1800", "500")),
 		deployment("web", "zero-single", 1, 1, qpsAnn("800", "0")),
@@ -217,8 +234,11 @@ func TestGetExternalMetric(t *testing.T) {
 		stsPod("ai", "db", "db-1", time.Minute),
 		deployment("ai", "stale", 4, 4, nil),
 	}
-	p, _ := newTestProvider(t, sources, objs...)
-	p.SetStepPolicies([]config.StepPolicy{
+}
+
+// scenarioPolicies are the step policies of TestGetExternalMetric.
+func scenarioPolicies() []config.StepPolicy {
+	return []config.StepPolicy{
 		gpuPolicy("ai", "Deployment", "gpu"),
 		withSource(gpuPolicy("ai", "Deployment", "young"), "idle-load"),
 		gpuPolicy("ai", "Deployment", "cooling"),
@@ -227,7 +247,14 @@ func TestGetExternalMetric(t *testing.T) {
 		withSource(gpuPolicy("ai", "Deployment", "stale"), "down"),
 		withSource(gpuPolicy("ai", "StatefulSet", "db"), "idle-load"),
 		gpuPolicy("ai", "Deployment", "missing"),
-	})
+	}
+}
+
+func TestGetExternalMetric(t *testing.T) {
+	sampled := now.Add(-20 * time.Second)
+	sources := scenarioSources(sampled)
+	p, _ := newTestProvider(t, sources, scenarioObjects()...)
+	p.SetStepPolicies(scenarioPolicies())
 
 	tests := []struct {
 		name      string
@@ -372,24 +399,32 @@ func TestStepPolicyReload(t *testing.T) {
 	}
 }
 
-// TestLastScaleFromInformer: without an HPA, a spec.replicas change seen by
-// the informer starts the interval.
-func TestLastScaleFromInformer(t *testing.T) {
+// TestReplicasAgreeOnLastScale: the interval starts at the spec.replicas
+// change the apiserver recorded in managedFields (the fake clientset runs the
+// real field manager), not when a process saw it, so an adapter replica
+// started after the change holds the interval like one that watched it.
+func TestReplicasAgreeOnLastScale(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cs := fake.NewClientset(deployment("ai", "gpu", 4, 4, nil), pod("ai", "gpu", "gpu-1", time.Hour))
-	factory := kube.InformerFactory(cs)
-	clk := clocktesting.NewFakeClock(now)
-	p, err := New(Options{Informers: factory, Sources: fakeSources{"gpu-load": reading(0.9, now)}, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
+	start := time.Now()
+	dep := deployment("ai", "gpu", 4, 4, nil)
+	dep.ManagedFields = []metav1.ManagedFieldsEntry{replicasOwner("creator", start.Add(-time.Hour))}
+	cs := fake.NewClientset(dep, pod("ai", "gpu", "gpu-1", 0))
+	clk := clocktesting.NewFakeClock(start)
+	replica := func() *Provider {
+		t.Helper()
+		factory := kube.InformerFactory(cs)
+		p, err := New(Options{Informers: factory, Sources: fakeSources{"gpu-load": reading(0.9, start)}, Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.SetStepPolicies([]config.StepPolicy{gpuPolicy("ai", "Deployment", "gpu")})
+		factory.Start(ctx.Done())
+		t.Cleanup(factory.Shutdown)
+		waitFor(t, p.HasSynced)
+		return p
 	}
-	p.SetStepPolicies([]config.StepPolicy{gpuPolicy("ai", "Deployment", "gpu")})
-	factory.Start(ctx.Done())
-	t.Cleanup(factory.Shutdown)
-	waitFor(t, p.HasSynced)
-
-	desired := func() string {
+	desired := func(p *Provider) string {
 		t.Helper()
 		sel := labels.SelectorFromSet(labels.Set{"workload": "gpu", "policy": "load-step"})
 		l, err := p.GetExternalMetric(ctx, "ai", sel, cmprovider.ExternalMetricInfo{Metric: names.DesiredReplicasMetric})
@@ -398,25 +433,44 @@ func TestLastScaleFromInformer(t *testing.T) {
 		}
 		return l.Items[0].Value.String()
 	}
-	if got := desired(); got != "7" {
-		t.Fatalf("before any scaling: desired = %s, want 7", got)
-	}
 
+	a := replica()
+	if got := desired(a); got != "7" {
+		t.Fatalf("an hour after the last change: desired = %s, want 7", got)
+	}
+	// Someone (kubectl scale, KEDA's activation) scales without an HPA.
 	d, err := cs.AppsV1().Deployments("ai").Get(ctx, "gpu", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.Spec.Replicas = int32p(7)
-	if _, err := cs.AppsV1().Deployments("ai").Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+	if _, err := cs.AppsV1().Deployments("ai").Update(ctx, d, metav1.UpdateOptions{FieldManager: "kubectl"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return !p.tracker.LastChange("Deployment", "ai", "gpu").IsZero() })
-	if got := desired(); got != "7" {
-		t.Errorf("right after the change: desired = %s, want 7 (held for the interval)", got)
+	waitFor(t, func() bool {
+		d, err := a.deployments.Deployments("ai").Get("gpu")
+		return err == nil && *d.Spec.Replicas == 7
+	})
+	b := replica()
+	for name, p := range map[string]*Provider{"replica that saw the change": a, "replica started after it": b} {
+		if got := desired(p); got != "7" {
+			t.Errorf("%s, right after the change: desired = %s, want 7 (held for the interval)", name, got)
+		}
 	}
-	clk.Step(5 * time.Minute)
-	if got := desired(); got != "10" {
-		t.Errorf("one interval later: desired = %s, want 10", got)
+	clk.Step(5*time.Minute + time.Second)
+	for name, p := range map[string]*Provider{"replica that saw the change": a, "replica started after it": b} {
+		if got := desired(p); got != "10" {
+			t.Errorf("%s, one interval later: desired = %s, want 10", name, got)
+		}
+	}
+}
+
+// replicasOwner is a managedFields entry owning spec.replicas, changed at at.
+func replicasOwner(manager string, at time.Time) metav1.ManagedFieldsEntry {
+	return metav1.ManagedFieldsEntry{
+		Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1",
+		Time: &metav1.Time{Time: at}, FieldsType: "FieldsV1",
+		FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:replicas":{},"f:template":{}}}`),
 	}
 }
 
