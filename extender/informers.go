@@ -2,37 +2,23 @@ package extender
 
 import (
 	"fmt"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/underlay"
 )
-
-// nonTerminalPods selects the pods that can hold IPs, as kube-scheduler's own
-// pod informer does: a pod that finishes leaves the cache as a delete.
-const nonTerminalPods = "status.phase!=" + string(v1.PodSucceeded) + ",status.phase!=" + string(v1.PodFailed)
 
 // PodInformer returns factory's pod informer restricted to non-terminal pods
 // and caching only what the extender reads (StripPod replaces the factory's
 // transform, which it subsumes). Call it before the factory starts.
 func PodInformer(factory informers.SharedInformerFactory) (cache.SharedIndexInformer, error) {
-	inf := factory.InformerFor(&v1.Pod{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, resync,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-			func(o *metav1.ListOptions) { o.FieldSelector = nonTerminalPods })
-	})
-	if err := inf.SetTransform(StripPod); err != nil {
-		return nil, fmt.Errorf("setting the pod cache transform: %w", err)
-	}
-	return inf, nil
+	return kube.NonTerminalPodInformer(factory, StripPod)
 }
 
 // CachedPod is all the extender keeps of a pod: identity, node, phase and

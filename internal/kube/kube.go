@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -59,4 +63,23 @@ func DropManagedFields(obj interface{}) (interface{}, error) {
 		a.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// nonTerminalPods selects the pods that are not finished, as kube-scheduler's
+// own pod informer does: a pod that finishes leaves the cache as a delete.
+const nonTerminalPods = "status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
+
+// NonTerminalPodInformer returns factory's pod informer, restricted to
+// non-terminal pods and caching transform's result for each pod (it replaces
+// the factory's transform). Call it before the factory starts.
+func NonTerminalPodInformer(factory informers.SharedInformerFactory, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
+	inf := factory.InformerFor(&corev1.Pod{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, resync,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+			func(o *metav1.ListOptions) { o.FieldSelector = nonTerminalPods })
+	})
+	if err := inf.SetTransform(transform); err != nil {
+		return nil, fmt.Errorf("setting the pod cache transform: %w", err)
+	}
+	return inf, nil
 }

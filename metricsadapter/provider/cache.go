@@ -13,10 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/metricsadapter/config"
 )
@@ -27,22 +26,10 @@ import (
 // exactly the fields the provider reads, and TestTransformsKeepWhatTheProviderReads
 // pins that list.
 
-// nonTerminalPods selects the pods the load-step rule counts: a pod that
-// finishes leaves the cache as a delete, as in kube-scheduler's informer.
-const nonTerminalPods = "status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
-
 // podInformer returns factory's pod informer, restricted to non-terminal pods
-// and caching podRecords. Call it before the factory starts.
+// (the load-step rule counts no others) and caching podRecords.
 func podInformer(factory informers.SharedInformerFactory) (cache.SharedIndexInformer, error) {
-	inf := factory.InformerFor(&corev1.Pod{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, resync,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-			func(o *metav1.ListOptions) { o.FieldSelector = nonTerminalPods })
-	})
-	if err := setTransform(inf, "pod"); err != nil {
-		return nil, err
-	}
-	return inf, nil
+	return kube.NonTerminalPodInformer(factory, compactObject)
 }
 
 // setTransform installs compactObject on an informer of the factory (it
