@@ -27,33 +27,35 @@ func (s *Stack) startAdapter(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	port, err := plane.FreePort()
-	if err != nil {
-		return err
-	}
 	cert, err := s.ServingCert("metrics-adapter", AdapterService+"."+Namespace+".svc", "localhost")
 	if err != nil {
 		return err
 	}
-	s.AdapterURL = fmt.Sprintf("https://127.0.0.1:%d", port)
-	args := []string{
-		fmt.Sprintf("--secure-port=%d", port), "--bind-address=127.0.0.1",
-		"--tls-cert-file=" + cert.CertFile, "--tls-private-key-file=" + cert.KeyFile,
-		"--lister-kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
-		"--v=2",
+	for i := range max(1, s.Opts.AdapterReplicas) {
+		port, err := plane.FreePort()
+		if err != nil {
+			return err
+		}
+		args := []string{
+			fmt.Sprintf("--secure-port=%d", port), "--bind-address=127.0.0.1",
+			"--tls-cert-file=" + cert.CertFile, "--tls-private-key-file=" + cert.KeyFile,
+			"--lister-kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+			"--v=2",
+		}
+		if s.Opts.AdapterConfig != "" {
+			args = append(args, "--config="+s.Opts.AdapterConfig)
+		}
+		r := &AdapterReplica{Index: i, Port: port, URL: fmt.Sprintf("https://127.0.0.1:%d", port), args: append(args, s.Opts.AdapterArgs...)}
+		if err := s.startAdapterReplica(ctx, r); err != nil {
+			return err
+		}
+		s.Adapters = append(s.Adapters, r)
 	}
-	if s.Opts.AdapterConfig != "" {
-		args = append(args, "--config="+s.Opts.AdapterConfig)
+	s.Adapter, s.AdapterURL = s.Adapters[0].Proc, s.Adapters[0].URL
+	if len(s.Adapters) > 1 {
+		return s.registerAdapterReplicas(ctx)
 	}
-	proc, err := s.StartProcess("metrics-adapter", filepath.Join(s.Opts.BinDir, "metrics-adapter"), append(args, s.Opts.AdapterArgs...)...)
-	if err != nil {
-		return err
-	}
-	s.Adapter = proc
-	if err := s.waitReady(ctx, proc, s.AdapterURL+"/readyz"); err != nil {
-		return err
-	}
-	return s.registerAPIService(ctx, port)
+	return s.registerAPIService(ctx, s.Adapters[0].Port)
 }
 
 // registerAPIService makes the aggregator route external.metrics.k8s.io to

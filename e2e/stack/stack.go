@@ -41,6 +41,9 @@ type Options struct {
 	Adapter       bool
 	AdapterConfig string
 	AdapterArgs   []string
+	// AdapterReplicas runs this many adapter processes behind the
+	// APIService's Service (default 1); see replicas.go.
+	AdapterReplicas int
 
 	WorkloadAPI  bool
 	WorkloadArgs []string
@@ -61,12 +64,16 @@ type Stack struct {
 	Opts Options
 
 	ExtenderURL, AdapterURL, WorkloadAPIURL string
-	Extender, Adapter, WorkloadAPI          *plane.Process
-	Controller                              *ControllerReplica
+	// Adapter and AdapterURL are Adapters[0]'s.
+	Extender, Adapter, WorkloadAPI *plane.Process
+	Adapters                       []*AdapterReplica
+	Controller                     *ControllerReplica
 
 	extenderPort int
 	extenderKC   string
 	controllerKC string
+	// stopProbes ends the adapter endpoint prober (replicas.go), if any.
+	stopProbes context.CancelFunc
 }
 
 // Start brings up the plane and the chosen components, each ready to serve.

@@ -53,6 +53,7 @@ func main() {
 	rate := flag.Int("rate", 0, "metrics scenario: open-loop requests per second (0: closed loop with --clients)")
 	memNodes := flag.Int("memory-nodes", 5000, "kwok nodes for the memory scenario")
 	memPods := flag.Int("memory-pods", 50000, "pods for the memory scenario")
+	baselineAdapter := flag.String("baseline-adapter", "", "memory scenario: another metrics-adapter binary to run beside the current one and report (before/after comparisons)")
 	samples := flag.Int("samples", 3000, "delegate scenario: timed GETs per path")
 	changes := flag.Int("changes", 10, "load-index changes for the reaction scenario")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
@@ -71,7 +72,7 @@ func main() {
 	case "reaction":
 		err = reaction(*changes, *binDir)
 	case "memory":
-		err = memory(*memNodes, *memPods, *binDir)
+		err = memory(*memNodes, *memPods, *binDir, *baselineAdapter)
 	case "metrics":
 		err = metricsLoad(*series, *clients, *rate, *phase, *binDir)
 	case "delegate":
@@ -81,7 +82,7 @@ func main() {
 			err = reaction(*changes, *binDir)
 		}
 		if err == nil {
-			err = memory(*memNodes, *memPods, *binDir)
+			err = memory(*memNodes, *memPods, *binDir, *baselineAdapter)
 		}
 	default:
 		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate or all, got %q", *scenario)

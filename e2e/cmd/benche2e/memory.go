@@ -23,8 +23,11 @@ import (
 
 // memory reports the extender's and the adapter's RSS with nodes kwok nodes
 // and pods pods (each holding one underlay IP, bound directly) in their
-// informers (issue 7, item 5).
-func memory(nodes, pods int, binDir string) error {
+// informers (issue 7, item 5), then again after restarting the adapter (its
+// initial list of every pod is the peak). With baselineAdapter, that binary
+// runs beside the adapter against the same plane and is reported too
+// (issue 18: before and after, same run).
+func memory(nodes, pods int, binDir, baselineAdapter string) error {
 	if pods > nodes*10 {
 		return fmt.Errorf("at most 10 pods per node: %d pods need %d nodes", pods, (pods+9)/10)
 	}
@@ -44,8 +47,18 @@ func memory(nodes, pods int, binDir string) error {
 	}
 	defer s.Stop()
 	fmt.Printf("# plane with %d nodes, extender and adapter up in %.1fs\n", nodes, time.Since(start).Seconds())
+	var baseline *stack.AdapterReplica
+	if baselineAdapter != "" {
+		if baseline, err = s.StartExtraAdapter(ctx, baselineAdapter); err != nil {
+			return fmt.Errorf("starting the baseline adapter %s: %w", baselineAdapter, err)
+		}
+	}
 	report := func(when string) {
-		fmt.Printf("%s\textender %s\tadapter %s\n", when, rss(s.Extender.Pid()), rss(s.Adapter.Pid()))
+		line := fmt.Sprintf("%s\textender %s\tadapter %s", when, rss(s.Extender.Pid()), rss(s.Adapter.Pid()))
+		if baseline != nil {
+			line += "\tbaseline adapter " + rss(baseline.Proc.Pid())
+		}
+		fmt.Println(line)
 	}
 	report("nodes only")
 
@@ -120,6 +133,22 @@ func memory(nodes, pods int, binDir string) error {
 	// Let the informers settle and the Go runtime give back what it freed.
 	time.Sleep(15 * time.Second)
 	report(fmt.Sprintf("%d pods", pods))
+
+	// A restarted adapter lists every pod at once: its peak is what the
+	// memory limit must hold.
+	restarts := []*stack.AdapterReplica{s.Adapters[0]}
+	if baseline != nil {
+		restarts = append(restarts, baseline)
+	}
+	for _, r := range restarts {
+		t := time.Now()
+		if err := s.RestartAdapterReplica(ctx, r); err != nil {
+			return fmt.Errorf("restarting the adapter: %w", err)
+		}
+		fmt.Printf("# adapter %s restarted and ready (informers synced) in %.1fs\n", r.URL, time.Since(t).Seconds())
+	}
+	time.Sleep(15 * time.Second)
+	report(fmt.Sprintf("%d pods, adapters restarted", pods))
 	return nil
 }
 
