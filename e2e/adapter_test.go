@@ -58,6 +58,16 @@ stepPolicies:
 // real APIService, with a 2s HPA sync.
 func startAdapterStack(t *testing.T, initial float64, more ...func(*stack.Options)) (*stack.Stack, *loadsource.Source) {
 	t.Helper()
+	s, src, _ := startAdapterStackWith(t, initial, adapterConfig, more...)
+	return s, src
+}
+
+// startAdapterStackWith is startAdapterStack with a config template (%[1]s
+// the source URL, %[2]s its CA file); it also returns a function that
+// rewrites the config file from the template and args, as a ConfigMap
+// update would (atomically).
+func startAdapterStackWith(t *testing.T, initial float64, configTemplate string, more ...func(*stack.Options)) (*stack.Stack, *loadsource.Source, func(args ...any)) {
+	t.Helper()
 	src := &loadsource.Source{}
 	src.Set(initial)
 	srv := httptest.NewTLSServer(src)
@@ -68,9 +78,17 @@ func startAdapterStack(t *testing.T, initial float64, more ...func(*stack.Option
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "adapter.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(adapterConfig, srv.URL+"/load", caFile)), 0o644); err != nil {
-		t.Fatal(err)
+	writeConfig := func(args ...any) {
+		t.Helper()
+		tmp := cfg + ".new"
+		if err := os.WriteFile(tmp, []byte(fmt.Sprintf(configTemplate, append([]any{srv.URL + "/load", caFile}, args...)...)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
+	writeConfig()
 	ctx := testContext(t, 3*time.Minute)
 	o := stack.Options{
 		BinDir:        capscaleBin,
@@ -94,7 +112,7 @@ func startAdapterStack(t *testing.T, initial float64, more ...func(*stack.Option
 	if err := s.WaitForNamespace(ctx, adapterNS); err != nil {
 		t.Fatal(err)
 	}
-	return s, src
+	return s, src, writeConfig
 }
 
 // externalMetric reads a metric through the aggregator, as the HPA does.

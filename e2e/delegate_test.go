@@ -65,6 +65,11 @@ func preflight(ctx context.Context, p *plane.Plane, args ...string) (string, err
 // adapterGet calls capscale's adapter directly: with a bearer token, or as
 // admin (client certificate) when token is empty.
 func adapterGet(ctx context.Context, s *stack.Stack, path, token string) (int, string, error) {
+	return adapterGetAt(ctx, s, s.AdapterURL, path, token)
+}
+
+// adapterGetAt is adapterGet for the adapter (replica) at base.
+func adapterGetAt(ctx context.Context, s *stack.Stack, base, path, token string) (int, string, error) {
 	pem, err := os.ReadFile(s.PKI.ClusterCA.CertFile)
 	if err != nil {
 		return 0, "", err
@@ -80,7 +85,7 @@ func adapterGet(ctx context.Context, s *stack.Stack, path, token string) (int, s
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.AdapterURL+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 	if err != nil {
 		return 0, "", err
 	}

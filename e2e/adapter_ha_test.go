@@ -1,0 +1,237 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	externalmetrics "k8s.io/metrics/pkg/apis/external_metrics/v1beta1"
+
+	"github.com/capscale/capscale/e2e/stack"
+	"github.com/capscale/capscale/internal/names"
+)
+
+// haConfig: steps of 3 up and 4 down within [%[3]d, 14], one step per 6s, no
+// scale-down while a pod is younger than 20s.
+const haConfig = `sources:
+- name: gpu-load
+  url: %[1]s
+  jsonPath: '{.data.load_balance}'
+  interval: 1s
+  timeout: 1s
+  maxAge: 8s
+  tls: {caFile: %[2]s}
+stepPolicies:
+- workload: {namespace: ` + adapterNS + `, kind: Deployment, name: gpu}
+  source: gpu-load
+  scaleUpAbove: 0.8
+  scaleDownBelow: 0.5
+  stepUp: 3
+  stepDown: 4
+  minReplicas: %[3]d
+  maxReplicas: 14
+  minPodAge: 20s
+  interval: 6s
+`
+
+const (
+	haInterval  = 6 * time.Second
+	haMinPodAge = 20 * time.Second
+	// The HPA's lastScaleTime and managedFields times have one-second
+	// resolution, so a step may come up to 1s before interval after the
+	// previous one by the test's clock.
+	timeResolution = time.Second
+)
+
+// TestAdapterHA runs two adapter replicas behind the APIService's Service
+// (issue 18): a config reload reaches both; an HPA scales on the load-step
+// policy while one replica is killed with SIGKILL (scaling up) and, after it
+// is back, the other (scaling down); the HPA keeps getting answers through
+// the survivor, and every step is exactly one policy step, never inside the
+// interval and never a scale-down before minPodAge.
+func TestAdapterHA(t *testing.T) {
+	s, src, writeConfig := startAdapterStackWith(t, 0.65, haConfig, func(o *stack.Options) {
+		o.AdapterReplicas = 2
+		o.AdapterArgs = append(o.AdapterArgs, "--config-check-interval=1s")
+	})
+	writeConfig(2)
+	ctx := testContext(t, 8*time.Minute)
+	const sel = "workload=gpu,policy=load-step"
+
+	// Both replicas answer the step rule's hold (2) for a 2-replica gpu.
+	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, SimpleDeployment(adapterNS, "gpu", 2, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitEveryReplica(ctx, t, s, names.DesiredReplicasMetric, sel, "2")
+
+	// 1. A config reload (minReplicas 2 -> 3) reaches both replicas.
+	writeConfig(3)
+	waitEveryReplica(ctx, t, s, names.DesiredReplicasMetric, sel, "3")
+
+	// 2. The HPA follows the policy: clamped up to 3.
+	if _, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Create(ctx, desiredReplicasHPA("gpu", names.PolicyLoadStep, 1, 20), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicas(ctx, t, s, "gpu", 3, time.Minute, nil, nil)
+
+	// From here on, every answer through the aggregator is recorded.
+	answers := watchAnswers(ctx, t, s, names.DesiredReplicasMetric, sel)
+
+	// 3. Scale up by 3 per interval; kill replica 0 after the first step.
+	src.Set(0.93)
+	up := &replicaTrace{values: []int32{3}}
+	upStep := func(from, to int32) bool { return to == min(from+3, 14) }
+	waitReplicas(ctx, t, s, "gpu", 6, time.Minute, up, upStep)
+	s.KillAdapter(0)
+	killed := time.Now()
+	t.Logf("killed adapter replica 0 at 6 replicas")
+	waitEndpointReady(ctx, t, s, 0, false)
+	unready := time.Now()
+	waitReplicas(ctx, t, s, "gpu", 14, 2*time.Minute, up, upStep)
+	checkGaps(t, up, haInterval)
+	holdReplicas(ctx, t, s, "gpu", 14, 2*haInterval)
+	answers.noErrorsBetween(t, unready, time.Now(), "after replica 0's endpoint turned unready")
+	t.Logf("scale-up trace %v; replica 0's endpoint unready %v after the kill", up.values, unready.Sub(killed).Round(time.Millisecond))
+
+	// 4. Replica 0 comes back (as a new pod would); replica 1 dies while
+	// the count goes down: 14 -> 10 -> 6 -> 3, first step only once every
+	// pod is 20s old.
+	if err := s.RestartAdapter(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitEndpointReady(ctx, t, s, 0, true)
+	src.Set(0.3)
+	down := &replicaTrace{values: []int32{14}}
+	downStep := func(from, to int32) bool { return to == max(from-4, 3) }
+	waitReplicas(ctx, t, s, "gpu", 10, time.Minute, down, downStep)
+	if age, err := youngestPodAge(ctx, s, "app=gpu"); err != nil || age < haMinPodAge-timeResolution {
+		t.Errorf("scaled down while the youngest pod was %v old (minPodAge %v): %v", age, haMinPodAge, err)
+	}
+	s.KillAdapter(1)
+	t.Logf("killed adapter replica 1 at 10 replicas")
+	waitEndpointReady(ctx, t, s, 1, false)
+	unready = time.Now()
+	waitReplicas(ctx, t, s, "gpu", 3, 2*time.Minute, down, downStep)
+	checkGaps(t, down, haInterval)
+	holdReplicas(ctx, t, s, "gpu", 3, 2*haInterval)
+	answers.noErrorsBetween(t, unready, time.Now(), "after replica 1's endpoint turned unready")
+	t.Logf("scale-down trace %v; %d answers through the aggregator, %d errors in all", down.values, answers.count(), answers.errorCount())
+}
+
+// waitEveryReplica waits until each adapter replica, asked directly, answers
+// metric{selector} with want.
+func waitEveryReplica(ctx context.Context, t *testing.T, s *stack.Stack, metric, selector, want string) {
+	t.Helper()
+	for i, r := range s.Adapters {
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			path := fmt.Sprintf("/apis/external.metrics.k8s.io/v1beta1/namespaces/%s/%s?labelSelector=%s", adapterNS, metric, url.QueryEscape(selector))
+			code, body, err := adapterGetAt(ctx, s, r.URL, path, "")
+			if err != nil || code != 200 {
+				last = fmt.Sprintf("%d %v %s", code, err, body)
+				return false, nil
+			}
+			var l externalmetrics.ExternalMetricValueList
+			if err := json.Unmarshal([]byte(body), &l); err != nil || len(l.Items) != 1 {
+				last = body
+				return false, nil
+			}
+			last = l.Items[0].Value.String()
+			return last == want, nil
+		})
+		if err != nil {
+			t.Fatalf("adapter replica %d: %s{%s} = %s, want %s: %v", i, metric, selector, last, want, err)
+		}
+	}
+}
+
+func waitEndpointReady(ctx context.Context, t *testing.T, s *stack.Stack, i int, want bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		ready, err := s.AdapterEndpointReady(ctx, i)
+		return err == nil && ready == want, nil
+	})
+	if err != nil {
+		t.Fatalf("adapter replica %d's endpoint never became ready=%t: %v", i, want, err)
+	}
+}
+
+// checkGaps fails when two recorded steps are closer than interval.
+func checkGaps(t *testing.T, tr *replicaTrace, interval time.Duration) {
+	t.Helper()
+	for i := 2; i < len(tr.times); i++ {
+		if gap := tr.times[i].Sub(tr.times[i-1]); gap < interval-timeResolution {
+			t.Errorf("steps %d -> %d and %d -> %d are %v apart, want at least the %v interval (trace %v)",
+				tr.values[i-2], tr.values[i-1], tr.values[i-1], tr.values[i], gap.Round(time.Millisecond), interval, tr.values)
+		}
+	}
+}
+
+// answerLog records every answer to one metric query through the
+// aggregator, as the HPA would get it, every 200ms until the test ends.
+type answerLog struct {
+	mu     sync.Mutex
+	at     []time.Time
+	errs   []error
+	errors atomic.Int64
+}
+
+func watchAnswers(ctx context.Context, t *testing.T, s *stack.Stack, metric, selector string) *answerLog {
+	l := &answerLog{}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			_, err := externalMetric(ctx, s, metric, selector)
+			if ctx.Err() != nil {
+				return
+			}
+			l.mu.Lock()
+			l.at, l.errs = append(l.at, time.Now()), append(l.errs, err)
+			l.mu.Unlock()
+			if err != nil {
+				l.errors.Add(1)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	return l
+}
+
+func (l *answerLog) noErrorsBetween(t *testing.T, from, to time.Time, what string) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for i, at := range l.at {
+		if at.Before(from) || at.After(to) {
+			continue
+		}
+		n++
+		if l.errs[i] != nil {
+			t.Errorf("%s: the aggregator answered an error at %s: %v", what, at.Format(time.StampMilli), l.errs[i])
+		}
+	}
+	if n == 0 {
+		t.Errorf("%s: no answers recorded", what)
+	}
+}
+
+func (l *answerLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.at)
+}
+
+func (l *answerLog) errorCount() int64 { return l.errors.Load() }
