@@ -63,11 +63,10 @@ const (
 // the survivor, and every step is exactly one policy step, never inside the
 // interval and never a scale-down before minPodAge.
 func TestAdapterHA(t *testing.T) {
-	s, src, writeConfig := startAdapterStackWith(t, 0.65, haConfig, func(o *stack.Options) {
+	s, src, writeConfig := startAdapterStackWith(t, 0.65, haConfig, []any{2}, func(o *stack.Options) {
 		o.AdapterReplicas = 2
 		o.AdapterArgs = append(o.AdapterArgs, "--config-check-interval=1s")
 	})
-	writeConfig(2)
 	ctx := testContext(t, 8*time.Minute)
 	const sel = "workload=gpu,policy=load-step"
 

@@ -58,15 +58,15 @@ stepPolicies:
 // real APIService, with a 2s HPA sync.
 func startAdapterStack(t *testing.T, initial float64, more ...func(*stack.Options)) (*stack.Stack, *loadsource.Source) {
 	t.Helper()
-	s, src, _ := startAdapterStackWith(t, initial, adapterConfig, more...)
+	s, src, _ := startAdapterStackWith(t, initial, adapterConfig, nil, more...)
 	return s, src
 }
 
 // startAdapterStackWith is startAdapterStack with a config template (%[1]s
-// the source URL, %[2]s its CA file); it also returns a function that
-// rewrites the config file from the template and args, as a ConfigMap
-// update would (atomically).
-func startAdapterStackWith(t *testing.T, initial float64, configTemplate string, more ...func(*stack.Options)) (*stack.Stack, *loadsource.Source, func(args ...any)) {
+// the source URL, %[2]s its CA file, then configArgs); it also returns a
+// function that rewrites the config file from the template with other
+// arguments, as a ConfigMap update would (atomically).
+func startAdapterStackWith(t *testing.T, initial float64, configTemplate string, configArgs []any, more ...func(*stack.Options)) (*stack.Stack, *loadsource.Source, func(args ...any)) {
 	t.Helper()
 	src := &loadsource.Source{}
 	src.Set(initial)
@@ -88,7 +88,7 @@ func startAdapterStackWith(t *testing.T, initial float64, configTemplate string,
 			t.Fatal(err)
 		}
 	}
-	writeConfig()
+	writeConfig(configArgs...)
 	ctx := testContext(t, 3*time.Minute)
 	o := stack.Options{
 		BinDir:        capscaleBin,

@@ -22,7 +22,7 @@ import (
 
 // The provider's informer caches hold only what it reads. A full pod is
 // several KiB in memory even without managedFields; with 50,000 pods that was
-// most of the adapter's 445 MiB (BENCHMARKS.md). Each transform below keeps
+// most of the adapter's 410–446 MiB (BENCHMARKS.md). Each transform below keeps
 // exactly the fields the provider reads, and TestTransformsKeepWhatTheProviderReads
 // pins that list.
 
