@@ -81,7 +81,10 @@ func TestAdapterHA(t *testing.T) {
 	waitEveryReplica(ctx, t, s, names.DesiredReplicasMetric, sel, "3")
 
 	// 2. The HPA follows the policy: clamped up to 3.
-	if _, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Create(ctx, desiredReplicasHPA("gpu", names.PolicyLoadStep, 1, 20), metav1.CreateOptions{}); err != nil {
+	hpa := desiredReplicasHPA("gpu", names.PolicyLoadStep, 1, 20)
+	// Let the HPA take the policy's whole step down of 4.
+	hpa.Spec.Behavior.ScaleDown.Policies[0].Value = 4
+	if _, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Create(ctx, hpa, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitReplicas(ctx, t, s, "gpu", 3, time.Minute, nil, nil)
