@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -24,12 +23,11 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
-	cliflag "k8s.io/component-base/cli/flag"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	v1alpha1 "github.com/capscale/capscale/apis/capscale/v1alpha1"
 	"github.com/capscale/capscale/controller/elasticweb"
+	"github.com/capscale/capscale/internal/command"
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/version"
@@ -49,25 +47,8 @@ ElasticWeb (capscale.io/v1alpha1) in shape with server-side apply, and writes
 what runs into the ElasticWeb's status. Replicas elect one leader with a Lease;
 the others stand by.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
-				return err
-			}
-			if errs := o.Validate(); len(errs) > 0 {
-				return utilerrors.NewAggregate(errs)
-			}
-			c, err := o.Config()
-			if err != nil {
-				return err
-			}
-			return c.Run(ctx)
-		},
 	}
-	fss := o.Flags()
-	for _, fs := range fss.FlagSets {
-		cmd.Flags().AddFlagSet(fs)
-	}
-	cliflag.SetUsageAndHelpFunc(cmd, fss, 80)
+	command.Wire(ctx, cmd, o.Logs, o.Flags(), o.Validate, o.Config)
 	return cmd
 }
 

@@ -8,15 +8,13 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/tools/cache"
-	cliflag "k8s.io/component-base/cli/flag"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/publisher"
+	"github.com/capscale/capscale/internal/command"
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/version"
 )
@@ -32,27 +30,8 @@ func NewCommand(ctx context.Context) *cobra.Command {
 		Long: `extender answers kube-scheduler's filter, prioritize, bind and preempt calls
 for pods that request the capscale.io/underlay-ip extended resource.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			// Logging first, so that everything after logs the configured way.
-			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
-				return err
-			}
-			cliflag.PrintFlags(cmd.Flags())
-			if errs := o.Validate(); len(errs) > 0 {
-				return utilerrors.NewAggregate(errs)
-			}
-			c, err := o.Config()
-			if err != nil {
-				return err
-			}
-			return c.Run(ctx)
-		},
 	}
-	fss := o.Flags()
-	for _, f := range fss.FlagSets {
-		cmd.Flags().AddFlagSet(f)
-	}
-	cliflag.SetUsageAndHelpFunc(cmd, fss, 80)
+	command.Wire(ctx, cmd, o.Logs, o.Flags(), o.Validate, o.Config)
 	return cmd
 }
 

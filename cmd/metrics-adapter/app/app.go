@@ -8,14 +8,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	cliflag "k8s.io/component-base/cli/flag"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/capscale/capscale/internal/command"
 	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/metricsadapter/config"
 	"github.com/capscale/capscale/metricsadapter/provider"
@@ -36,26 +34,9 @@ It serves capscale-load-index (source=NAME), capscale-desired-replicas
 (workload=NAME,policy=qps|load-step), capscale-total-qps and capscale-real-qps
 (workload=NAME) from memory, for ordinary HorizontalPodAutoscalers.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
-				return err
-			}
-			if errs := o.Validate(); len(errs) > 0 {
-				return utilerrors.NewAggregate(errs)
-			}
-			c, err := o.Config()
-			if err != nil {
-				return err
-			}
-			return c.Run(cmd.Context())
-		},
 	}
 	cmd.SetContext(ctx)
-	fss := o.Flags()
-	for _, fs := range fss.FlagSets {
-		cmd.Flags().AddFlagSet(fs)
-	}
-	cliflag.SetUsageAndHelpFunc(cmd, fss, 80)
+	command.Wire(ctx, cmd, o.Logs, o.Flags(), o.Validate, o.Config)
 	cmd.AddCommand(newPreflightCommand())
 	return cmd
 }

@@ -9,14 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
-	cliflag "k8s.io/component-base/cli/flag"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 
+	"github.com/capscale/capscale/internal/command"
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/version"
@@ -41,25 +39,8 @@ apiserver's RBAC, admission and audit decide. The API's own credentials only
 read nodes, pods, deployments and statefulsets for the capacity computation.
 GET /openapi.json describes the API.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
-				return err
-			}
-			if errs := o.Validate(); len(errs) > 0 {
-				return utilerrors.NewAggregate(errs)
-			}
-			c, err := o.Config()
-			if err != nil {
-				return err
-			}
-			return c.Run(ctx)
-		},
 	}
-	fss := o.Flags()
-	for _, fs := range fss.FlagSets {
-		cmd.Flags().AddFlagSet(fs)
-	}
-	cliflag.SetUsageAndHelpFunc(cmd, fss, 80)
+	command.Wire(ctx, cmd, o.Logs, o.Flags(), o.Validate, o.Config)
 	return cmd
 }
 
