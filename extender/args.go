@@ -81,8 +81,9 @@ type FilterResult struct {
 	failed []failedNode
 	// plainNames: every name in NodeNames and failed is a plain string.
 	plainNames bool
-	// pooledNames is NodeNames when it came from namePool.
-	pooledNames *[]string
+	// scratch holds NodeNames and failed, and writes the result (nil:
+	// allocated for this result alone).
+	scratch *Scratch
 }
 
 // failedNode is one node filter rejected.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
@@ -37,6 +36,8 @@ type scanner struct {
 	data  []byte
 	pos   int
 	depth int
+	// scratch lends the element list of NodeNames.
+	scratch *Scratch
 }
 
 func (s *scanner) syntaxErr(what string) error {
@@ -386,8 +387,8 @@ func (s *scanner) span() ([]byte, error) {
 
 // decodeExtenderArgsFast decodes the body of /filter and /prioritize like
 // json.Unmarshal into Args. NodeItem.Raw aliases data.
-func decodeExtenderArgsFast(data []byte) (*Args, error) {
-	s := &scanner{data: data}
+func decodeExtenderArgsFast(data []byte, sc *Scratch) (*Args, error) {
+	s := &scanner{data: data, scratch: sc}
 	var args Args
 	s.ws()
 	switch s.peek() {
@@ -447,9 +448,6 @@ func (s *scanner) pod(args *Args) error {
 	return nil
 }
 
-// elementPool recycles the element lists of nodeNames.
-var elementPool = sync.Pool{New: func() any { return new([]element) }}
-
 // element is one NodeNames element before it is turned into a string.
 type element struct {
 	start, end int
@@ -473,14 +471,8 @@ func (s *scanner) nodeNames(args *Args) error {
 	if err != nil {
 		return err
 	}
-	pooled := elementPool.Get().(*[]element)
-	elems := (*pooled)[:0]
-	defer func() {
-		if cap(elems) <= maxPooledLen {
-			*pooled = elems[:0]
-			elementPool.Put(pooled)
-		}
-	}()
+	elems := s.scratch.elems[:0]
+	defer func() { s.scratch.elems = elems }()
 	if !empty {
 		for {
 			s.ws()
@@ -738,7 +730,12 @@ func (s *scanner) annotations(item *NodeItem) error {
 // in one pass over data; the Nodes' Raw JSON aliases data, which the caller
 // must then leave unchanged.
 func DecodeExtenderArgs(data []byte) (*Args, error) {
-	args, err := decodeExtenderArgsFast(data)
+	return decodeExtenderArgs(data, new(Scratch))
+}
+
+// decodeExtenderArgs is DecodeExtenderArgs with its buffers in sc.
+func decodeExtenderArgs(data []byte, sc *Scratch) (*Args, error) {
+	args, err := decodeExtenderArgsFast(data, sc)
 	if err != nil {
 		return nil, fmt.Errorf("decoding ExtenderArgs: %w", err)
 	}

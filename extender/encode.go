@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 )
 
 // The extender's JSON writer: results are written by hand, names that the
@@ -18,8 +17,7 @@ import (
 // failed-node maps come out in map order, not sorted: JSON objects are
 // unordered and kube-scheduler decodes them into maps.
 func (r *FilterResult) WriteTo(w io.Writer) (int64, error) {
-	bw := newJSONWriter(w)
-	defer bw.release()
+	bw := r.scratch.writer(w)
 	bw.str(`{"Nodes":`)
 	if r.Nodes == nil {
 		bw.str("null")
@@ -61,11 +59,10 @@ func (r *FilterResult) WriteTo(w io.Writer) (int64, error) {
 	return bw.n, bw.err
 }
 
-// writeScores writes n hosts and scores as a HostPriorityList; plain says
-// every host is a plain string (see scanner.str).
-func writeScores(w io.Writer, n int, at func(i int) (string, int64), plain bool) (int64, error) {
-	bw := newJSONWriter(w)
-	defer bw.release()
+// writeScores writes n hosts and scores as a HostPriorityList with the
+// writer of sc; plain says every host is a plain string (see scanner.str).
+func writeScores(w io.Writer, sc *Scratch, n int, at func(i int) (string, int64), plain bool) (int64, error) {
+	bw := sc.writer(w)
 	bw.str("[")
 	for i := range n {
 		if i > 0 {
@@ -90,25 +87,6 @@ type jsonWriter struct {
 	buf []byte
 	n   int64
 	err error
-}
-
-// writerBufs recycles the 32 KiB buffers of jsonWriter.
-var writerBufs = sync.Pool{New: func() any {
-	b := make([]byte, 0, 32<<10)
-	return &b
-}}
-
-func newJSONWriter(w io.Writer) *jsonWriter {
-	return &jsonWriter{w: w, buf: (*writerBufs.Get().(*[]byte))[:0]}
-}
-
-// release returns the buffer to writerBufs unless a huge string grew it.
-func (j *jsonWriter) release() {
-	if cap(j.buf) <= 1<<20 {
-		b := j.buf[:0]
-		writerBufs.Put(&b)
-	}
-	j.buf = nil
 }
 
 func (j *jsonWriter) str(s string) {

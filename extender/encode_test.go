@@ -153,7 +153,7 @@ func TestHandlerFilterResultMatchesFilter(t *testing.T) {
 		nodesArgs(pod("p", "", 2), node("a", ""), node("late", "4"), node("bad", "-1"), node("c", "")),
 	} {
 		var buf bytes.Buffer
-		if _, err := l.filter(args).WriteTo(&buf); err != nil {
+		if _, err := l.filter(args, new(Scratch)).WriteTo(&buf); err != nil {
 			t.Fatal(err)
 		}
 		var got, want extenderv1.ExtenderFilterResult
@@ -184,10 +184,10 @@ func TestHandlerPrioritizeMatchesPrioritize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		names, scores := l.prioritize(decoded, nil)
+		names, scores := l.prioritize(decoded, new(Scratch))
 		var got, want bytes.Buffer
 		at := func(i int) (string, int64) { return names[i], scores[i] }
-		if _, err := writeScores(&got, len(names), at, decoded.NodeNames != nil && decoded.plainNames); err != nil {
+		if _, err := writeScores(&got, nil, len(names), at, decoded.NodeNames != nil && decoded.plainNames); err != nil {
 			t.Fatal(err)
 		}
 		if err := json.NewEncoder(&want).Encode(l.Prioritize(decoded)); err != nil {
@@ -205,5 +205,5 @@ func writeHostPriorities(w io.Writer, list extenderv1.HostPriorityList) (int64, 
 		n, err := io.WriteString(w, "null\n")
 		return int64(n), err
 	}
-	return writeScores(w, len(list), func(i int) (string, int64) { return list[i].Host, list[i].Score }, false)
+	return writeScores(w, nil, len(list), func(i int) (string, int64) { return list[i].Host, list[i].Score }, false)
 }

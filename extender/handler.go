@@ -1,14 +1,12 @@
 package extender
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -120,7 +118,8 @@ func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 // readBody reads the bounded body, answering 413/400 itself when it fails,
 // and 503 while the ledger is not rebuilt: an answer from a partial ledger
 // could over-commit a node.
-func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+// The body is read into sc's buffer (nil sc: its own).
+func (s *server) readBody(w http.ResponseWriter, r *http.Request, sc *Scratch) ([]byte, bool) {
 	if !s.ready() {
 		httpserver.WriteError(w, http.StatusServiceUnavailable, "the underlay IP ledger is not rebuilt from the informers yet")
 		return nil, false
@@ -136,7 +135,7 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	)
 	if r.ContentLength > 0 {
 		// Known size: one allocation instead of repeated growth.
-		data = getBody(r.ContentLength)
+		data = sc.bodyBuf(r.ContentLength)
 		_, err = io.ReadFull(body, data)
 	} else {
 		data, err = io.ReadAll(body)
@@ -153,59 +152,30 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	return data, true
 }
 
-// maxPooledBody bounds the request bodies that are recycled: names-only
-// bodies (~40 bytes a node), not the tens of megabytes of full Nodes.
-const maxPooledBody = 1 << 20
-
-var bodyPool sync.Pool
-
-// getBody returns a buffer of n bytes, from bodyPool if n is small.
-func getBody(n int64) []byte {
-	if n <= maxPooledBody {
-		if p, ok := bodyPool.Get().(*[]byte); ok && int64(cap(*p)) >= n {
-			return (*p)[:n]
-		}
-		return make([]byte, n, max(n, 64<<10))
-	}
-	return make([]byte, n)
-}
-
-// putBody recycles a body once nothing refers to it any more: the decoded
-// arguments copy what they keep, except full Nodes, which are written out
-// before the handler returns.
-func putBody(b []byte) {
-	if cap(b) <= maxPooledBody {
-		b = b[:0]
-		bodyPool.Put(&b)
-	}
-}
-
-// readArgs reads and decodes an ExtenderArgs body, answering the request
-// itself (400, 413) when it cannot. The caller puts data back in the pool
-// once the response is written.
-func (s *server) readArgs(w http.ResponseWriter, r *http.Request) (args *Args, data []byte, ok bool) {
-	data, ok = s.readBody(w, r)
+// readArgs reads and decodes an ExtenderArgs body into sc, answering the
+// request itself (400, 413) when it cannot. args' Nodes point into sc's
+// body: sc is released only once the response is written.
+func (s *server) readArgs(w http.ResponseWriter, r *http.Request, sc *Scratch) (*Args, bool) {
+	data, ok := s.readBody(w, r, sc)
 	if !ok {
-		return nil, nil, false
+		return nil, false
 	}
-	args, err := DecodeExtenderArgs(data)
+	args, err := decodeExtenderArgs(data, sc)
 	if err != nil {
-		putBody(data)
 		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
-		return nil, nil, false
+		return nil, false
 	}
-	return args, data, true
+	return args, true
 }
 
 func (s *server) filter(w http.ResponseWriter, r *http.Request) {
-	args, data, ok := s.readArgs(w, r)
+	sc := s.ledger.Scratch()
+	defer sc.Release()
+	args, ok := s.readArgs(w, r, sc)
 	if !ok {
 		return
 	}
-	// args' Nodes point into data: return it to the pool only when done.
-	defer putBody(data)
-	res := s.ledger.filter(args)
-	defer res.release()
+	res := s.ledger.filter(args, sc)
 	failed, unresolvable := res.failedCounts()
 	logDecision(r.Context(), "Filtered nodes", args, "failed", failed, "unresolvable", unresolvable)
 	if args.Nodes != nil {
@@ -218,7 +188,7 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	writeSized(w, r, "filter", res.WriteTo)
+	writeSized(w, r, sc, "filter", res.WriteTo)
 }
 
 // writeSized writes a JSON answer built in memory with its Content-Length.
@@ -228,15 +198,8 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 // connection on both sides. With the length known, the read that takes the
 // last byte also sees the end, and the connection goes back to the pool
 // (TestSchedulerClientReusesConnection).
-func writeSized(w http.ResponseWriter, r *http.Request, verb string, write func(io.Writer) (int64, error)) {
-	buf := respPool.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			buf.Reset()
-			respPool.Put(buf)
-		}
-	}()
-	buf.Reset()
+func writeSized(w http.ResponseWriter, r *http.Request, sc *Scratch, verb string, write func(io.Writer) (int64, error)) {
+	buf := sc.response()
 	if _, err := write(buf); err != nil {
 		klog.FromContext(r.Context()).Error(err, "Encoding the response failed", "verb", verb)
 		httpserver.WriteError(w, http.StatusInternalServerError, "encoding the response failed")
@@ -250,33 +213,23 @@ func writeSized(w http.ResponseWriter, r *http.Request, verb string, write func(
 	}
 }
 
-// respPool recycles the buffers of writeSized.
-var respPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
 func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
-	args, data, ok := s.readArgs(w, r)
+	sc := s.ledger.Scratch()
+	defer sc.Release()
+	args, ok := s.readArgs(w, r, sc)
 	if !ok {
 		return
 	}
-	// args' Nodes point into data: return it to the pool only when done.
-	defer putBody(data)
-	pooled := scorePool.Get().(*[]int64)
-	names, scores := s.ledger.prioritize(args, *pooled)
-	defer func() {
-		if cap(scores) <= maxPooledLen {
-			*pooled = scores[:0]
-			scorePool.Put(pooled)
-		}
-	}()
+	names, scores := s.ledger.prioritize(args, sc)
 	logDecision(r.Context(), "Prioritized nodes", args)
 	at := func(i int) (string, int64) { return names[i], scores[i] }
-	writeSized(w, r, "prioritize", func(w io.Writer) (int64, error) {
-		return writeScores(w, len(names), at, args.NodeNames != nil && args.plainNames)
+	writeSized(w, r, sc, "prioritize", func(w io.Writer) (int64, error) {
+		return writeScores(w, sc, len(names), at, args.NodeNames != nil && args.plainNames)
 	})
 }
 
 func (s *server) preempt(w http.ResponseWriter, r *http.Request) {
-	data, ok := s.readBody(w, r)
+	data, ok := s.readBody(w, r, nil)
 	if !ok {
 		return
 	}
@@ -292,7 +245,7 @@ func (s *server) preempt(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) bind(w http.ResponseWriter, r *http.Request) {
-	data, ok := s.readBody(w, r)
+	data, ok := s.readBody(w, r, nil)
 	if !ok {
 		return
 	}

@@ -10,7 +10,7 @@ import (
 // Filter keeps the candidate nodes with room for the pod and explains every
 // other one. It answers in the mode it was asked: NodeNames or Nodes.
 func (l *Ledger) Filter(args *Args) *FilterResult {
-	res := l.filter(args)
+	res := l.filter(args, new(Scratch))
 	for _, f := range res.failed {
 		if f.unresolvable {
 			res.FailedAndUnresolvableNodes[f.name] = f.reason
@@ -18,7 +18,6 @@ func (l *Ledger) Filter(args *Args) *FilterResult {
 			res.FailedNodes[f.name] = f.reason
 		}
 	}
-	putFailed(res.failed)
 	res.failed = nil
 	return res
 }
@@ -26,7 +25,7 @@ func (l *Ledger) Filter(args *Args) *FilterResult {
 // Prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,
 // in the order the scheduler sent them.
 func (l *Ledger) Prioritize(args *Args) extenderv1.HostPriorityList {
-	names, scores := l.prioritize(args, nil)
+	names, scores := l.prioritize(args, new(Scratch))
 	out := make(extenderv1.HostPriorityList, len(names))
 	for i, name := range names {
 		out[i] = extenderv1.HostPriority{Host: name, Score: scores[i]}

@@ -149,14 +149,12 @@ func TestLedgerFeedsWaiting(t *testing.T) {
 	held := pod("held", "a", 1)
 	l.SetPod(held)
 	tooBig := pod("big", "", 5)
-	res := l.filter(namesArgs(tooBig, "a"))
-	res.release()
+	l.filter(namesArgs(tooBig, "a"), new(Scratch))
 	if w.Len() != 0 {
 		t.Fatal("a pod rejected because the capacity is too small waits for nothing")
 	}
 	waiting := pod("p5", "", 1)
-	res = l.filter(namesArgs(waiting, "a"))
-	res.release()
+	l.filter(namesArgs(waiting, "a"), new(Scratch))
 	if w.Len() != 1 {
 		t.Fatalf("waiting %d, want the exhausted pod", w.Len())
 	}
@@ -169,8 +167,7 @@ func TestLedgerFeedsWaiting(t *testing.T) {
 	}
 	// Its retry fits: it is touched no more, and once bound it is gone and
 	// its reuse time observed.
-	res = l.filter(namesArgs(waiting, "a"))
-	res.release()
+	l.filter(namesArgs(waiting, "a"), new(Scratch))
 	l.DeletePod("uid-nobody") // no release: nothing to touch
 	if got := w.Next(); len(got) != 0 {
 		t.Fatalf("touched %v after the pod fit", touched(got))
@@ -191,8 +188,7 @@ func TestLedgerFeedsWaiting(t *testing.T) {
 	// A node's capacity growing frees room too.
 	l.SetPod(pod("held2", "a", 1))
 	other := pod("p6", "", 1)
-	res = l.filter(namesArgs(other, "a"))
-	res.release()
+	l.filter(namesArgs(other, "a"), new(Scratch))
 	l.SetNode(node("a", "3"))
 	if got := touched(w.Next()); fmt.Sprint(got) != "[p6]" {
 		t.Fatalf("after the node grew touched %v, want [p6]", got)

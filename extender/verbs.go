@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -54,13 +53,12 @@ func candidateNames(args *Args) []string {
 	return names
 }
 
-// usagesFor returns the usage of every candidate. With full Node objects, a
-// node the node informer has not delivered yet takes its capacity from the
-// object the scheduler sent.
-// The slice comes from usagePool; callers give it back with putUsages.
-func (l *Ledger) usagesFor(args *Args, names []string) []NodeUsage {
-	buf := usagePool.Get().(*[]NodeUsage)
-	usages := l.Usages(args.Pod.UID, names, (*buf)[:0])
+// usagesFor returns the usage of every candidate, in sc's buffer. With
+// full Node objects, a node the node informer has not delivered yet takes
+// its capacity from the object the scheduler sent.
+func (l *Ledger) usagesFor(args *Args, names []string, sc *Scratch) []NodeUsage {
+	usages := l.Usages(args.Pod.UID, names, sc.usages[:0])
+	sc.usages = usages
 	if args.NodeNames == nil {
 		for i := range usages {
 			if !usages[i].Known {
@@ -72,32 +70,17 @@ func (l *Ledger) usagesFor(args *Args, names []string) []NodeUsage {
 	return usages
 }
 
-// usagePool recycles the per-call usage slices: at 5000 nodes each is
-// 240 KB, and allocating it per call costs more in GC than in copying.
-var usagePool = sync.Pool{New: func() any { return new([]NodeUsage) }}
-
-// maxPooledLen bounds the per-call slices kept for reuse: a cluster's
-// worth of nodes, not whatever a hostile body once held.
-const maxPooledLen = 1 << 16
-
-func putUsages(u []NodeUsage) {
-	if cap(u) > maxPooledLen {
-		return
-	}
-	clear(u) // drop the reason strings
-	u = u[:0]
-	usagePool.Put(&u)
-}
-
 // filter keeps the candidate nodes with room for the pod and explains every
 // other one, answering in the mode it was asked (NodeNames or Nodes). The
 // rejected nodes are listed in res.failed rather than the maps, which cost
 // more to build than the rest of a names-only call; WriteTo writes both.
-func (l *Ledger) filter(args *Args) *FilterResult {
+// The result lives in sc's buffers until sc is released.
+func (l *Ledger) filter(args *Args, sc *Scratch) *FilterResult {
 	need := underlay.PodNeed(args.Pod)
 	res := &FilterResult{
 		FailedNodes:                extenderv1.FailedNodesMap{},
 		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
+		scratch:                    sc,
 	}
 	if need == 0 {
 		// Not an underlay pod: no opinion.
@@ -110,20 +93,18 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 	}
 	l.RememberNeed(args.Pod.UID, need)
 	names := candidateNames(args)
-	usages := l.usagesFor(args, names)
-	defer putUsages(usages)
+	usages := l.usagesFor(args, names, sc)
 
 	var (
 		causes    []causeCount
 		keptNames []string
 		keptNodes []NodeItem
 	)
-	res.failed = getFailed()
+	res.failed = sc.failed[:0]
 	if args.NodeNames != nil {
-		res.pooledNames = namePool.Get().(*[]string)
-		keptNames = (*res.pooledNames)[:0]
+		keptNames = sc.names[:0]
 		if keptNames == nil {
-			// A new pool entry is a nil slice, which would answer
+			// A new buffer is a nil slice, which would answer
 			// "NodeNames":null when every node is full: the reply must
 			// stay in names mode (kube-scheduler and our tests read it so).
 			keptNames = []string{}
@@ -149,9 +130,10 @@ func (l *Ledger) filter(args *Args) *FilterResult {
 		l.metrics.FilteredNodes.WithLabelValues(c.cause).Add(float64(c.n))
 	}
 	l.noteWaiting(args, need, len(keptNames)+len(keptNodes), causes)
+	sc.failed = res.failed
 	if args.NodeNames != nil {
-		*res.pooledNames = keptNames
-		res.NodeNames, res.plainNames = res.pooledNames, args.plainNames
+		sc.names = keptNames
+		res.NodeNames, res.plainNames = &sc.names, args.plainNames
 	} else {
 		res.Nodes = &NodeItems{Items: keptNodes}
 	}
@@ -181,42 +163,6 @@ func (l *Ledger) noteWaiting(args *Args, need int64, kept int, causes []causeCou
 	}
 }
 
-// The names-only path allocates nothing per node: its slices come from
-// these pools and go back when the response is written (release). GC work
-// of a few hundred kilobytes per call otherwise costs as much as the call.
-var (
-	namePool   = &sync.Pool{New: func() any { return new([]string) }}
-	failedPool = sync.Pool{New: func() any { return new([]failedNode) }}
-)
-
-func getFailed() []failedNode {
-	return (*failedPool.Get().(*[]failedNode))[:0]
-}
-
-func putFailed(f []failedNode) {
-	if f == nil || cap(f) > maxPooledLen {
-		return
-	}
-	clear(f)
-	f = f[:0]
-	failedPool.Put(&f)
-}
-
-// release gives the pooled slices of a result of filter back; r must not be
-// used afterwards.
-func (r *FilterResult) release() {
-	if r.pooledNames != nil {
-		if cap(*r.pooledNames) <= maxPooledLen {
-			clear(*r.pooledNames)
-			*r.pooledNames = (*r.pooledNames)[:0]
-			namePool.Put(r.pooledNames)
-		}
-		r.pooledNames, r.NodeNames = nil, nil
-	}
-	putFailed(r.failed)
-	r.failed = nil
-}
-
 // causeCount counts the rejected nodes of one cause.
 type causeCount struct {
 	cause string
@@ -237,11 +183,12 @@ func countCause(counts []causeCount, cause string) []causeCount {
 
 // prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,
 // in the order the scheduler sent them, as two parallel slices: the
-// candidates and their scores (written into out), which the handler writes
+// candidates and their scores (in sc's buffer), which the handler writes
 // without building a HostPriorityList.
-func (l *Ledger) prioritize(args *Args, out []int64) ([]string, []int64) {
+func (l *Ledger) prioritize(args *Args, sc *Scratch) ([]string, []int64) {
 	names := candidateNames(args)
-	out = out[:0]
+	out := sc.scores[:0]
+	defer func() { sc.scores = out }()
 	need := underlay.PodNeed(args.Pod)
 	if need == 0 {
 		for range names {
@@ -249,14 +196,9 @@ func (l *Ledger) prioritize(args *Args, out []int64) ([]string, []int64) {
 		}
 		return names, out
 	}
-	usages := l.usagesFor(args, names)
-	out = Scores(need, usages, out)
-	putUsages(usages)
+	out = Scores(need, l.usagesFor(args, names, sc), out)
 	return names, out
 }
-
-// scorePool recycles the score slices of the prioritize handler.
-var scorePool = sync.Pool{New: func() any { return new([]int64) }}
 
 // Preempt keeps the candidate nodes where evicting the proposed victims frees
 // enough underlay IPs for the preemptor, with the victims unchanged. Victims

@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -256,16 +255,11 @@ func TestPreempt(t *testing.T) {
 }
 
 // TestFilterAllFullStaysInNamesMode pins the reply of a names-only filter
-// in which no node fits: an empty list, not null, even when the per-call
-// name slice is a fresh pool entry (a nil slice).
+// in which no node fits: an empty list, not null, even when the call's name
+// buffer is new (a nil slice).
 func TestFilterAllFullStaysInNamesMode(t *testing.T) {
-	saved := namePool
-	namePool = &sync.Pool{New: func() any { return new([]string) }}
-	defer func() { namePool = saved }()
-
 	l := newTestLedger([]*v1.Node{node("a", "1")}, []*v1.Pod{pod("held", "a", 1)})
-	res := l.filter(namesArgs(pod("p", "", 1), "a"))
-	defer res.release()
+	res := l.filter(namesArgs(pod("p", "", 1), "a"), new(Scratch))
 	var b strings.Builder
 	if _, err := res.WriteTo(&b); err != nil {
 		t.Fatal(err)
