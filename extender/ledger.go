@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -568,16 +569,7 @@ func (l *Ledger) Expire() {
 
 // Run expires stale reservations and hints until ctx is done.
 func (l *Ledger) Run(ctx context.Context) {
-	t := time.NewTicker(10 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			l.Expire()
-		}
-	}
+	wait.UntilWithContext(ctx, func(context.Context) { l.Expire() }, 10*time.Second)
 }
 
 // PodIPs is one pod holding or reserving IPs on a node.
