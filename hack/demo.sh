@@ -196,6 +196,10 @@ run k -n demo get events --field-selector involvedObject.kind=ElasticWeb,involve
 bold "5. The workload API (every call authenticated and authorized as the caller)"
 k -n demo create serviceaccount console >/dev/null
 k create rolebinding console-edit --clusterrole=edit --serviceaccount=demo:console -n demo >/dev/null
+# The apiserver authorizes from its RBAC cache, which sees a new RoleBinding
+# a moment later: wait until it does, or the first call is a 403.
+console_can() { k auth can-i "$1" "$2" -n demo --as=system:serviceaccount:demo:console; }
+wait_for "RBAC to let the console patch deployments" 30 console_can patch deployments.apps
 TOKEN=$(k -n demo create token console --duration=24h)
 api() { curl -sS --cacert "$CA" -H "Authorization: Bearer $TOKEN" "$@"; echo; }
 run curl -sS --cacert "$CA" -X POST "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/underlay/stop"; echo
@@ -209,6 +213,7 @@ capacity=$(api "$WORKLOAD_API_URL/v1/namespaces/demo/deployments/underlay/capaci
 printf '   %s\n' "$(grep -o '"capacity":{"replicas":[0-9]*,"limitingResource":"[^"]*","reason":"[^"]*"' <<<"$capacity")"
 say "The console writes ElasticWebs through the API (Role capscale-workload:elasticweb: the resource only, no Deployment rights):"
 k create rolebinding console-elasticweb --clusterrole=capscale-workload:elasticweb --serviceaccount=demo:console -n demo >/dev/null
+wait_for "RBAC to let the console patch elasticwebs" 30 console_can patch elasticwebs.capscale.io
 printf '\033[36m$ PUT .../elasticwebs/cart {"image":"registry.example/cart:1","port":8080,"singlePodQPS":100,"totalQPS":300}\033[0m\n'
 api -X PUT -H 'Content-Type: application/json' -d '{"image":"registry.example/cart:1","port":8080,"singlePodQPS":100,"totalQPS":300}' \
   "$WORKLOAD_API_URL/v1/namespaces/demo/elasticwebs/cart" | cut -c1-160
