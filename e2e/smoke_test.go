@@ -100,8 +100,8 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(ver, `"gitVersion": "v1.37.1"`) {
-		t.Errorf("kubectl version does not report v1.37.1:\n%s", ver)
+	if !strings.Contains(ver, `"gitVersion": "v1.37.2"`) {
+		t.Errorf("kubectl version does not report v1.37.2:\n%s", ver)
 	}
 }
 

@@ -23,7 +23,7 @@ wanted() { [[ " ${tools[*]} " == *" $1 "* ]]; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
-k8s_version=v1.37.1
+k8s_version=v1.37.2
 # Bump when the way binaries are built changes, so caches are not reused.
 recipe=1
 cache_root=${CAPSCALE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capscale}/bin
