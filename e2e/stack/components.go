@@ -144,6 +144,11 @@ func (s *Stack) startWorkloadAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The example Roles for callers come with the API, as in deploy/'s
+	// kustomization: the demo binds its console to one of them.
+	if _, err := s.Kubectl(ctx, "apply", "-f", DeployFile("workload-api/roles.yaml")); err != nil {
+		return err
+	}
 	port, err := plane.FreePort()
 	if err != nil {
 		return err
