@@ -35,6 +35,14 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   stamp+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=37 -X $pkg.gitTreeState=clean"
 done
 
+# binname PACKAGE: the name go build -o DIR/ gives PACKAGE's binary, its last
+# path element unless that is a major version (go.etcd.io/etcd/server/v3).
+binname() {
+  local p=$1 last=${1##*/}
+  if [[ $last =~ ^v[0-9]+$ ]]; then p=${p%/*}; fi
+  echo "${p##*/}"
+}
+
 # build MODULE_DIR BIN=PACKAGE...: builds each wanted BIN from PACKAGE in the
 # tool module MODULE_DIR unless its cache entry has it, then links them.
 build() {
@@ -57,14 +65,23 @@ build() {
     total=$(cd "$here/$mod" && go list -deps -trimpath \
       -f '{{if and .Stale (ne .StaleReason "not installed but available in build cache")}}{{.ImportPath}}{{end}}' \
       "${pkgs[@]}" | grep -c .) || true
-    # Each binary goes to a temporary name first and is renamed into place,
-    # so an interrupted build never leaves a partial binary in the cache.
-    for spec in "${missing[@]}"; do
-      (cd "$here/$mod" && go build -v -trimpath -ldflags "-s -w$stamp" -o "$dir/.${spec%%=*}.$$" "${spec#*=}") ||
-        { rm -f "$dir/.${spec%%=*}.$$"; exit 1; }
-      mv -f "$dir/.${spec%%=*}.$$" "$dir/${spec%%=*}"
-      echo "=${spec%%=*} built ($((SECONDS - start))s)"
-    done 2>&1 | bash "$here/progress.sh" "$mod" "${total:-0}"
+    # One go build for all of a module's binaries: their packages compile
+    # in parallel and each link overlaps the others' compiles (a go build
+    # per binary left a core idle through every link). They go to a
+    # temporary directory, named after their package's last element, and
+    # are renamed into place: an interrupted build never leaves a partial
+    # binary in the cache.
+    tmp="$dir/.build.$$"
+    mkdir -p "$tmp"
+    {
+      (cd "$here/$mod" && go build -v -trimpath -ldflags "-s -w$stamp" -o "$tmp/" "${pkgs[@]}") ||
+        { rm -rf "$tmp"; exit 1; }
+      for spec in "${missing[@]}"; do
+        mv -f "$tmp/$(binname "${spec#*=}")" "$dir/${spec%%=*}"
+      done
+      rmdir "$tmp"
+      echo "=${missing[*]%%=*} built ($((SECONDS - start))s)"
+    } 2>&1 | bash "$here/progress.sh" "$mod" "${total:-0}"
   fi
   for spec in "${specs[@]}"; do ln -sf "$dir/${spec%%=*}" "$out/${spec%%=*}"; done
 }
