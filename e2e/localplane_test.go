@@ -17,7 +17,8 @@ import (
 
 // TestLocalUpDown is `make local-up` then `make local-down`: the env file
 // names the kubeconfig and every component's URL, the cluster answers, and
-// after down no process that up started is left.
+// deploy/'s caller Roles are installed, and after down no process that up
+// started is left.
 func TestLocalUpDown(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	root := plane.RepoRoot()
@@ -97,6 +98,25 @@ func TestLocalUpDown(t *testing.T) {
 	kubectl := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), "--kubeconfig", filepath.Join(out, "kubeconfig"), "get", "--raw", "/apis/external.metrics.k8s.io/v1beta1")
 	if b, err := kubectl.CombinedOutput(); err != nil || !strings.Contains(string(b), "capscale-load-index") {
 		t.Errorf("the adapter is not served through the local plane's aggregator: %v\n%s", err, b)
+	}
+
+	// The caller Roles deploy/ ships come with the workload API, as
+	// `kubectl apply -k deploy/` installs them: make demo binds its console
+	// to capscale-workload:elasticweb and writes an ElasticWeb as it.
+	k := func(args ...string) ([]byte, error) {
+		return exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", filepath.Join(out, "kubeconfig")}, args...)...).CombinedOutput()
+	}
+	if b, err := k("create", "rolebinding", "console-elasticweb", "-n", "default", "--clusterrole=capscale-workload:elasticweb", "--serviceaccount=default:console"); err != nil {
+		t.Fatalf("binding a caller to capscale-workload:elasticweb: %v\n%s", err, b)
+	}
+	var canI []byte
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if canI, err = k("auth", "can-i", "patch", "elasticwebs.capscale.io", "-n", "default", "--as=system:serviceaccount:default:console"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a caller bound to capscale-workload:elasticweb may not patch ElasticWebs (is the Role installed?): %v\n%s", err, canI)
+		}
 	}
 
 	run("down", "--dir", out)
