@@ -47,10 +47,10 @@ func newPKI(dir string) (*PKI, error) {
 	}
 	p := &PKI{Dir: dir}
 	var err error
-	if p.ClusterCA, err = newCA(dir, "cluster-ca", "capscale-e2e-cluster-ca"); err != nil {
+	if p.ClusterCA, err = NewCA(dir, "cluster-ca", "capscale-e2e-cluster-ca"); err != nil {
 		return nil, err
 	}
-	if p.FrontProxy, err = newCA(dir, "front-proxy-ca", "capscale-e2e-front-proxy-ca"); err != nil {
+	if p.FrontProxy, err = NewCA(dir, "front-proxy-ca", "capscale-e2e-front-proxy-ca"); err != nil {
 		return nil, err
 	}
 	if p.APIServer, err = p.ClusterCA.Issue(dir, "apiserver", CertSpec{
@@ -85,7 +85,9 @@ func newPKI(dir string) (*PKI, error) {
 	return p, nil
 }
 
-func newCA(dir, file, cn string) (*CA, error) {
+// NewCA creates a CA named cn and writes FILE.crt and FILE.key in dir (the
+// plane's CAs, and the test CAs of capscale's TLS clients and servers).
+func NewCA(dir, file, cn string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err

@@ -2,18 +2,10 @@ package kedascaler
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,6 +22,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
+	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/metricsadapter/provider"
@@ -40,71 +33,34 @@ const serverName = "capscale-metrics-adapter.capscale-system.svc"
 
 var now = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
+// testCA is the plane's CA (e2e/plane), with the calls these tests make.
 type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	*plane.CA
 	file string
 }
 
-var serial atomic.Int64
-
 func newTestCA(t *testing.T, name string) *testCA {
 	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: name}, IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	ca, err := plane.NewCA(t.TempDir(), name, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, _ := x509.ParseCertificate(der)
-	ca := &testCA{cert: cert, key: key, file: filepath.Join(t.TempDir(), name+".crt")}
-	writePEM(t, ca.file, "CERTIFICATE", der)
-	return ca
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
-}
-
-func writePEM(t *testing.T, file, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	return &testCA{CA: ca, file: ca.CertFile}
 }
 
 // issue returns cert and key files for a server (DNS name and 127.0.0.1)
 // or a client certificate.
 func (ca *testCA) issue(t *testing.T, cn string, server bool) (certFile, keyFile string) {
 	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+	spec := plane.CertSpec{CommonName: cn, Client: !server, Server: server}
 	if server {
-		tmpl.DNSNames, tmpl.IPAddresses = []string{cn}, []net.IP{net.ParseIP("127.0.0.1")}
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	} else {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		spec.DNSNames, spec.IPs = []string{cn}, []net.IP{net.ParseIP("127.0.0.1")}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	pair, err := ca.Issue(t.TempDir(), "tls", spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
-	return certFile, keyFile
+	return pair.CertFile, pair.KeyFile
 }
 
 // sources serves gpu-load from a settable value and stale-load as a
@@ -221,7 +177,7 @@ func startFixture(t *testing.T, o fixtureOptions) *fixture {
 func (f *fixture) client(t *testing.T, clientCA *testCA) pb.ExternalScalerClient {
 	t.Helper()
 	roots := x509.NewCertPool()
-	roots.AddCert(f.ca.cert)
+	roots.AddCert(f.ca.Cert)
 	cfg := &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}
 	if clientCA != nil {
 		certFile, keyFile := clientCA.issue(t, "keda-operator", false)
