@@ -110,6 +110,11 @@ func TestHandlerFilterAndPrioritize(t *testing.T) {
 		{"NodeNames", func(p *v1.Pod) *Args { return namesArgs(p, "full", "room", "zero", "ghost") }},
 		{"Nodes", func(p *v1.Pod) *Args { return nodesArgs(p, append(nodeObjs, node("ghost", ""))...) }},
 	} {
+		// Only full and zero: no node has room, so every one is explained.
+		noRoom := namesArgs(pod("new", "", 1), "full", "zero")
+		if mode.name == "Nodes" {
+			noRoom = nodesArgs(pod("new", "", 1), node("full", "1"), node("zero", "0"))
+		}
 		t.Run(mode.name+"/filter", func(t *testing.T) {
 			code, body := ts.post(t, "/filter", mustJSON(t, mode.args(pod("new", "", 1))))
 			if code != http.StatusOK {
@@ -132,14 +137,33 @@ func TestHandlerFilterAndPrioritize(t *testing.T) {
 			if got := wireNames(&res); strings.Join(got, ",") != strings.Join(want, ",") {
 				t.Errorf("kept %v, want %v", got, want)
 			}
+			if len(res.FailedNodes)+len(res.FailedAndUnresolvableNodes) != 0 {
+				t.Errorf("a pod that fits somewhere got reasons: %s", body)
+			}
+			if res.Error != "" {
+				t.Errorf("Error = %q", res.Error)
+			}
+		})
+		t.Run(mode.name+"/filter no room", func(t *testing.T) {
+			code, body := ts.post(t, "/filter", mustJSON(t, noRoom))
+			if code != http.StatusOK {
+				t.Fatalf("code %d: %s", code, body)
+			}
+			var res extenderv1.ExtenderFilterResult
+			if err := json.Unmarshal(body, &res); err != nil {
+				t.Fatal(err)
+			}
+			if got := wireNames(&res); len(got) != 0 {
+				t.Errorf("kept %v, want none", got)
+			}
+			if (mode.name == "Nodes") != (res.NodeNames == nil) {
+				t.Errorf("answered in the other mode: %s", body)
+			}
 			if got := res.FailedNodes["full"]; got != "underlay IPs exhausted: 1/1 used, pod needs 1" {
 				t.Errorf("FailedNodes[full] = %q", got)
 			}
 			if _, ok := res.FailedAndUnresolvableNodes["zero"]; !ok {
 				t.Errorf("zero not unresolvable: %s", body)
-			}
-			if res.Error != "" {
-				t.Errorf("Error = %q", res.Error)
 			}
 		})
 		t.Run(mode.name+"/prioritize", func(t *testing.T) {
@@ -166,8 +190,10 @@ func TestHandlerFilterAndPrioritize(t *testing.T) {
 			}
 		})
 	}
-	if got := testutil.ToFloat64(ts.env.ledger.metrics.FilteredNodes.WithLabelValues(CauseExhausted)); got != 2 {
-		t.Errorf("filtered_nodes_total{cause=exhausted} = %v, want 2", got)
+	if got := testutil.ToFloat64(ts.env.ledger.metrics.FilteredNodes.WithLabelValues(CauseExhausted)); got != 4 {
+		// full, in each mode's two filter calls: counted whether or not
+		// the answer carries the reason.
+		t.Errorf("filtered_nodes_total{cause=exhausted} = %v, want 4", got)
 	}
 }
 
@@ -378,14 +404,20 @@ func TestHandlerBindHammer(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			p := pod(fmt.Sprintf("h%02d", i), "", 1)
-			code, body := ts.post(t, "/filter", mustJSON(t, namesArgs(p, "a", "b", "c")))
-			var res extenderv1.ExtenderFilterResult
-			if code != http.StatusOK || json.Unmarshal(body, &res) != nil {
-				t.Errorf("filter: %d %s", code, body)
-				return
-			}
-			for _, n := range *res.NodeNames {
-				code, body := ts.post(t, "/bind", mustJSON(t, bindArgs(p, n)))
+			// As kube-scheduler does: a refused bind sends the pod back
+			// to filter, until filter finds no room.
+			for {
+				code, body := ts.post(t, "/filter", mustJSON(t, namesArgs(p, "a", "b", "c")))
+				var res extenderv1.ExtenderFilterResult
+				if code != http.StatusOK || json.Unmarshal(body, &res) != nil {
+					t.Errorf("filter: %d %s", code, body)
+					return
+				}
+				if len(*res.NodeNames) == 0 {
+					return
+				}
+				n := (*res.NodeNames)[i%len(*res.NodeNames)]
+				code, body = ts.post(t, "/bind", mustJSON(t, bindArgs(p, n)))
 				var br extenderv1.ExtenderBindingResult
 				if code != http.StatusOK || json.Unmarshal(body, &br) != nil {
 					t.Errorf("bind: %d %s", code, body)

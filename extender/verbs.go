@@ -70,8 +70,8 @@ func (l *Ledger) usagesFor(args *Args, names []string, sc *Scratch) []NodeUsage 
 	return usages
 }
 
-// filter keeps the candidate nodes with room for the pod and explains every
-// other one, answering in the mode it was asked (NodeNames or Nodes). The
+// filter keeps the candidate nodes with the most free IPs (MostFree) and,
+// when none has room, explains every one, answering in the mode it was asked (NodeNames or Nodes). The
 // rejected nodes are listed in res.failed rather than the maps, which cost
 // more to build than the rest of a names-only call; WriteTo writes both.
 // The result lives in sc's buffers until sc is released.
@@ -113,9 +113,15 @@ func (l *Ledger) filter(args *Args, sc *Scratch) *FilterResult {
 		keptNodes = make([]NodeItem, 0, len(names))
 	}
 	vs := verdicts{need: need}
+	best := MostFree(need, usages)
 	for i, name := range names {
 		v := vs.of(usages[i])
 		if v.Fit {
+			if usages[i].Free() < best {
+				// Outranked: kept out so that kube-scheduler picks among
+				// the most free only (see MostFree).
+				continue
+			}
 			if args.NodeNames != nil {
 				keptNames = append(keptNames, name)
 			} else {
@@ -129,7 +135,13 @@ func (l *Ledger) filter(args *Args, sc *Scratch) *FilterResult {
 	for _, c := range causes {
 		l.metrics.FilteredNodes.WithLabelValues(c.cause).Add(float64(c.n))
 	}
-	l.noteWaiting(args, need, len(keptNames)+len(keptNodes), causes)
+	kept := len(keptNames) + len(keptNodes)
+	l.noteWaiting(args, need, kept, causes)
+	if kept > 0 {
+		// The reasons only matter to a pod no node has room for (its
+		// event, and preemption); skipping them keeps the answer small.
+		res.failed = res.failed[:0]
+	}
 	sc.failed = res.failed
 	if args.NodeNames != nil {
 		sc.names = keptNames

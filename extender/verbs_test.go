@@ -44,10 +44,10 @@ func resultNames(r *FilterResult) []string {
 }
 
 func TestFilter(t *testing.T) {
-	nodes := []*v1.Node{node("full", "2"), node("room", ""), node("zero", "0"), node("bad", "x"), node("small", "1")}
-	pods := []*v1.Pod{pod("f1", "full", 1), pod("f2", "full", 1), pod("r1", "room", 1)}
+	nodes := []*v1.Node{node("full", "2"), node("room", ""), node("zero", "0"), node("bad", "x"), node("small", "1"), node("room2", "")}
+	pods := []*v1.Pod{pod("f1", "full", 1), pod("f2", "full", 1), pod("r1", "room", 1), pod("r2", "room2", 1)}
 	l := newTestLedger(nodes, pods)
-	all := []string{"full", "room", "zero", "bad", "small", "ghost"}
+	all := []string{"full", "room", "zero", "bad", "small", "ghost", "room2"}
 
 	tests := []struct {
 		name             string
@@ -57,24 +57,29 @@ func TestFilter(t *testing.T) {
 		wantUnresolvable []string
 	}{
 		{
-			name:     "one IP",
-			pod:      pod("new", "", 1),
-			wantKept: []string{"room", "small"},
-			wantFailed: map[string]string{
-				"full":  "underlay IPs exhausted: 2/2 used, pod needs 1",
-				"ghost": "node is unknown to the underlay IP extender",
-			},
-			wantUnresolvable: []string{"bad", "zero"},
+			// small has room too, but fewer free IPs: only the most free
+			// stay, in the order sent, and no reasons are needed.
+			name:       "one IP: the most free only",
+			pod:        pod("new", "", 1),
+			wantKept:   []string{"room", "room2"},
+			wantFailed: map[string]string{},
 		},
 		{
-			name:     "two IPs",
-			pod:      pod("new", "", 2),
-			wantKept: []string{"room"},
+			name:       "two IPs",
+			pod:        pod("new", "", 2),
+			wantKept:   []string{"room", "room2"},
+			wantFailed: map[string]string{},
+		},
+		{
+			name:     "ten IPs: no room anywhere, every node explained",
+			pod:      pod("new", "", 10),
+			wantKept: []string{},
 			wantFailed: map[string]string{
-				"full":  "underlay IPs exhausted: 2/2 used, pod needs 2",
+				"room":  "underlay IPs exhausted: 1/10 used, pod needs 10",
+				"room2": "underlay IPs exhausted: 1/10 used, pod needs 10",
 				"ghost": "node is unknown to the underlay IP extender",
 			},
-			wantUnresolvable: []string{"bad", "small", "zero"},
+			wantUnresolvable: []string{"bad", "full", "small", "zero"},
 		},
 		{
 			name:       "no IPs: every node passes",
@@ -110,16 +115,20 @@ func TestFilter(t *testing.T) {
 func TestFilterFullNodes(t *testing.T) {
 	l := newTestLedger([]*v1.Node{node("full", "1"), node("room", "")}, []*v1.Pod{pod("f", "full", 1)})
 	// "late" is not in the node informer yet: its object's annotation rules.
-	args := nodesArgs(pod("new", "", 1), node("full", "1"), node("room", ""), node("late", "2"), node("latezero", "0"))
+	args := nodesArgs(pod("new", "", 1), node("full", "1"), node("room", ""), node("late", "12"), node("latezero", "0"))
 	res := l.Filter(args)
 	if res.NodeNames != nil {
 		t.Errorf("Nodes mode answered with NodeNames")
 	}
-	if got, want := resultNames(res), []string{"room", "late"}; !reflect.DeepEqual(got, want) {
+	if got, want := resultNames(res), []string{"late"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("kept %v, want %v", got, want)
 	}
-	if res.Nodes.Items[1].Annotations == nil {
+	if res.Nodes.Items[0].Annotations == nil {
 		t.Errorf("surviving Node objects must be returned whole")
+	}
+	res = l.Filter(nodesArgs(pod("new", "", 1), node("full", "1"), node("latezero", "0")))
+	if got := resultNames(res); len(got) != 0 {
+		t.Errorf("kept %v, want none", got)
 	}
 	if _, ok := res.FailedNodes["full"]; !ok {
 		t.Errorf("full not in FailedNodes: %v", res.FailedNodes)
