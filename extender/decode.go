@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
-
-	v1 "k8s.io/api/core/v1"
 )
 
 // This file is a single-pass decoder of ExtenderArgs. encoding/json validates
@@ -15,11 +13,12 @@ import (
 // a third and fourth pass over every Node; at 5000 realistic Nodes (~86 MiB)
 // that is most of a filter call. The scanner below validates each byte once,
 // reads only NodeNames, the Nodes' names and annotations, and records each
-// Node's byte span to echo it. The Pod is small and its semantics (quantities,
-// merging) matter, so it still goes through encoding/json into v1.Pod.
+// Node's byte span to echo it. The Pod's semantics (quantities, merging)
+// matter, so it still goes through encoding/json, into podArgs: only the
+// fields the verbs read.
 //
-// It accepts exactly what json.Unmarshal into Args accepts and produces the
-// same Args: keys match case-insensitively (bytes.EqualFold, as encoding/json
+// It accepts exactly what json.Unmarshal into Args (with podArgs for the Pod)
+// accepts and produces the same Args: keys match case-insensitively (bytes.EqualFold, as encoding/json
 // does), duplicate keys follow encoding/json (last wins; objects merge into
 // what an earlier key decoded; a reused []string keeps the elements a null
 // does not overwrite), strings with escapes or invalid UTF-8 are unquoted by
@@ -38,6 +37,8 @@ type scanner struct {
 	depth int
 	// scratch lends the element list of NodeNames.
 	scratch *Scratch
+	// pod is the Pod decoded so far (a repeated key merges into it).
+	pod *podArgs
 }
 
 func (s *scanner) syntaxErr(what string) error {
@@ -396,6 +397,7 @@ func decodeExtenderArgsFast(data []byte, sc *Scratch) (*Args, error) {
 		if err := s.args(&args); err != nil {
 			return nil, err
 		}
+		args.Pod = s.pod.pod()
 	case 'n':
 		// null leaves Args empty.
 		if err := s.literal("null"); err != nil {
@@ -418,7 +420,7 @@ func (s *scanner) args(args *Args) error {
 	return s.fields(func(k int) error {
 		switch k {
 		case 0:
-			return s.pod(args)
+			return s.podArgs()
 		case 1:
 			return s.nodeNames(args)
 		case 2:
@@ -428,21 +430,21 @@ func (s *scanner) args(args *Args) error {
 	}, "Pod", "NodeNames", "Nodes")
 }
 
-// pod decodes the Pod with encoding/json, into the Pod an earlier "Pod" key
-// left, as encoding/json does.
-func (s *scanner) pod(args *Args) error {
+// podArgs decodes the Pod with encoding/json, into the podArgs an earlier
+// "Pod" key left, as encoding/json does.
+func (s *scanner) podArgs() error {
 	if s.null() {
-		args.Pod = nil
+		s.pod = nil
 		return nil
 	}
 	raw, err := s.span()
 	if err != nil {
 		return err
 	}
-	if args.Pod == nil {
-		args.Pod = &v1.Pod{}
+	if s.pod == nil {
+		s.pod = &podArgs{}
 	}
-	if err := json.Unmarshal(raw, args.Pod); err != nil {
+	if err := json.Unmarshal(raw, s.pod); err != nil {
 		return fmt.Errorf("decoding ExtenderArgs.Pod: %w", err)
 	}
 	return nil

@@ -8,8 +8,11 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/internal/underlay"
 )
 
@@ -35,6 +38,18 @@ func checkSameAsStdlib(t *testing.T, data []byte) {
 	}
 	if a, b := underlay.PodNeed(fast.Pod), underlay.PodNeed(std.Pod); a != b {
 		t.Fatalf("PodNeed %d, encoding/json %d, for %q", a, b, data)
+	}
+	// The slim Pod says what the whole v1.Pod says, wherever that decodes.
+	var whole struct{ Pod *v1.Pod }
+	if json.Unmarshal(data, &whole) == nil && whole.Pod != nil {
+		w, f := whole.Pod, fast.Pod
+		if a, b := underlay.PodNeed(f), underlay.PodNeed(w); a != b {
+			t.Fatalf("PodNeed %d from the slim Pod, %d from v1.Pod, for %q", a, b, data)
+		}
+		if f.Name != w.Name || f.Namespace != w.Namespace || f.UID != w.UID || !reflect.DeepEqual(f.Spec.Priority, w.Spec.Priority) {
+			t.Fatalf("slim Pod %s/%s %s %v, v1.Pod %s/%s %s %v, for %q", f.Namespace, f.Name, f.UID, f.Spec.Priority,
+				w.Namespace, w.Name, w.UID, w.Spec.Priority, data)
+		}
 	}
 }
 
@@ -200,9 +215,60 @@ func allPlain(names []string) bool {
 // decodeExtenderArgsStdlib is DecodeExtenderArgs with encoding/json: the
 // reference the fast decoder is tested against.
 func decodeExtenderArgsStdlib(data []byte) (*Args, error) {
-	var args Args
-	if err := json.Unmarshal(data, &args); err != nil {
+	var wire struct {
+		Pod       *podArgs
+		NodeNames *[]string
+		Nodes     *NodeItems
+	}
+	if err := json.Unmarshal(data, &wire); err != nil {
 		return nil, fmt.Errorf("decoding ExtenderArgs: %w", err)
 	}
-	return validateArgs(&args)
+	return validateArgs(&Args{Pod: wire.Pod.pod(), NodeNames: wire.NodeNames, Nodes: wire.Nodes})
+}
+
+// TestDecodeExtenderArgsRealisticPod decodes a Pod as kube-scheduler sends
+// it, managedFields and status included: the slim Pod must give the same
+// need, identity and priority as the whole one (checkSameAsStdlib).
+func TestDecodeExtenderArgsRealisticPod(t *testing.T) {
+	always := v1.ContainerRestartPolicyAlways
+	prio := int32(1000)
+	p := pod("web-0", "", 2)
+	p.UID = "0b5e9c1d-7a3f-4c55-9a7e-2f1d6c3b8e41"
+	p.Labels = map[string]string{"app": "web"}
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate,
+		APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:containers":{}}}`)}}}
+	p.Spec.Priority = &prio
+	p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: "cpu", Image: "img", Resources: v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m"), v1.ResourceMemory: resource.MustParse("64Mi")}}})
+	p.Spec.InitContainers = []v1.Container{
+		{Name: "sidecar", RestartPolicy: &always, Resources: v1.ResourceRequirements{Requests: underlayList(1)}},
+		{Name: "init", Resources: v1.ResourceRequirements{Limits: underlayList(4)}},
+	}
+	p.Spec.Overhead = underlayList(1)
+	p.Status = v1.PodStatus{Phase: v1.PodPending, Conditions: []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: "Unschedulable"}}}
+	data := mustJSON(t, &extenderv1.ExtenderArgs{Pod: p, NodeNames: &[]string{"a", "b"}})
+	checkSameAsStdlib(t, data)
+	args, err := DecodeExtenderArgs(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sidecar 1 + max(init 4, sidecar 1 + containers 2) + overhead 1.
+	if got, want := underlay.PodNeed(args.Pod), underlay.PodNeed(p); got != want || want != 6 {
+		t.Errorf("need %d from the decoded Pod, %d from the original (want 6)", got, want)
+	}
+	if args.Pod.UID != p.UID || args.Pod.Name != "web-0" || *args.Pod.Spec.Priority != prio {
+		t.Errorf("decoded Pod %s %s %v", args.Pod.UID, args.Pod.Name, args.Pod.Spec.Priority)
+	}
+	// A field the extender does not read is not judged: kube-scheduler
+	// sends a valid Pod, and only the fields read decide anything.
+	if _, err := DecodeExtenderArgs([]byte(`{"Pod":{"spec":{"hostname":5}},"NodeNames":["a"]}`)); err != nil {
+		t.Errorf("a type error in a field the extender does not read: %v", err)
+	}
+	if _, err := DecodeExtenderArgs([]byte(`{"Pod":{"spec":{"priority":"high"}},"NodeNames":["a"]}`)); err == nil {
+		t.Errorf("a type error in spec.priority was accepted")
+	}
+}
+
+func underlayList(n int64) v1.ResourceList {
+	return v1.ResourceList{v1.ResourceName(names.UnderlayIPResource): *resource.NewQuantity(n, resource.DecimalSI)}
 }
