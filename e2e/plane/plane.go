@@ -44,6 +44,11 @@ type Options struct {
 	SchedulerConfig string
 	// HPASyncPeriod is kube-controller-manager's HPA sync period.
 	HPASyncPeriod time.Duration
+	// NodeLeaseDuration is the kwok nodes' Lease duration (default 40s, the
+	// kubelet's); they renew every quarter of it. Longer leases quiet the
+	// heartbeats of thousands of nodes, and kube-controller-manager's node
+	// grace period grows with them.
+	NodeLeaseDuration time.Duration
 	// Extra flags for the components.
 	ExtraAPIServerFlags, ExtraControllerManagerFlags, ExtraSchedulerFlags []string
 	// Detach leaves the processes running when this process exits
@@ -175,6 +180,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.HPASyncPeriod == 0 {
 		o.HPASyncPeriod = 15 * time.Second
+	}
+	if o.NodeLeaseDuration == 0 {
+		o.NodeLeaseDuration = defaultNodeLease
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -368,6 +376,9 @@ func (p *Plane) startControllerManager(ctx context.Context, port int) error {
 		"--horizontal-pod-autoscaler-sync-period=" + p.Opts.HPASyncPeriod.String(),
 		"--profiling=false",
 	}
+	if p.Opts.NodeLeaseDuration != defaultNodeLease {
+		args = append(args, "--node-monitor-grace-period="+nodeGracePeriod(p.Opts.NodeLeaseDuration).String())
+	}
 	proc, err := p.StartProcess("kube-controller-manager", p.bin("kube-controller-manager"), append(args, p.Opts.ExtraControllerManagerFlags...)...)
 	if err != nil {
 		return err
@@ -463,7 +474,7 @@ func (p *Plane) startKwok(port int) error {
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		fmt.Sprintf("--server-address=127.0.0.1:%d", port),
-		"--node-ip=127.0.0.1", "--node-lease-duration-seconds=40")
+		"--node-ip=127.0.0.1", fmt.Sprintf("--node-lease-duration-seconds=%d", int(p.Opts.NodeLeaseDuration.Seconds())))
 	return err
 }
 
@@ -525,4 +536,14 @@ func (p *Plane) WaitForNamespace(ctx context.Context, ns string) error {
 		return fmt.Errorf("creating namespace %s: %w", ns, err)
 	}
 	return p.waitDefaultServiceAccount(ctx, ns)
+}
+
+// defaultNodeLease is the kubelet's Lease duration, the kwok nodes' default.
+const defaultNodeLease = 40 * time.Second
+
+// nodeGracePeriod is how long kube-controller-manager waits for a node's
+// Lease renewal before marking it unknown: three renewals (a quarter of the
+// lease each), never less than its default 50s.
+func nodeGracePeriod(lease time.Duration) time.Duration {
+	return max(50*time.Second, 3*lease/4)
 }

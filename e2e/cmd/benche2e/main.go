@@ -43,6 +43,7 @@ func main() {
 	batch := flag.Int("batch", 500, "throughput: pods per batch")
 	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
 	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), native-prioritize (native mode with the extender as prioritizer only, vs the same) or tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults)")
+	nodeLease := flag.Duration("node-lease", 40*time.Second, "throughput: the kwok nodes' Lease duration (they renew every quarter of it); at 5000 nodes the kubelet's 40s means 500 Lease writes a second, which saturate a 2-core plane")
 	pprofDir := flag.String("pprof-dir", "", "throughput: save 25 s CPU profiles of kube-scheduler and the extender, taken from the first measured round on, in this directory")
 	jsonFile := flag.String("json", "", "throughput: write the figures to this file as JSON")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
@@ -64,7 +65,14 @@ func main() {
 		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, native-prioritize or tax, got %q\n", *mode)
 		os.Exit(2)
 	}
-	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir}
+	if *pprofDir != "" {
+		// Made now: a missing directory would only show after the plane is up.
+		if err := os.MkdirAll(*pprofDir, 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "benche2e: --pprof-dir: %v\n", err)
+			os.Exit(2)
+		}
+	}
+	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir, NodeLease: *nodeLease}
 	var err error
 	switch *scenario {
 	case "throughput":

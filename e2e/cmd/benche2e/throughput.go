@@ -42,6 +42,7 @@ type rigOptions struct {
 	BinDir    string
 	JSONFile  string
 	PprofDir  string // if set: CPU profiles of kube-scheduler and the extender during each side's first measured batch
+	NodeLease time.Duration
 }
 
 // side is one arm of the comparison.
@@ -132,6 +133,13 @@ func throughput(o rigOptions) error {
 		extArgs = append(extArgs, "--profiling")
 		schedFlags = []string{"--profiling=true"}
 	}
+	var kcmFlags []string
+	if o.ClientQPS != 0 {
+		// kube-controller-manager too: at its default 20 QPS, removing the
+		// not-ready taint of 5000 new nodes alone takes minutes (kwokctl
+		// lifts the same limit for large clusters).
+		kcmFlags = []string{fmt.Sprintf("--kube-api-qps=%d", o.ClientQPS), fmt.Sprintf("--kube-api-burst=%d", 2*o.ClientQPS)}
+	}
 	ten := resource.MustParse("10")
 	s, err := stack.Start(ctx, stack.Options{
 		SchedulerConfigFile: schedCfg,
@@ -143,8 +151,10 @@ func throughput(o rigOptions) error {
 				n.Status.Capacity[nativeResource] = ten
 				n.Status.Allocatable[nativeResource] = ten
 			},
-			Logf:                func(f string, a ...any) { fmt.Printf("# "+f+"\n", a...) },
-			ExtraSchedulerFlags: schedFlags,
+			Logf:                        func(f string, a ...any) { fmt.Printf("# "+f+"\n", a...) },
+			ExtraSchedulerFlags:         schedFlags,
+			ExtraControllerManagerFlags: kcmFlags,
+			NodeLeaseDuration:           o.NodeLease,
 		},
 		Extender: true,
 		Native:   native,
@@ -153,7 +163,7 @@ func throughput(o rigOptions) error {
 		return err
 	}
 	defer s.Stop()
-	fmt.Printf("# %s scenario: %d nodes, plane up in %.1fs; client QPS %s; load average %s\n", o.Mode, o.Nodes, time.Since(started).Seconds(), qpsLabel(o.ClientQPS), load)
+	fmt.Printf("# %s scenario: %d nodes (Leases of %s), plane up in %.1fs; client QPS %s; load average %s\n", o.Mode, o.Nodes, s.Plane.Opts.NodeLeaseDuration, time.Since(started).Seconds(), qpsLabel(o.ClientQPS), load)
 
 	var sides [2]side
 	switch o.Mode {
