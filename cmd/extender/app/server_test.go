@@ -89,7 +89,8 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
 		t.Fatal(err)
 	}
-	if res.NodeNames == nil || strings.Join(*res.NodeNames, ",") != "b" || res.FailedNodes["a"] != "underlay IPs exhausted: 1/1 used, pod needs 1" {
+	// a is full; b has room, so a needs no reason.
+	if res.NodeNames == nil || strings.Join(*res.NodeNames, ",") != "b" || len(res.FailedNodes) != 0 {
 		t.Errorf("filter result %+v", res)
 	}
 
