@@ -236,7 +236,7 @@ func TestDecodeExtenderArgsRealisticPod(t *testing.T) {
 	p.UID = "0b5e9c1d-7a3f-4c55-9a7e-2f1d6c3b8e41"
 	p.Labels = map[string]string{"app": "web"}
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate,
-		APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:containers":{}}}`)}}}
+		APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:containers":{}}}`)}}
 	p.Spec.Priority = &prio
 	p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: "cpu", Image: "img", Resources: v1.ResourceRequirements{
 		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m"), v1.ResourceMemory: resource.MustParse("64Mi")}}})
