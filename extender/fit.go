@@ -105,8 +105,8 @@ func (c *verdicts) of(u NodeUsage) Verdict {
 // fits, or 0 when it fits nowhere. Filter keeps only the nodes that have
 // this many: that makes "most free IPs first" exact without a prioritize
 // round trip, and leaves kube-scheduler's own scores to break the tie among
-// them (issue 17: the prioritize call cost more than half of the extender
-// side's gap to native scheduling).
+// them (issue 17: extender mode went from 0.52 to 0.81-0.88 of native
+// scheduling's rate at 500 nodes).
 func MostFree(need int64, usages []NodeUsage) int64 {
 	var best int64
 	if need > 0 {

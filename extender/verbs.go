@@ -71,10 +71,11 @@ func (l *Ledger) usagesFor(args *Args, names []string, sc *Scratch) []NodeUsage 
 }
 
 // filter keeps the candidate nodes with the most free IPs (MostFree) and,
-// when none has room, explains every one, answering in the mode it was asked (NodeNames or Nodes). The
-// rejected nodes are listed in res.failed rather than the maps, which cost
-// more to build than the rest of a names-only call; WriteTo writes both.
-// The result lives in sc's buffers until sc is released.
+// when none has room, explains every one, answering in the mode it was
+// asked (NodeNames or Nodes). The rejected nodes are listed in res.failed
+// rather than the maps, which cost more to build than the rest of a
+// names-only call; WriteTo writes both. The result lives in sc's buffers
+// until sc is released.
 func (l *Ledger) filter(args *Args, sc *Scratch) *FilterResult {
 	need := underlay.PodNeed(args.Pod)
 	res := &FilterResult{
