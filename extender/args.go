@@ -42,9 +42,9 @@ type NodeItem struct {
 
 // podArgs is what the verbs read of ExtenderArgs.Pod: who it is, its
 // priority and what its containers request. kube-scheduler sends the whole
-// Pod, managedFields and status included; decoding only these fields cost
-// the filter call a fraction of what decoding a v1.Pod did (issue 17's
-// profile: the Pod was half of the extender's decoding).
+// Pod, managedFields and status included; decoding a v1.Pod was most of a
+// names-only filter call's decoding and 12% of the extender's CPU under
+// issue 17's rig, these fields 7%.
 type podArgs struct {
 	Metadata struct {
 		Name      string    `json:"name"`

@@ -17,13 +17,13 @@ import (
 // matter, so it still goes through encoding/json, into podArgs: only the
 // fields the verbs read.
 //
-// It accepts exactly what json.Unmarshal into Args (with podArgs for the Pod)
-// accepts and produces the same Args: keys match case-insensitively (bytes.EqualFold, as encoding/json
-// does), duplicate keys follow encoding/json (last wins; objects merge into
-// what an earlier key decoded; a reused []string keeps the elements a null
-// does not overwrite), strings with escapes or invalid UTF-8 are unquoted by
-// encoding/json itself, and nesting is limited to encoding/json's 10000
-// levels. FuzzDecodeExtenderArgsEquivalence holds it to that.
+// It accepts exactly what json.Unmarshal into Args (with podArgs for the
+// Pod) accepts and produces the same Args: keys match case-insensitively
+// (bytes.EqualFold, as encoding/json does), duplicate keys follow
+// encoding/json (last wins; objects merge into what an earlier key decoded;
+// a reused []string keeps the elements a null does not overwrite), strings
+// with escapes or invalid UTF-8 are unquoted by encoding/json itself, and
+// nesting is limited to encoding/json's 10000 levels. FuzzDecodeExtenderArgsEquivalence holds it to that.
 
 // maxNestingDepth is encoding/json's limit on nested arrays and objects.
 const maxNestingDepth = 10000

@@ -41,8 +41,8 @@ type rigOptions struct {
 	ClientQPS int
 	BinDir    string
 	JSONFile  string
-	PprofDir  string // if set: CPU profiles of kube-scheduler and the extender during each side's first measured batch
-	NodeLease time.Duration
+	PprofDir  string        // if set: CPU profiles of kube-scheduler and the extender during each side's first measured batch
+	NodeLease time.Duration // the kwok nodes' Lease duration (plane.Options.NodeLeaseDuration)
 }
 
 // side is one arm of the comparison.
