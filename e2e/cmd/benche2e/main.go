@@ -65,6 +65,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, native-prioritize or tax, got %q\n", *mode)
 		os.Exit(2)
 	}
+	if err := checkNodeLease(*nodeLease); err != nil {
+		fmt.Fprintf(os.Stderr, "benche2e: %v\n", err)
+		os.Exit(2)
+	}
 	if *pprofDir != "" {
 		// Made now: a missing directory would only show after the plane is up.
 		if err := os.MkdirAll(*pprofDir, 0o755); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"time"
@@ -14,6 +15,15 @@ import (
 // spread is the median and range of one side's rounds.
 type spread struct {
 	Median, Min, Max float64
+}
+
+// checkNodeLease rejects a Lease duration kwok cannot take as given: it
+// wants whole seconds, and 0 would quietly become the plane's default.
+func checkNodeLease(d time.Duration) error {
+	if d < time.Second || d%time.Second != 0 {
+		return fmt.Errorf("--node-lease must be a whole number of seconds, at least 1s, got %s", d)
+	}
+	return nil
 }
 
 // summarize returns the median and range of xs (NaN for none).

@@ -197,3 +197,14 @@ func TestProcCPU(t *testing.T) {
 		t.Error("no such process must be an error")
 	}
 }
+
+func TestCheckNodeLease(t *testing.T) {
+	for d, ok := range map[time.Duration]bool{
+		40 * time.Second: true, 4 * time.Minute: true, time.Second: true,
+		0: false, -time.Minute: false, 500 * time.Millisecond: false, 90500 * time.Millisecond: false,
+	} {
+		if err := checkNodeLease(d); (err == nil) != ok {
+			t.Errorf("checkNodeLease(%s) = %v, want ok %v", d, err, ok)
+		}
+	}
+}
