@@ -197,3 +197,27 @@ func TestForwarderUnreachable(t *testing.T) {
 		t.Errorf("Get = %v, want a 503 naming the missing endpoints", err)
 	}
 }
+
+// lateAnswer hands over an empty 200 only after the request's deadline, as
+// net/http can when the answer races the cancel.
+type lateAnswer struct{}
+
+func (lateAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	<-r.Context().Done()
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+}
+
+// TestForwarderAnswerAfterDeadline: an answer that arrives past the timeout
+// is a timeout, never a value and never "not a list".
+func TestForwarderAnswerAfterDeadline(t *testing.T) {
+	ca := newTestCA(t)
+	f, m := startDelegate(t, ca, ca, func(http.ResponseWriter, *http.Request) {}, 50*time.Millisecond, 1<<20)
+	f.client = &http.Client{Transport: lateAnswer{}}
+	_, err := f.Get(context.Background(), "shop", "queue-length", labels.Everything())
+	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "did not answer within 50ms") {
+		t.Errorf("Get = %v, want a 503 saying the delegate did not answer in time", err)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("503")); got != 1 {
+		t.Errorf("requests{code=503} = %v, want 1", got)
+	}
+}

@@ -300,6 +300,11 @@ func (p *Poller) fetch(ctx context.Context) (float64, error) {
 		return 0, pollErr(ReasonBodyTooLarge, "Content-Length %d is more than %d bytes", resp.ContentLength, MaxBodyBytes)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
+	if err == nil && ctx.Err() != nil {
+		// net/http may hand over an answer that raced the deadline; past
+		// it, nothing counts.
+		err = ctx.Err()
+	}
 	if err != nil {
 		return 0, &PollError{Reason: classify(err), Err: fmt.Errorf("reading body: %w", stripURL(err))}
 	}

@@ -558,3 +558,28 @@ func TestPollLogsOncePerStreak(t *testing.T) {
 		t.Errorf("http_status errors = %v, want 3", n)
 	}
 }
+
+// lateAnswer hands over an empty 200 only after the poll's deadline, as
+// net/http can when the answer races the cancel.
+type lateAnswer struct{}
+
+func (lateAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	<-r.Context().Done()
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+}
+
+// TestPollAnswerAfterDeadline: an answer past the timeout is a timeout, not
+// invalid JSON.
+func TestPollAnswerAfterDeadline(t *testing.T) {
+	p, _, m := newTestPoller(t, testSource("gpu-load", "http://127.0.0.1:1/load"))
+	p.client = &http.Client{Transport: lateAnswer{}}
+	p.cfg.Timeout.Duration = 50 * time.Millisecond
+	err := p.Poll(context.Background())
+	var pe *PollError
+	if !errors.As(err, &pe) || pe.Reason != ReasonTimeout {
+		t.Fatalf("Poll() = %v, want reason %s", err, ReasonTimeout)
+	}
+	if got := testutil.ToFloat64(m.errors.WithLabelValues("gpu-load", string(ReasonTimeout))); got != 1 {
+		t.Errorf("errors_total{reason=%s} = %v, want 1", ReasonTimeout, got)
+	}
+}
