@@ -54,6 +54,53 @@ func pairedRatios(a, b []float64) []float64 {
 	return out
 }
 
+// interval is a confidence interval for a median.
+type interval struct {
+	Median float64 `json:"median"`
+	Lo     float64 `json:"lo"`
+	Hi     float64 `json:"hi"`
+	// Coverage is the interval's exact confidence (order statistics of a
+	// Binomial(n, 1/2)); below the asked level when there are too few values.
+	Coverage float64 `json:"coverage"`
+}
+
+func (i interval) String() string {
+	if i.Coverage < 0.95 {
+		return fmt.Sprintf("%.3f [%.3f–%.3f, covers only %.0f%%]", i.Median, i.Lo, i.Hi, 100*i.Coverage)
+	}
+	return fmt.Sprintf("%.3f [%.3f–%.3f]", i.Median, i.Lo, i.Hi)
+}
+
+// medianInterval is the distribution-free confidence interval for the median
+// of xs: the k-th smallest and k-th largest values, with k the largest for
+// which the interval still covers the median with probability conf. It
+// assumes nothing of the rounds' distribution, only that they are
+// independent; with fewer than 6 values no k reaches 95% and the interval is
+// the whole range, its lower coverage said.
+func medianInterval(xs []float64, conf float64) interval {
+	n := len(xs)
+	if n == 0 {
+		return interval{math.NaN(), math.NaN(), math.NaN(), 0}
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	// The interval [x(k), x(n-k+1)] misses the median with probability
+	// 2·P(X ≤ k-1), X ~ Binomial(n, 1/2).
+	term := math.Pow(0.5, float64(n)) // P(X = j)
+	cdf := term                       // P(X ≤ j)
+	k, coverage := 1, 1-2*cdf
+	for j := 1; j <= (n-1)/2; j++ {
+		term *= float64(n-j+1) / float64(j)
+		cdf += term
+		c := 1 - 2*cdf
+		if c < conf {
+			break
+		}
+		k, coverage = j+1, c
+	}
+	return interval{Median: summarize(s).Median, Lo: s[k-1], Hi: s[n-k], Coverage: coverage}
+}
+
 // sidesOfRound alternates which side goes first, round by round, so neither
 // side always follows the other's leftovers.
 func sidesOfRound(round int, a, b string) [2]string {

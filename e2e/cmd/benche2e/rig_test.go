@@ -208,3 +208,37 @@ func TestCheckNodeLease(t *testing.T) {
 		}
 	}
 }
+
+func TestMedianInterval(t *testing.T) {
+	seq := func(n int) []float64 {
+		xs := make([]float64, n)
+		for i := range xs {
+			xs[i] = float64(n - i) // reversed: the function must sort
+		}
+		return xs
+	}
+	tests := []struct {
+		n              int
+		lo, hi         float64
+		coverage       float64 // to 3 decimals
+		wantMedianOfXs float64
+	}{
+		// n=5: no k reaches 95%; the whole range covers 1-2/32.
+		{n: 5, lo: 1, hi: 5, coverage: 0.938, wantMedianOfXs: 3},
+		// n=8: [x1, x8] covers 1-2/256 = 0.992; [x2, x7] only 0.930.
+		{n: 8, lo: 1, hi: 8, coverage: 0.992, wantMedianOfXs: 4.5},
+		// n=9: [x2, x8] covers 1-2*10/512 = 0.961.
+		{n: 9, lo: 2, hi: 8, coverage: 0.961, wantMedianOfXs: 5},
+		// n=24: [x7, x18] covers 0.977 (the textbook table's k for 95%).
+		{n: 24, lo: 7, hi: 18, coverage: 0.977, wantMedianOfXs: 12.5},
+	}
+	for _, tc := range tests {
+		got := medianInterval(seq(tc.n), 0.95)
+		if got.Lo != tc.lo || got.Hi != tc.hi || math.Round(got.Coverage*1000)/1000 != tc.coverage || got.Median != tc.wantMedianOfXs {
+			t.Errorf("n=%d: medianInterval = %+v, want [%v, %v] covering %.3f, median %v", tc.n, got, tc.lo, tc.hi, tc.coverage, tc.wantMedianOfXs)
+		}
+	}
+	if got := medianInterval(nil, 0.95); !math.IsNaN(got.Median) || got.Coverage != 0 {
+		t.Errorf("medianInterval(nil) = %+v, want NaN and no coverage", got)
+	}
+}

@@ -83,6 +83,9 @@ type sideReport struct {
 	SLIP99Ms         float64            `json:"pod_scheduling_sli_p99_ms"`
 	ExtenderP50Ms    map[string]float64 `json:"extender_p50_ms,omitempty"`
 	RequestsPerPod   map[string]float64 `json:"apiserver_requests_per_pod"`
+	// CPUMsPerPodCI95 is each process's median CPU per pod with its 95%
+	// distribution-free interval over the rounds.
+	CPUMsPerPodCI95 map[string]interval `json:"cpu_ms_per_pod_ci95"`
 }
 
 // rigReport is the --json file.
@@ -99,6 +102,11 @@ type rigReport struct {
 	PairedRatioMin    float64               `json:"paired_ratio_min"`
 	PairedRatioMax    float64               `json:"paired_ratio_max"`
 	CPURatioOfMedians float64               `json:"cpu_per_pod_ratio_of_medians"`
+	// The median of the paired rounds' ratios with its 95% interval: the
+	// rate, the total CPU per pod, and kube-scheduler's own CPU per pod.
+	PairedRateCI95     interval `json:"paired_rate_ratio_ci95"`
+	PairedCPUCI95      interval `json:"paired_cpu_per_pod_ratio_ci95"`
+	PairedSchedCPUCI95 interval `json:"paired_kube_scheduler_cpu_per_pod_ratio_ci95"`
 }
 
 // defaultSchedulerConfig is kube-scheduler's own defaults, for the tax
@@ -481,6 +489,7 @@ func report(o rigOptions, load string, idle map[string]float64, sides [2]side, r
 	}
 	rates := map[string][]float64{}
 	cpuTotals := map[string][]float64{}
+	schedCPU := map[string][]float64{}
 	for _, sd := range sides {
 		var mine []batchResult
 		for _, r := range results {
@@ -488,7 +497,7 @@ func report(o rigOptions, load string, idle map[string]float64, sides [2]side, r
 				mine = append(mine, r)
 			}
 		}
-		sr := sideReport{CPUMsPerPod: map[string]float64{}, ExtenderP50Ms: map[string]float64{}, RequestsPerPod: map[string]float64{}}
+		sr := sideReport{CPUMsPerPod: map[string]float64{}, CPUMsPerPodCI95: map[string]interval{}, ExtenderP50Ms: map[string]float64{}, RequestsPerPod: map[string]float64{}}
 		perProc, perRoute, perReq := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		var att50, att99, sli50, sli99 []float64
 		for _, r := range mine {
@@ -511,7 +520,9 @@ func report(o rigOptions, load string, idle map[string]float64, sides [2]side, r
 		sr.MedianPodsPerS, sr.MinPodsPerS, sr.MaxPodsPerS = sp.Median, sp.Min, sp.Max
 		for k, v := range perProc {
 			sr.CPUMsPerPod[k] = summarize(v).Median
+			sr.CPUMsPerPodCI95[k] = medianInterval(v, 0.95)
 		}
+		schedCPU[sd.Name] = perProc["kube-scheduler"]
 		sr.CPUMsPerPodTotal = summarize(cpuTotals[sd.Name]).Median
 		for k, v := range perRoute {
 			sr.ExtenderP50Ms[k] = summarize(v).Median
@@ -528,6 +539,9 @@ func report(o rigOptions, load string, idle map[string]float64, sides [2]side, r
 	pr := summarize(pairedRatios(rates[a], rates[b]))
 	rep.PairedRatioMin, rep.PairedRatioMax = pr.Min, pr.Max
 	rep.CPURatioOfMedians = rep.Sides[a].CPUMsPerPodTotal / rep.Sides[b].CPUMsPerPodTotal
+	rep.PairedRateCI95 = medianInterval(pairedRatios(rates[a], rates[b]), 0.95)
+	rep.PairedCPUCI95 = medianInterval(pairedRatios(cpuTotals[a], cpuTotals[b]), 0.95)
+	rep.PairedSchedCPUCI95 = medianInterval(pairedRatios(schedCPU[a], schedCPU[b]), 0.95)
 	return rep
 }
 
@@ -544,6 +558,12 @@ func printReport(rep rigReport, sides [2]side) {
 	}
 	fmt.Printf("ratio of medians %s/%s: %.2f (paired rounds %.2f–%.2f); CPU per pod ratio %.2f\n",
 		sides[0].Name, sides[1].Name, rep.RatioOfMedians, rep.PairedRatioMin, rep.PairedRatioMax, rep.CPURatioOfMedians)
+	fmt.Printf("median of paired ratios [95%% interval]: rate %s; CPU per pod %s; kube-scheduler CPU per pod %s\n",
+		rep.PairedRateCI95, rep.PairedCPUCI95, rep.PairedSchedCPUCI95)
+	for _, sd := range sides {
+		fmt.Printf("  %s CPU ms/pod [95%% interval]: kube-scheduler %s, extender %s\n", sd.Name,
+			rep.Sides[sd.Name].CPUMsPerPodCI95["kube-scheduler"], rep.Sides[sd.Name].CPUMsPerPodCI95["extender"])
+	}
 }
 
 // formatCPU prints the measured processes in a fixed order.
