@@ -129,8 +129,16 @@ func freedIPReuse(t *testing.T, s *stack.Stack) {
 	}
 	createPods(ctx, t, s, first...)
 	waitBoundWithin(ctx, t, s, ns, capacity, 4, time.Minute)
+	// A waiting pod deleted while pending, older than wait-0: the extender's
+	// informer watches bound pods only, so the first freed IP is offered to
+	// it, and must still reach wait-0 at once.
+	createPods(ctx, t, s, underlayPod(ns, "gone", "reuse"))
+	waitRejected(ctx, t, s, ns, "gone")
 	createPods(ctx, t, s, underlayPod(ns, "wait-0", "reuse"))
 	waitRejected(ctx, t, s, ns, "wait-0")
+	if err := s.Client.CoreV1().Pods(ns).Delete(ctx, "gone", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
 
 	var worst time.Duration
 	for round := range 20 {
@@ -224,6 +232,9 @@ func TestFreedIPReuseExtender(t *testing.T) {
 	after := writes()
 	if after > 4*20 {
 		t.Errorf("%v requeue writes for 20 freed IPs, want at most %d", after, 4*20)
+	}
+	if n := scrapeCounter(ctx, t, s, `capscale_extender_requeue_writes_total{result="gone"}`); n < 1 {
+		t.Errorf("requeue writes that found the pod gone = %v, want the deleted pending pod's", n)
 	}
 	if n := scrapeCounter(ctx, t, s, "capscale_extender_freed_ip_reuse_seconds_count"); n < 20 {
 		t.Errorf("freed_ip_reuse_seconds observed %v reuses, want at least 20", n)

@@ -78,31 +78,23 @@ func (b *Binder) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs)
 }
 
 func (b *Binder) bind(ctx context.Context, logger klog.Logger, args *extenderv1.ExtenderBindingArgs) (string, error) {
-	uid := args.PodUID
-	var need int64
-	pod, found := b.pods(args.PodNamespace, args.PodName)
-	switch {
-	case found:
-		if uid != "" && pod.UID != uid {
-			return bindError, fmt.Errorf("pod %s/%s has UID %s, not %s: it was recreated", args.PodNamespace, args.PodName, pod.UID, uid)
-		}
-		uid = pod.UID
-		if pod.NodeName == args.Node {
-			return bindAlreadyBound, nil
-		}
-		if pod.NodeName != "" {
-			b.metrics.BindConflicts.WithLabelValues("bound_elsewhere").Inc()
-			return bindError, fmt.Errorf("pod %s/%s is already bound to node %s", args.PodNamespace, args.PodName, pod.NodeName)
-		}
-		need = pod.Need
-	default:
-		// The informer may lag behind the scheduler's: use what filter saw.
-		n, ok := b.ledger.RememberedNeed(uid)
-		if !ok {
-			return bindError, fmt.Errorf("pod %s/%s is not known to the extender yet, retry", args.PodNamespace, args.PodName)
-		}
-		need = n
+	pod, err := b.lookup(ctx, args)
+	if err != nil {
+		return bindError, err
 	}
+	uid := args.PodUID
+	if uid != "" && pod.UID != uid {
+		return bindError, fmt.Errorf("pod %s/%s has UID %s, not %s: it was recreated", args.PodNamespace, args.PodName, pod.UID, uid)
+	}
+	uid = pod.UID
+	if pod.NodeName == args.Node {
+		return bindAlreadyBound, nil
+	}
+	if pod.NodeName != "" {
+		b.metrics.BindConflicts.WithLabelValues("bound_elsewhere").Inc()
+		return bindError, fmt.Errorf("pod %s/%s is already bound to node %s", args.PodNamespace, args.PodName, pod.NodeName)
+	}
+	need := pod.Need
 
 	res := b.ledger.Reserve(uid, args.PodNamespace, args.PodName, args.Node, need)
 	switch {
@@ -123,7 +115,7 @@ func (b *Binder) bind(ctx context.Context, logger klog.Logger, args *extenderv1.
 		ObjectMeta: metav1.ObjectMeta{Namespace: args.PodNamespace, Name: args.PodName, UID: uid},
 		Target:     v1.ObjectReference{Kind: "Node", Name: args.Node},
 	}
-	err := b.client.CoreV1().Pods(args.PodNamespace).Bind(ctx, binding, metav1.CreateOptions{})
+	err = b.client.CoreV1().Pods(args.PodNamespace).Bind(ctx, binding, metav1.CreateOptions{})
 	if err == nil {
 		// The reservation stays until the informer shows the pod bound.
 		return bindBound, nil
@@ -146,6 +138,26 @@ func (b *Binder) bind(ctx context.Context, logger klog.Logger, args *extenderv1.
 		b.ledger.Release(uid, res.Token)
 	}
 	return bindError, fmt.Errorf("binding pod %s/%s to node %s: %w", args.PodNamespace, args.PodName, args.Node, err)
+}
+
+// lookup finds the pod's UID, node and need. The cache holds bound pods
+// only; for a pending pod, the need its filter call recorded is used, and
+// when there is none (the extender restarted between filter and bind), one
+// GET reads the pod.
+func (b *Binder) lookup(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (*CachedPod, error) {
+	if pod, ok := b.pods(args.PodNamespace, args.PodName); ok {
+		return pod, nil
+	}
+	if args.PodUID != "" {
+		if need, ok := b.ledger.RememberedNeed(args.PodUID); ok {
+			return &CachedPod{ObjectMeta: metav1.ObjectMeta{Namespace: args.PodNamespace, Name: args.PodName, UID: args.PodUID}, Need: need}, nil
+		}
+	}
+	pod, err := b.client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading pod %s/%s: %w", args.PodNamespace, args.PodName, err)
+	}
+	return Compact(pod), nil
 }
 
 // boundTo returns the node the pod is bound to, from the informer or, since

@@ -96,8 +96,21 @@ func TestBinder(t *testing.T) {
 			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantResult: bindBound, wantReserved: 1,
 		},
 		{
-			name: "informer lags and filter never saw it", api: []*v1.Pod{pod("p", "", 1)},
-			bind: bindArgs(pod("p", "", 1), "a"), wantErr: "not known to the extender", wantResult: bindError,
+			name: "filter never saw it (restart): the pod is read once", api: []*v1.Pod{pod("p", "", 1)},
+			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantResult: bindBound, wantReserved: 1,
+		},
+		{
+			name: "filter never saw it and it is gone", api: []*v1.Pod{pod("q", "", 1)},
+			bind: bindArgs(pod("p", "", 1), "a"), wantErr: `reading pod ns/p: pods "p" not found`, wantResult: bindError,
+		},
+		{
+			name: "filter never saw it and the API shows it recreated", api: []*v1.Pod{pod("p", "", 1)},
+			bind:    &extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: "ns", PodUID: "old", Node: "a"},
+			wantErr: "recreated", wantResult: bindError,
+		},
+		{
+			name: "filter never saw it and the API shows it bound there", api: []*v1.Pod{pod("p", "a", 1)},
+			bind: bindArgs(pod("p", "", 1), "a"), wantResult: bindAlreadyBound,
 		},
 		{
 			name: "an unsettled bind to another node blocks", api: []*v1.Pod{pod("p", "", 1)}, cached: []*v1.Pod{pod("p", "", 1)},

@@ -14,11 +14,18 @@ import (
 	"github.com/capscale/capscale/internal/underlay"
 )
 
-// PodInformer returns factory's pod informer restricted to non-terminal pods
-// and caching only what the extender reads (StripPod replaces the factory's
-// transform, which it subsumes). Call it before the factory starts.
+// PodInformer returns factory's pod informer restricted to bound,
+// non-terminal pods and caching only what the extender reads (StripPod
+// replaces the factory's transform, which it subsumes). Call it before the
+// factory starts.
+//
+// Only bound pods hold IPs. A pending pod's create, and the status writes
+// kube-scheduler and the requeuer make while it waits, were a third or more
+// of the pod events the extender decoded, for every pod in the cluster; what
+// bind needs of a pending pod, filter remembers (Ledger.RememberNeed), and
+// Waiting forgets a pending pod deleted unseen by its TTL or at the touch.
 func PodInformer(factory informers.SharedInformerFactory) (cache.SharedIndexInformer, error) {
-	return kube.NonTerminalPodInformer(factory, StripPod)
+	return kube.BoundPodInformer(factory, StripPod)
 }
 
 // CachedPod is all the extender keeps of a pod: identity, node, phase and

@@ -67,7 +67,8 @@ const (
 	// maxWaiting bounds the memory of the set.
 	maxWaiting = 100000
 	// waitingTTL forgets a pod nothing has reported on for this long (it
-	// was deleted while the informer missed it, or another scheduler took it).
+	// was deleted while pending, which the bound-pod informer does not see
+	// and no touch found, or another scheduler took it).
 	waitingTTL = 15 * time.Minute
 	// outstandingTimeout returns a touched pod's credit when its retry never
 	// reached the extender (an in-tree filter rejected it, or its backoff,
@@ -146,6 +147,27 @@ func (w *Waiting) Forget(uid types.UID) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.forgetLocked(uid)
+}
+
+// Gone drops a pod the requeuer found deleted, and gives back the credit its
+// touch took: a pending pod is deleted unseen (the pod informer watches
+// bound pods only), and the freed IPs must reach a pod that still waits.
+func (w *Waiting) Gone(uid types.UID) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pods[uid]
+	if p == nil {
+		return
+	}
+	if p.outstanding {
+		w.credit += max(p.need, 1)
+		w.budget++
+		w.signal()
+	}
 	w.forgetLocked(uid)
 }
 

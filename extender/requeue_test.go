@@ -87,6 +87,28 @@ func TestWaitingCreditComesBack(t *testing.T) {
 	}
 }
 
+// TestWaitingGoneGivesCreditBack: the pending pod deleted unseen is the
+// oldest waiter, so a freed IP touches it first; when the touch finds it
+// gone, the IP goes to the pod that still waits, not to the next release.
+func TestWaitingGoneGivesCreditBack(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	w := NewWaiting(clk)
+	w.Rejected("deleted", "ns", "deleted", 0, 1)
+	clk.SetTime(clk.Now().Add(time.Second))
+	w.Rejected("live", "ns", "live", 0, 1)
+	w.Freed(1)
+	if got := touched(w.Next()); fmt.Sprint(got) != "[deleted]" {
+		t.Fatalf("first touch %v, want [deleted]", got)
+	}
+	w.Gone("deleted")
+	if got := touched(w.Next()); fmt.Sprint(got) != "[live]" {
+		t.Fatalf("after the touch found it gone, touched %v, want [live]", got)
+	}
+	if w.Len() != 1 {
+		t.Errorf("Len = %d, want 1 (live)", w.Len())
+	}
+}
+
 func TestWaitingOutstandingTimesOut(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
 	w := NewWaiting(clk)

@@ -89,7 +89,7 @@ func (r *Requeuer) touch(ctx context.Context, p Touch) {
 		r.metrics.RequeueWrites.WithLabelValues("requeued").Inc()
 		klog.V(2).InfoS("Asked kube-scheduler to retry a pod after underlay IPs were freed", "pod", klog.KRef(p.Namespace, p.Name))
 	case apierrors.IsNotFound(err):
-		r.waiting.Forget(p.UID)
+		r.waiting.Gone(p.UID)
 		r.metrics.RequeueWrites.WithLabelValues("gone").Inc()
 	default:
 		r.metrics.RequeueWrites.WithLabelValues("error").Inc()

@@ -69,14 +69,29 @@ func DropManagedFields(obj interface{}) (interface{}, error) {
 // own pod informer does: a pod that finishes leaves the cache as a delete.
 const nonTerminalPods = "status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
 
+// boundPods selects the non-terminal pods that are bound to a node: a pod
+// enters the cache as an add when it is bound, and a pending pod's create
+// and status writes never reach the watcher.
+const boundPods = "spec.nodeName!=," + nonTerminalPods
+
 // NonTerminalPodInformer returns factory's pod informer, restricted to
 // non-terminal pods and caching transform's result for each pod (it replaces
 // the factory's transform). Call it before the factory starts.
 func NonTerminalPodInformer(factory informers.SharedInformerFactory, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
+	return podInformer(factory, nonTerminalPods, transform)
+}
+
+// BoundPodInformer is NonTerminalPodInformer for the pods bound to a node
+// only, for a component that has no use for pending pods.
+func BoundPodInformer(factory informers.SharedInformerFactory, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
+	return podInformer(factory, boundPods, transform)
+}
+
+func podInformer(factory informers.SharedInformerFactory, selector string, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
 	inf := factory.InformerFor(&corev1.Pod{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-			func(o *metav1.ListOptions) { o.FieldSelector = nonTerminalPods })
+			func(o *metav1.ListOptions) { o.FieldSelector = selector })
 	})
 	if err := inf.SetTransform(transform); err != nil {
 		return nil, fmt.Errorf("setting the pod cache transform: %w", err)
