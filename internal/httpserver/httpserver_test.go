@@ -3,6 +3,7 @@ package httpserver
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -106,4 +107,53 @@ func TestWriteError(t *testing.T) {
 			t.Errorf("WriteError(%d) = %d %+v %q", tc.code, rec.Code, e, rec.Header().Get("Content-Type"))
 		}
 	}
+}
+
+// TestConnCounter: a keep-alive client's calls share one connection; a
+// client that closes after each call opens one per call.
+func TestConnCounter(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrc := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	go func() {
+		done <- Serve(ctx, Options{Addr: "127.0.0.1:0", ConnState: ConnCounter("test", reg)}, h, func(a net.Addr) { addrc <- a })
+	}()
+	url := "http://" + (<-addrc).String()
+	get := func(c *http.Client) {
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	keepAlive := &http.Client{Transport: &http.Transport{}}
+	closing := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for range 3 {
+		get(keepAlive)
+	}
+	if got := connections(t, reg); got != 1 {
+		t.Errorf("3 keep-alive calls: connections = %v, want 1", got)
+	}
+	for range 3 {
+		get(closing)
+	}
+	if got := connections(t, reg); got != 4 {
+		t.Errorf("then 3 closing calls: connections = %v, want 4", got)
+	}
+	cancel()
+	<-done
+}
+
+// connections reads capscale_test_http_connections_total from reg.
+func connections(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || mfs[0].GetName() != "capscale_test_http_connections_total" {
+		t.Fatalf("gathered %v, %v; want capscale_test_http_connections_total", mfs, err)
+	}
+	return mfs[0].GetMetric()[0].GetCounter().GetValue()
 }

@@ -1,6 +1,7 @@
 package httpserver
 
 import (
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -30,6 +31,23 @@ func NewInstrumenter(component string, reg prometheus.Registerer) *Instrumenter 
 	}
 	reg.MustRegister(i.requests, i.duration)
 	return i
+}
+
+// ConnCounter registers capscale_<component>_http_connections_total on reg
+// and returns the ConnState hook that counts each connection opened. Per
+// request served, it says how often clients open new connections, which
+// costs the server an accept, a goroutine and its buffers each time.
+func ConnCounter(component string, reg prometheus.Registerer) func(net.Conn, http.ConnState) {
+	c := prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "capscale", Subsystem: component, Name: "http_connections_total",
+		Help: "TCP connections accepted by the API server.",
+	})
+	reg.MustRegister(c)
+	return func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			c.Inc()
+		}
+	}
 }
 
 // Wrap instruments h under a fixed route label; the label is never taken from

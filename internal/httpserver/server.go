@@ -25,6 +25,8 @@ type Options struct {
 	// ReadTimeout and WriteTimeout default to 30s; big extender requests
 	// need the room.
 	ReadTimeout, WriteTimeout time.Duration
+	// ConnState, if set, sees every connection's state changes (ConnCounter).
+	ConnState func(net.Conn, http.ConnState)
 }
 
 // Serve listens on o.Addr and serves h until ctx is done, then shuts down
@@ -47,6 +49,7 @@ func ServeListener(ctx context.Context, o Options, ln net.Listener, h http.Handl
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnState:         o.ConnState,
 	}
 	errc := make(chan error, 1)
 	go func() {
