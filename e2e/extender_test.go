@@ -219,8 +219,14 @@ func scrapeCounter(ctx context.Context, t *testing.T, s *stack.Stack, series str
 // scrapeCounterAt reads one sample from the /metrics of the extender at url.
 func scrapeCounterAt(ctx context.Context, t *testing.T, url, series string) float64 {
 	t.Helper()
+	return scrapeCounterWith(ctx, t, http.DefaultClient, url, series)
+}
+
+// scrapeCounterWith is scrapeCounterAt through client.
+func scrapeCounterWith(ctx context.Context, t *testing.T, client *http.Client, url, series string) float64 {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -215,4 +216,7 @@ func (s *Stack) Stop() {
 		s.stopProbes()
 	}
 	s.Plane.Stop()
+	if s.extenderTLS != nil {
+		_ = os.RemoveAll(s.extenderTLS.dir)
+	}
 }

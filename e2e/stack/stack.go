@@ -29,6 +29,11 @@ type Options struct {
 
 	Extender     bool
 	ExtenderArgs []string
+	// ExtenderHTTPS serves the extender over TLS with a certificate for
+	// 127.0.0.1 from a CA of its own, which kube-scheduler verifies
+	// (enableHTTPS, tlsConfig.caFile): its client then speaks HTTP/2 and
+	// multiplexes every call on one connection.
+	ExtenderHTTPS bool
 	// Native runs native mode: the extender binary publishes capacity
 	// (--publish-capacity, with deploy/native/rbac.yaml) and kube-scheduler
 	// counts the resource itself (deploy/native/kube-scheduler-config.yaml
@@ -71,6 +76,8 @@ type Stack struct {
 
 	extenderPort int
 	extenderKC   string
+	// extenderTLS is the extender's CA and serving pair with ExtenderHTTPS.
+	extenderTLS  *extenderTLS
 	controllerKC string
 	// stopProbes ends the adapter endpoint prober (replicas.go), if any.
 	stopProbes context.CancelFunc
@@ -91,6 +98,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return nil, err
 		}
 		s.ExtenderURL = fmt.Sprintf("http://127.0.0.1:%d", s.extenderPort)
+		if o.ExtenderHTTPS {
+			if s.extenderTLS, err = newExtenderTLS(); err != nil {
+				return nil, err
+			}
+			s.ExtenderURL = fmt.Sprintf("https://127.0.0.1:%d", s.extenderPort)
+		}
 		file := o.SchedulerConfigFile
 		switch {
 		case file == "" && o.Native:
@@ -101,9 +114,17 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if o.Plane.SchedulerConfig, err = SchedulerConfigWithExtender(file, s.ExtenderURL); err != nil {
 			return nil, err
 		}
+		if s.extenderTLS != nil {
+			if o.Plane.SchedulerConfig, err = withExtenderCA(o.Plane.SchedulerConfig, s.extenderTLS.ca.CertFile); err != nil {
+				return nil, err
+			}
+		}
 	}
 	s.Opts = o
 	if s.Plane, err = plane.Start(ctx, o.Plane); err != nil {
+		if s.extenderTLS != nil {
+			_ = os.RemoveAll(s.extenderTLS.dir)
+		}
 		return nil, err
 	}
 	defer func() {
@@ -201,6 +222,9 @@ func (s *Stack) StartExtender(ctx context.Context) error {
 		fmt.Sprintf("--bind-address=127.0.0.1:%d", s.extenderPort),
 		"--kubeconfig=" + s.extenderKC, "--v=2",
 	}, s.Opts.ExtenderArgs...)
+	if t := s.extenderTLS; t != nil {
+		args = append(args, "--tls-cert-file="+t.serving.CertFile, "--tls-private-key-file="+t.serving.KeyFile)
+	}
 	proc, err := s.StartProcess("extender", filepath.Join(s.Opts.BinDir, "extender"), args...)
 	if err != nil {
 		return err
@@ -214,6 +238,9 @@ func (s *Stack) KillExtender() { s.Extender.Kill() }
 
 func (s *Stack) waitReady(ctx context.Context, proc *plane.Process, url string) error {
 	c, err := s.HTTPClient()
+	if err == nil && proc == s.Extender {
+		c, err = s.ExtenderHTTPClient()
+	}
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,7 @@ func main() {
 	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
 	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), native-prioritize (native mode with the extender as prioritizer only, vs the same) or tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults)")
 	nodeLease := flag.Duration("node-lease", 40*time.Second, "throughput: the kwok nodes' Lease duration (they renew every quarter of it); at 5000 nodes the kubelet's 40s means 500 Lease writes a second, which saturate a 2-core plane")
+	extenderHTTPS := flag.Bool("extender-https", false, "throughput: serve the extender over verified TLS, so that kube-scheduler's client multiplexes its calls on one HTTP/2 connection")
 	pprofDir := flag.String("pprof-dir", "", "throughput: save 25 s CPU profiles of kube-scheduler and the extender, taken from the first measured round on, in this directory")
 	jsonFile := flag.String("json", "", "throughput: write the figures to this file as JSON")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
@@ -76,7 +77,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir, NodeLease: *nodeLease}
+	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir, NodeLease: *nodeLease, ExtenderHTTPS: *extenderHTTPS}
 	var err error
 	switch *scenario {
 	case "throughput":

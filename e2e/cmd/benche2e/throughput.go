@@ -43,6 +43,8 @@ type rigOptions struct {
 	JSONFile  string
 	PprofDir  string        // if set: CPU profiles of kube-scheduler and the extender during each side's first measured batch
 	NodeLease time.Duration // the kwok nodes' Lease duration (plane.Options.NodeLeaseDuration)
+	// ExtenderHTTPS serves the extender over TLS (stack.Options.ExtenderHTTPS).
+	ExtenderHTTPS bool
 }
 
 // side is one arm of the comparison.
@@ -92,6 +94,7 @@ type sideReport struct {
 type rigReport struct {
 	Scenario          string                `json:"scenario"`
 	Nodes             int                   `json:"nodes"`
+	ExtenderHTTPS     bool                  `json:"extender_https"`
 	BatchPods         int                   `json:"batch_pods"`
 	Rounds            int                   `json:"rounds"`
 	Date              string                `json:"date"`
@@ -164,14 +167,15 @@ func throughput(o rigOptions) error {
 			ExtraControllerManagerFlags: kcmFlags,
 			NodeLeaseDuration:           o.NodeLease,
 		},
-		Extender: true,
-		Native:   native,
+		Extender:      true,
+		ExtenderHTTPS: o.ExtenderHTTPS,
+		Native:        native,
 	})
 	if err != nil {
 		return err
 	}
 	defer s.Stop()
-	fmt.Printf("# %s scenario: %d nodes (Leases of %s), plane up in %.1fs; client QPS %s; load average %s\n", o.Mode, o.Nodes, s.Plane.Opts.NodeLeaseDuration, time.Since(started).Seconds(), qpsLabel(o.ClientQPS), load)
+	fmt.Printf("# %s scenario: %d nodes (Leases of %s), plane up in %.1fs; client QPS %s; extender over %s; load average %s\n", o.Mode, o.Nodes, s.Plane.Opts.NodeLeaseDuration, time.Since(started).Seconds(), qpsLabel(o.ClientQPS), map[bool]string{false: "HTTP", true: "HTTPS"}[o.ExtenderHTTPS], load)
 
 	var sides [2]side
 	switch o.Mode {
@@ -209,7 +213,7 @@ func throughput(o rigOptions) error {
 	if err != nil {
 		return err
 	}
-	extHTTP, err := s.HTTPClient()
+	extHTTP, err := s.ExtenderHTTPClient()
 	if err != nil {
 		return err
 	}
@@ -369,6 +373,11 @@ func (r *rig) measure(ctx context.Context, sd side, round int) (batchResult, err
 			res.Extender[route+" calls/pod"] = n / float64(r.batch)
 		}
 	}
+	// New connections per pod: what kube-scheduler's client (at most 2
+	// idle connections) makes the extender accept.
+	if c, ok := after.extender.counters("capscale_extender_http_connections_total")[""]; ok && r.batch > 0 {
+		res.Extender["connections/pod"] = (c - before.extender.counters("capscale_extender_http_connections_total")[""]) / float64(r.batch)
+	}
 	bReq := before.apiSrv.counters("apiserver_request_total", "verb", "resource", "subresource")
 	for k, v := range after.apiSrv.counters("apiserver_request_total", "verb", "resource", "subresource") {
 		if d := (v - bReq[k]) / float64(r.batch); d >= 0.05 {
@@ -483,7 +492,7 @@ func waitNodesUsable(ctx context.Context, cs kubernetes.Interface, n int, publis
 // report folds the measured rounds into the --json shape.
 func report(o rigOptions, load string, idle map[string]float64, sides [2]side, results []batchResult) rigReport {
 	rep := rigReport{
-		Scenario: o.Mode, Nodes: o.Nodes, BatchPods: o.Batch, Rounds: o.Rounds,
+		Scenario: o.Mode, Nodes: o.Nodes, ExtenderHTTPS: o.ExtenderHTTPS, BatchPods: o.Batch, Rounds: o.Rounds,
 		Date: time.Now().UTC().Format(time.RFC3339), LoadAverage: load,
 		IdleCPUPerS: scale(idle, 1000), Sides: map[string]sideReport{},
 	}
