@@ -96,7 +96,7 @@ func (c *Config) Run(ctx context.Context) error {
 		CertFile:        o.TLSCertFile,
 		KeyFile:         o.TLSPrivateKeyFile,
 		ShutdownTimeout: o.ShutdownTimeout,
-		ConnState:       httpserver.ConnCounter(component, c.Registry),
+		ConnState:       httpserver.ConnCounter("extender", c.Registry),
 	}, main, c.Listening)
 	cancel()
 	<-probeDone
