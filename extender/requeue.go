@@ -120,6 +120,13 @@ func (w *Waiting) Rejected(uid types.UID, namespace, name string, priority int32
 		w.count.Store(int64(len(w.pods)))
 	}
 	p.priority, p.need, p.last, p.fits = priority, need, now, false
+	w.giveBackLocked(p)
+}
+
+// giveBackLocked returns the credit a touched pod took, when its touch did
+// not place it; the write it cost stays spent, so that one freed IP never
+// causes more than triesPerFreedIP writes.
+func (w *Waiting) giveBackLocked(p *waiter) {
 	if p.outstanding {
 		p.outstanding = false
 		w.credit += p.need
@@ -151,24 +158,19 @@ func (w *Waiting) Forget(uid types.UID) {
 }
 
 // Gone drops a pod the requeuer found deleted, and gives back the credit its
-// touch took: a pending pod is deleted unseen (the pod informer watches
-// bound pods only), and the freed IPs must reach a pod that still waits.
+// touch took, as a failed retry does: a pending pod is deleted unseen (the
+// pod informer watches bound pods only), and the freed IPs must reach a pod
+// that still waits.
 func (w *Waiting) Gone(uid types.UID) {
 	if w == nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := w.pods[uid]
-	if p == nil {
-		return
+	if p := w.pods[uid]; p != nil {
+		w.giveBackLocked(p)
+		w.forgetLocked(uid)
 	}
-	if p.outstanding {
-		w.credit += max(p.need, 1)
-		w.budget++
-		w.signal()
-	}
-	w.forgetLocked(uid)
 }
 
 func (w *Waiting) forgetLocked(uid types.UID) {
