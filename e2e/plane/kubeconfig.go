@@ -77,6 +77,9 @@ func (p *Plane) Kubectl(ctx context.Context, args ...string) (string, error) {
 // in the plane use ServingCert).
 func (p *Plane) HTTPClient() (*http.Client, error) { return httpClient(p.PKI.ClusterCA) }
 
+// HTTPClient returns a client that trusts ca only.
+func (ca *CA) HTTPClient() (*http.Client, error) { return httpClient(ca) }
+
 func httpClient(ca *CA) (*http.Client, error) {
 	tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
 	if ca != nil {

@@ -111,13 +111,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		case file == "":
 			file = DeployFile("scheduler/kube-scheduler-config.yaml")
 		}
-		if o.Plane.SchedulerConfig, err = SchedulerConfigWithExtender(file, s.ExtenderURL); err != nil {
-			return nil, err
-		}
+		caFile := ""
 		if s.extenderTLS != nil {
-			if o.Plane.SchedulerConfig, err = withExtenderCA(o.Plane.SchedulerConfig, s.extenderTLS.ca.CertFile); err != nil {
-				return nil, err
-			}
+			caFile = s.extenderTLS.ca.CertFile
+		}
+		if o.Plane.SchedulerConfig, err = schedulerConfig(file, s.ExtenderURL, caFile); err != nil {
+			return nil, err
 		}
 	}
 	s.Opts = o
@@ -174,6 +173,12 @@ func DeployFile(rel string) string { return filepath.Join(plane.RepoRoot(), "dep
 // every extender (if any: native mode has none) at url, leaving the rest as
 // written.
 func SchedulerConfigWithExtender(file, url string) (string, error) {
+	return schedulerConfig(file, url, "")
+}
+
+// schedulerConfig is SchedulerConfigWithExtender; with caFile, every
+// extender is reached over HTTPS verified against it.
+func schedulerConfig(file, url, caFile string) (string, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return "", err
@@ -186,6 +191,10 @@ func SchedulerConfigWithExtender(file, url string) (string, error) {
 	for _, e := range exts {
 		if em, ok := e.(map[string]any); ok {
 			em["urlPrefix"] = url
+			if caFile != "" {
+				em["enableHTTPS"] = true
+				em["tlsConfig"] = map[string]any{"caFile": caFile}
+			}
 		}
 	}
 	out, err := yaml.Marshal(m)
