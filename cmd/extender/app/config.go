@@ -28,6 +28,10 @@ type Config struct {
 	Synced func() bool
 	// Listening, if set, receives the API server's bound address.
 	Listening func(net.Addr)
+	// MaxProcs, if positive, is the GOMAXPROCS Run sets. Only Config (the
+	// binary's path) sets it: a test running the extender in its own
+	// process keeps its parallelism.
+	MaxProcs int
 }
 
 // Config connects to the apiserver and builds the extender.
@@ -44,7 +48,12 @@ func (o *Options) Config() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return o.config(cs, health)
+	c, err := o.config(cs, health)
+	if err != nil {
+		return nil, err
+	}
+	c.MaxProcs = o.MaxProcs
+	return c, nil
 }
 
 // ConfigWithClient builds the extender around the given clientset.

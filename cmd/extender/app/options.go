@@ -53,9 +53,15 @@ type Options struct {
 	LeaderElectNamespace string
 	// LeaderElectIdentity defaults to the host name and a random suffix.
 	LeaderElectIdentity string
+	// MaxProcs is the GOMAXPROCS the binary runs with; 0 keeps Go's own
+	// choice (the GOMAXPROCS variable, else the CPU limit or every core).
+	MaxProcs int
 	// Logs are the component-base logging options (-v, --logging-format, ...).
 	Logs *logsapi.LoggingConfiguration
 }
+
+// maxMaxProcs bounds --max-procs: more than that is a typo, not a machine.
+const maxMaxProcs = 1024
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
@@ -71,7 +77,12 @@ func NewOptions() *Options {
 		KubeAPIBurst:         100,
 		RequeueQPS:           20,
 		LeaderElectNamespace: "capscale-system",
-		Logs:                 logsapi.NewLoggingConfiguration(),
+		// One P: kube-scheduler filters one pod at a time, and every
+		// other call waits on the network. With more, each handoff
+		// between goroutines wakes an idle P, whose futex and spinning
+		// were a fifth of the extender's CPU per pod (BENCHMARKS.md).
+		MaxProcs: 1,
+		Logs:     logsapi.NewLoggingConfiguration(),
 	}
 }
 
@@ -92,6 +103,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the apiserver (each bind is one); kube-scheduler's own client uses 50.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the apiserver.")
 	fs.Float64Var(&o.RequeueQPS, "requeue-qps", o.RequeueQPS, "Pod status updates per second (and burst) that ask kube-scheduler to retry pods rejected for lack of underlay IPs once IPs are freed; 0 turns this off and leaves them to kube-scheduler's periodic retry (up to 5 minutes).")
+	fs.IntVar(&o.MaxProcs, "max-procs", o.MaxProcs, "GOMAXPROCS of the extender: how many threads run Go code at once. 1 spends the least CPU per pod (kube-scheduler calls filter one pod at a time); 0 keeps Go's own choice (the GOMAXPROCS variable, else the container's CPU limit or every core).")
 	nfs := fss.FlagSet("native mode")
 	nfs.BoolVar(&o.PublishCapacity, "publish-capacity", o.PublishCapacity, "Publish every node's underlay-IP capacity (annotation, else --default-capacity) as capscale.io/underlay-ip in Node status.capacity and allocatable, so kube-scheduler counts it itself (native mode). Leader-elected: one replica writes.")
 	nfs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, "Namespace of the capacity publisher's Lease (capscale-capacity-publisher).")
@@ -138,6 +150,9 @@ func (o *Options) Validate() []error {
 	}
 	if o.RequeueQPS < 0 || o.RequeueQPS > 1000 {
 		errs = append(errs, fmt.Errorf("--requeue-qps must be between 0 and 1000, got %v", o.RequeueQPS))
+	}
+	if o.MaxProcs < 0 || o.MaxProcs > maxMaxProcs {
+		errs = append(errs, fmt.Errorf("--max-procs must be between 0 and %d, got %d", maxMaxProcs, o.MaxProcs))
 	}
 	if o.PublishCapacity && o.LeaderElectNamespace == "" {
 		errs = append(errs, fmt.Errorf("--publish-capacity needs --leader-elect-namespace"))

@@ -32,7 +32,7 @@ func TestOptionsParse(t *testing.T) {
 			name: "defaults",
 			check: func(t *testing.T, o *Options) {
 				if o.BindAddress != "127.0.0.1:8888" || o.Kubeconfig != "" || o.DefaultCapacity != 10 ||
-					o.MaxRequestBytes != extender.DefaultMaxRequestBytes || o.ReservationTTL != time.Minute {
+					o.MaxRequestBytes != extender.DefaultMaxRequestBytes || o.ReservationTTL != time.Minute || o.MaxProcs != 1 {
 					t.Errorf("defaults: %+v", o)
 				}
 			},
@@ -49,10 +49,10 @@ func TestOptionsParse(t *testing.T) {
 		{
 			name: "every flag",
 			argv: []string{"--bind-address", "0.0.0.0:9443", "--default-capacity=3", "--tls-cert-file=c.pem",
-				"--tls-private-key-file=k.pem", "--max-request-bytes=2048", "--reservation-ttl=30s", "--shutdown-timeout=5s", "-v=4"},
+				"--tls-private-key-file=k.pem", "--max-request-bytes=2048", "--reservation-ttl=30s", "--shutdown-timeout=5s", "--max-procs=0", "-v=4"},
 			check: func(t *testing.T, o *Options) {
 				if o.BindAddress != "0.0.0.0:9443" || o.DefaultCapacity != 3 || o.TLSCertFile != "c.pem" || o.TLSPrivateKeyFile != "k.pem" ||
-					o.MaxRequestBytes != 2048 || o.ReservationTTL != 30*time.Second || o.ShutdownTimeout != 5*time.Second || o.Logs.Verbosity != 4 {
+					o.MaxRequestBytes != 2048 || o.ReservationTTL != 30*time.Second || o.ShutdownTimeout != 5*time.Second || o.MaxProcs != 0 || o.Logs.Verbosity != 4 {
 					t.Errorf("got %+v", o)
 				}
 				if errs := o.Validate(); len(errs) > 0 {
@@ -85,6 +85,9 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "bad probe address", argv: []string{"--probe-bind-address=:x"}, want: []string{"--probe-bind-address"}},
 		{name: "zero qps", argv: []string{"--kube-api-qps=0"}, want: []string{"--kube-api-qps"}},
 		{name: "zero burst", argv: []string{"--kube-api-burst=0"}, want: []string{"--kube-api-burst"}},
+		{name: "Go's own GOMAXPROCS", argv: []string{"--max-procs=0"}},
+		{name: "negative max procs", argv: []string{"--max-procs=-1"}, want: []string{"--max-procs"}},
+		{name: "absurd max procs", argv: []string{"--max-procs=100000"}, want: []string{"--max-procs"}},
 		{name: "bad log format", argv: []string{"--logging-format=xml"}, want: []string{"format"}},
 		{
 			name: "every error at once",

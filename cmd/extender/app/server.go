@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -38,7 +39,10 @@ for pods that request the capscale.io/underlay-ip extended resource.`,
 // Run starts the informers, the requeuer and (if enabled) the capacity
 // publisher, and serves until ctx is done.
 func (c *Config) Run(ctx context.Context) error {
-	klog.InfoS("Starting capscale extender", "version", version.Version)
+	if c.MaxProcs > 0 {
+		runtime.GOMAXPROCS(c.MaxProcs)
+	}
+	klog.InfoS("Starting capscale extender", "version", version.Version, "maxProcs", runtime.GOMAXPROCS(0))
 	o, cs, factory, ledger, waiting, pub, handler, synced := c.Options, c.Client, c.Factory, c.Ledger, c.Waiting, c.Publisher, c.Handler, c.Synced
 	ctx, cancel := context.WithCancel(ctx)
 	factory.Start(ctx.Done())

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -244,4 +245,59 @@ func runWithClient(ctx context.Context, o *Options, cs kubernetes.Interface, lis
 	}
 	c.Listening = listening
 	return c.Run(ctx)
+}
+
+// TestMaxProcs: the binary's path (Config) carries --max-procs to Run, which
+// sets it; a test's in-process extender (ConfigWithClient) leaves it alone.
+func TestMaxProcs(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOptions()
+	o.Kubeconfig = kubeconfig
+	c, err := o.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxProcs != 1 {
+		t.Errorf("Config().MaxProcs = %d, want the default 1", c.MaxProcs)
+	}
+	if c, err := o.ConfigWithClient(fake.NewClientset()); err != nil || c.MaxProcs != 0 {
+		t.Errorf("ConfigWithClient().MaxProcs = %v (err %v), want 0", c, err)
+	}
+
+	prev := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	want := prev + 1
+	c, err = o.ConfigWithClient(fake.NewClientset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.MaxProcs = want
+	o.BindAddress = "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	listening := make(chan struct{})
+	c.Listening = func(net.Addr) { close(listening) }
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case <-listening:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+	got := runtime.GOMAXPROCS(0)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if got != want {
+		t.Errorf("GOMAXPROCS after Run started = %d, want %d", got, want)
+	}
 }
