@@ -239,6 +239,10 @@ func TestFreedIPReuseExtender(t *testing.T) {
 	if n := scrapeCounter(ctx, t, s, "capscale_extender_freed_ip_reuse_seconds_count"); n < 20 {
 		t.Errorf("freed_ip_reuse_seconds observed %v reuses, want at least 20", n)
 	}
+	// The extender binary runs on one P by default (--max-procs).
+	if n := scrapeCounter(ctx, t, s, "go_sched_gomaxprocs_threads"); n != 1 {
+		t.Errorf("extender GOMAXPROCS = %v, want the --max-procs default 1", n)
+	}
 	t.Logf("requeue writes: %v for 20 freed IPs", after)
 }
 
