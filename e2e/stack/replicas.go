@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -216,7 +215,5 @@ func (s *Stack) Stop() {
 		s.stopProbes()
 	}
 	s.Plane.Stop()
-	if s.extenderTLS != nil {
-		_ = os.RemoveAll(s.extenderTLS.dir)
-	}
+	s.extenderTLS.remove()
 }

@@ -111,19 +111,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		case file == "":
 			file = DeployFile("scheduler/kube-scheduler-config.yaml")
 		}
-		caFile := ""
-		if s.extenderTLS != nil {
-			caFile = s.extenderTLS.ca.CertFile
-		}
-		if o.Plane.SchedulerConfig, err = schedulerConfig(file, s.ExtenderURL, caFile); err != nil {
+		if o.Plane.SchedulerConfig, err = schedulerConfig(file, s.ExtenderURL, s.extenderTLS.caFile()); err != nil {
+			s.extenderTLS.remove()
 			return nil, err
 		}
 	}
 	s.Opts = o
 	if s.Plane, err = plane.Start(ctx, o.Plane); err != nil {
-		if s.extenderTLS != nil {
-			_ = os.RemoveAll(s.extenderTLS.dir)
-		}
+		s.extenderTLS.remove()
 		return nil, err
 	}
 	defer func() {

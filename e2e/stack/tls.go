@@ -35,6 +35,22 @@ func newExtenderTLS() (*extenderTLS, error) {
 	return &extenderTLS{dir: dir, ca: ca, serving: pair}, nil
 }
 
+// caFile is the CA kube-scheduler verifies the extender with; "" without
+// ExtenderHTTPS (t is nil).
+func (t *extenderTLS) caFile() string {
+	if t == nil {
+		return ""
+	}
+	return t.ca.CertFile
+}
+
+// remove deletes the CA and the serving pair; nil does nothing.
+func (t *extenderTLS) remove() {
+	if t != nil {
+		_ = os.RemoveAll(t.dir)
+	}
+}
+
 // ExtenderHTTPClient is a client for the extender's URL: the plane's
 // HTTPClient, or one that verifies the extender's own CA with ExtenderHTTPS.
 func (s *Stack) ExtenderHTTPClient() (*http.Client, error) {
