@@ -79,6 +79,7 @@ bench: build control-plane ## Handler and provider benchmarks, external-metrics 
 
 .PHONY: bench-e2e
 bench-e2e: build control-plane ## On real local planes: scheduling throughput with vs without the extender, reaction time, memory at 5000 nodes (prints figures).
+	$(GO) build -o $(BIN)/nullextender ./e2e/cmd/nullextender
 	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) $(BENCH_E2E_FLAGS)
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2

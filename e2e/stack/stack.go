@@ -29,6 +29,8 @@ type Options struct {
 
 	Extender     bool
 	ExtenderArgs []string
+	// ExtenderBinary replaces BinDir/extender (benche2e's null extender).
+	ExtenderBinary string
 	// ExtenderHTTPS serves the extender over TLS with a certificate for
 	// 127.0.0.1 from a CA of its own, which kube-scheduler verifies
 	// (enableHTTPS, tlsConfig.caFile): its client then speaks HTTP/2 and
@@ -229,7 +231,11 @@ func (s *Stack) StartExtender(ctx context.Context) error {
 	if t := s.extenderTLS; t != nil {
 		args = append(args, "--tls-cert-file="+t.serving.CertFile, "--tls-private-key-file="+t.serving.KeyFile)
 	}
-	proc, err := s.StartProcess("extender", filepath.Join(s.Opts.BinDir, "extender"), args...)
+	bin := s.Opts.ExtenderBinary
+	if bin == "" {
+		bin = filepath.Join(s.Opts.BinDir, "extender")
+	}
+	proc, err := s.StartProcess("extender", bin, args...)
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,7 @@ func main() {
 	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
 	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), native-prioritize (native mode with the extender as prioritizer only, vs the same) or tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults)")
 	nodeLease := flag.Duration("node-lease", 40*time.Second, "throughput: the kwok nodes' Lease duration (they renew every quarter of it); at 5000 nodes the kubelet's 40s means 500 Lease writes a second, which saturate a 2-core plane")
+	extenderFloor := flag.String("extender-floor", "", "throughput, --mode extender: run the null extender (e2e/cmd/nullextender; make bench-e2e builds it) in the extender's place, to read the protocol's floor: 'bind' with filter and bind as deployed, 'filter' with kube-scheduler binding itself")
 	extenderHTTPS := flag.Bool("extender-https", false, "throughput: serve the extender over verified TLS, so that kube-scheduler's client multiplexes its calls on one HTTP/2 connection")
 	pprofDir := flag.String("pprof-dir", "", "throughput: save 25 s CPU profiles of kube-scheduler and the extender, taken from the first measured round on, in this directory")
 	jsonFile := flag.String("json", "", "throughput: write the figures to this file as JSON")
@@ -66,6 +67,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, native-prioritize or tax, got %q\n", *mode)
 		os.Exit(2)
 	}
+	if err := checkFloor(*extenderFloor, *mode, *pprofDir, *extenderHTTPS); err != nil {
+		fmt.Fprintf(os.Stderr, "benche2e: %v\n", err)
+		os.Exit(2)
+	}
 	if err := checkNodeLease(*nodeLease); err != nil {
 		fmt.Fprintf(os.Stderr, "benche2e: %v\n", err)
 		os.Exit(2)
@@ -77,7 +82,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir, NodeLease: *nodeLease, ExtenderHTTPS: *extenderHTTPS}
+	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir, NodeLease: *nodeLease, ExtenderHTTPS: *extenderHTTPS, ExtenderFloor: *extenderFloor}
 	var err error
 	switch *scenario {
 	case "throughput":
@@ -212,20 +217,37 @@ func checkCapacity(ctx context.Context, cs kubernetes.Interface, ns string) erro
 	return nil
 }
 
+// checkFloor validates --extender-floor: the null extender stands in for
+// the extender's filter and bind only, over plain HTTP, without pprof.
+func checkFloor(floor, mode, pprofDir string, https bool) error {
+	switch {
+	case floor == "":
+		return nil
+	case floor != "bind" && floor != "filter":
+		return fmt.Errorf("--extender-floor must be bind or filter, got %q", floor)
+	case mode != "extender":
+		return fmt.Errorf("--extender-floor needs --mode extender, got %q", mode)
+	case pprofDir != "" || https:
+		return fmt.Errorf("--extender-floor runs the null extender, which serves neither pprof nor HTTPS")
+	}
+	return nil
+}
+
 // schedulerConfig returns the scheduler config file for mode with the
 // given client QPS (0 keeps deploy/'s file and the defaults), and the
-// extender's matching flags.
+// extender's matching flags. noBind drops the extender's bindVerb, so that
+// kube-scheduler binds by itself (--extender-floor filter).
 //
 // native-prioritize is native mode with the extender kept as a prioritizer
 // only (issue 11's alternative to LeastAllocated: the exact free count, one
 // round trip instead of three): kube-scheduler still filters, reserves and
 // binds the resource itself.
-func schedulerConfig(qps int, mode string) (string, []string, error) {
+func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error) {
 	file := stack.DeployFile("scheduler/kube-scheduler-config.yaml")
 	if mode == "native" || mode == "native-prioritize" {
 		file = stack.DeployFile("native/kube-scheduler-config.yaml")
 	}
-	if qps == 0 && mode != "native-prioritize" {
+	if qps == 0 && mode != "native-prioritize" && !noBind {
 		return file, nil, nil
 	}
 	b, err := os.ReadFile(file)
@@ -240,6 +262,17 @@ func schedulerConfig(qps int, mode string) (string, []string, error) {
 	if qps != 0 {
 		m["clientConnection"] = map[string]any{"qps": qps, "burst": 2 * qps}
 		flags = []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", 2*qps)}
+	}
+	if noBind {
+		exts, _ := m["extenders"].([]any)
+		if len(exts) != 1 {
+			return "", nil, fmt.Errorf("%s: want one extender to drop bindVerb from, found %d", file, len(exts))
+		}
+		ext, _ := exts[0].(map[string]any)
+		if ext["bindVerb"] == nil {
+			return "", nil, fmt.Errorf("%s: the extender has no bindVerb to drop", file)
+		}
+		delete(ext, "bindVerb")
 	}
 	if mode == "native-prioritize" {
 		m["extenders"] = []any{map[string]any{

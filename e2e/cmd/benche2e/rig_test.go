@@ -3,10 +3,12 @@ package main
 import (
 	"math"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 )
 
 func TestSummarize(t *testing.T) {
@@ -240,5 +242,59 @@ func TestMedianInterval(t *testing.T) {
 	}
 	if got := medianInterval(nil, 0.95); !math.IsNaN(got.Median) || got.Coverage != 0 {
 		t.Errorf("medianInterval(nil) = %+v, want NaN and no coverage", got)
+	}
+}
+
+func TestCheckFloor(t *testing.T) {
+	for _, c := range []struct {
+		floor, mode, pprof string
+		https, ok          bool
+	}{
+		{"", "native", "", true, true},
+		{"bind", "extender", "", false, true},
+		{"filter", "extender", "", false, true},
+		{"both", "extender", "", false, false},
+		{"bind", "native", "", false, false},
+		{"bind", "extender", "/tmp/p", false, false},
+		{"filter", "extender", "", true, false},
+	} {
+		if err := checkFloor(c.floor, c.mode, c.pprof, c.https); (err == nil) != c.ok {
+			t.Errorf("checkFloor(%q, %q, %q, %v) = %v, want ok %v", c.floor, c.mode, c.pprof, c.https, err, c.ok)
+		}
+	}
+}
+
+// The filter-only floor drops bindVerb and nothing else from the deployed
+// extender, and keeps the client limits.
+func TestSchedulerConfigNoBind(t *testing.T) {
+	read := func(noBind bool) map[string]any {
+		file, flags, err := schedulerConfig(2000, "extender", noBind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(file)
+		if len(flags) != 2 {
+			t.Errorf("extender flags %v, want the two client limits", flags)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m["extenders"].([]any)[0].(map[string]any)
+	}
+	with, without := read(false), read(true)
+	if with["bindVerb"] != "bind" {
+		t.Fatalf("deployed extender has bindVerb %v, want bind", with["bindVerb"])
+	}
+	if _, ok := without["bindVerb"]; ok {
+		t.Fatalf("noBind kept bindVerb: %v", without)
+	}
+	delete(with, "bindVerb")
+	if !reflect.DeepEqual(with, without) {
+		t.Errorf("noBind changed more than bindVerb:\n%v\n%v", with, without)
 	}
 }

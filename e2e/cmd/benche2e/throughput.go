@@ -45,6 +45,9 @@ type rigOptions struct {
 	NodeLease time.Duration // the kwok nodes' Lease duration (plane.Options.NodeLeaseDuration)
 	// ExtenderHTTPS serves the extender over TLS (stack.Options.ExtenderHTTPS).
 	ExtenderHTTPS bool
+	// ExtenderFloor runs the null extender instead ("bind" or "filter";
+	// checkFloor).
+	ExtenderFloor string
 }
 
 // side is one arm of the comparison.
@@ -95,6 +98,7 @@ type rigReport struct {
 	Scenario          string                `json:"scenario"`
 	Nodes             int                   `json:"nodes"`
 	ExtenderHTTPS     bool                  `json:"extender_https"`
+	ExtenderFloor     string                `json:"extender_floor,omitempty"`
 	BatchPods         int                   `json:"batch_pods"`
 	Rounds            int                   `json:"rounds"`
 	Date              string                `json:"date"`
@@ -131,7 +135,14 @@ func throughput(o rigOptions) error {
 	defer cancel()
 	started := time.Now()
 	load := loadAverage()
-	schedCfg, extArgs, err := schedulerConfig(o.ClientQPS, o.Mode)
+	var extBin string
+	if o.ExtenderFloor != "" {
+		extBin = filepath.Join(o.BinDir, "nullextender")
+		if _, err := os.Stat(extBin); err != nil {
+			return fmt.Errorf("the null extender is missing (make bench-e2e builds it): %w", err)
+		}
+	}
+	schedCfg, extArgs, err := schedulerConfig(o.ClientQPS, o.Mode, o.ExtenderFloor == "filter")
 	if err != nil {
 		return err
 	}
@@ -155,6 +166,7 @@ func throughput(o rigOptions) error {
 	s, err := stack.Start(ctx, stack.Options{
 		SchedulerConfigFile: schedCfg,
 		ExtenderArgs:        extArgs,
+		ExtenderBinary:      extBin,
 		BinDir:              o.BinDir,
 		Plane: plane.Options{
 			BinDir: o.BinDir, Nodes: o.Nodes,
@@ -176,6 +188,10 @@ func throughput(o rigOptions) error {
 	}
 	defer s.Stop()
 	fmt.Printf("# %s scenario: %d nodes (Leases of %s), plane up in %.1fs; client QPS %s; extender over %s; load average %s\n", o.Mode, o.Nodes, s.Plane.Opts.NodeLeaseDuration, time.Since(started).Seconds(), qpsLabel(o.ClientQPS), map[bool]string{false: "HTTP", true: "HTTPS"}[o.ExtenderHTTPS], load)
+
+	if o.ExtenderFloor != "" {
+		fmt.Printf("# the extender is the null extender (--extender-floor=%s): the protocol's floor; it counts no IPs\n", o.ExtenderFloor)
+	}
 
 	var sides [2]side
 	switch o.Mode {
@@ -279,6 +295,10 @@ func throughput(o rigOptions) error {
 		}
 	}
 	if o.Mode == "tax" {
+		return nil
+	}
+	if o.ExtenderFloor != "" {
+		fmt.Println("# capacity not checked: the null extender counts no IPs")
 		return nil
 	}
 	return checkCapacity(ctx, s.Client, ns)
@@ -492,7 +512,7 @@ func waitNodesUsable(ctx context.Context, cs kubernetes.Interface, n int, publis
 // report folds the measured rounds into the --json shape.
 func report(o rigOptions, load string, idle map[string]float64, sides [2]side, results []batchResult) rigReport {
 	rep := rigReport{
-		Scenario: o.Mode, Nodes: o.Nodes, ExtenderHTTPS: o.ExtenderHTTPS, BatchPods: o.Batch, Rounds: o.Rounds,
+		Scenario: o.Mode, Nodes: o.Nodes, ExtenderHTTPS: o.ExtenderHTTPS, ExtenderFloor: o.ExtenderFloor, BatchPods: o.Batch, Rounds: o.Rounds,
 		Date: time.Now().UTC().Format(time.RFC3339), LoadAverage: load,
 		IdleCPUPerS: scale(idle, 1000), Sides: map[string]sideReport{},
 	}
