@@ -32,11 +32,13 @@ type NodeItems struct {
 	Items []NodeItem `json:"items"`
 }
 
-// NodeItem is one full Node: its name and annotations, and its JSON as sent,
-// returned verbatim when the node passes filter.
+// NodeItem is one full Node: its name, annotations and labels (the
+// capacity rule reads both), and its JSON as sent, returned verbatim when
+// the node passes filter.
 type NodeItem struct {
 	Name        string
 	Annotations map[string]string
+	Labels      map[string]string
 	Raw         []byte
 }
 
@@ -93,17 +95,18 @@ type nodeMeta struct {
 	Metadata struct {
 		Name        string            `json:"name"`
 		Annotations map[string]string `json:"annotations"`
+		Labels      map[string]string `json:"labels"`
 	} `json:"metadata"`
 }
 
-// UnmarshalJSON keeps a copy of the Node's JSON and reads its name and
-// annotations.
+// UnmarshalJSON keeps a copy of the Node's JSON and reads its name,
+// annotations and labels.
 func (n *NodeItem) UnmarshalJSON(data []byte) error {
 	var m nodeMeta
 	if err := json.Unmarshal(data, &m); err != nil {
 		return err
 	}
-	n.Name, n.Annotations = m.Metadata.Name, m.Metadata.Annotations
+	n.Name, n.Annotations, n.Labels = m.Metadata.Name, m.Metadata.Annotations, m.Metadata.Labels
 	n.Raw = bytes.Clone(data)
 	return nil
 }
@@ -114,7 +117,7 @@ func (n NodeItem) MarshalJSON() ([]byte, error) {
 		return n.Raw, nil
 	}
 	var m nodeMeta
-	m.Metadata.Name, m.Metadata.Annotations = n.Name, n.Annotations
+	m.Metadata.Name, m.Metadata.Annotations, m.Metadata.Labels = n.Name, n.Annotations, n.Labels
 	return json.Marshal(m)
 }
 

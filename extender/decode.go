@@ -642,10 +642,12 @@ func (s *scanner) metadata(item *NodeItem) error {
 		case 0:
 			return s.nodeName(item)
 		case 1:
-			return s.annotations(item)
+			return s.stringMap(&item.Annotations, "Node metadata.annotations", "Node annotation value")
+		case 2:
+			return s.stringMap(&item.Labels, "Node metadata.labels", "Node label value")
 		}
 		return s.skip()
-	}, "name", "annotations")
+	}, "name", "annotations", "labels")
 }
 
 // nodeName reads metadata.name: a string, or null (which leaves it as is).
@@ -667,16 +669,18 @@ func (s *scanner) nodeName(item *NodeItem) error {
 	return s.typeErr("Node metadata.name", errors.New("not a string"))
 }
 
-func (s *scanner) annotations(item *NodeItem) error {
+// stringMap reads a map of strings (annotations, labels) into *m, as
+// encoding/json would: null clears it, a repeated object merges.
+func (s *scanner) stringMap(m *map[string]string, what, valueWhat string) error {
 	if s.null() {
-		item.Annotations = nil
+		*m = nil
 		return nil
 	}
-	if err := s.wantObject("Node metadata.annotations"); err != nil {
+	if err := s.wantObject(what); err != nil {
 		return err
 	}
-	if item.Annotations == nil {
-		item.Annotations = map[string]string{}
+	if *m == nil {
+		*m = map[string]string{}
 	}
 	empty, err := s.open('}')
 	if err != nil || empty {
@@ -708,7 +712,7 @@ func (s *scanner) annotations(item *NodeItem) error {
 			}
 		default:
 			if err = s.skip(); err == nil {
-				err = s.typeErr("Node annotation value", errors.New("not a string"))
+				err = s.typeErr(valueWhat, errors.New("not a string"))
 			}
 		}
 		if err != nil {
@@ -718,7 +722,7 @@ func (s *scanner) annotations(item *NodeItem) error {
 		if err != nil {
 			return err
 		}
-		item.Annotations[k] = v
+		(*m)[k] = v
 		more, err := s.next('}')
 		if err != nil || !more {
 			return err

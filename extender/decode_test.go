@@ -97,6 +97,8 @@ var decoderCases = []string{
 	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":{"a":"1"},"annotations":null,"annotations":{"b":"2"}}}]}}`,
 	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":{"a":null,"b":"x","b":null}}}]}}`,
 	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":{}}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"l","labels":{"capscale.io/underlay-ip-capacity":"4"},"annotations":{"a":"1"}}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"labels":{"a":"1"},"labels":null,"labels":{"b":"2","b":null}}}]}}`,
 	// Nulls where objects are expected, unknown fields of every type.
 	`{"Pod":{},"Nodes":{"items":[null,{},{"metadata":null},{"metadata":{"name":null,"annotations":null}}]}}`,
 	`{"Pod":{},"Nodes":{"items":[{"kind":"Node","spec":{"x":[1,-2.5e+3,true,false,null,{"a":[]}]},"metadata":{"labels":{"a":"b"},"name":"n"}}],"kind":"NodeList"},"Extra":[{},[]]}`,
@@ -127,6 +129,8 @@ var decoderCases = []string{
 	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":[]}}]}}`,
 	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":{"a":1}}}]}}`,
 	`{"Pod":{},"Nodes":{"items":[{"metadata":{"annotations":{"a":{}}}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"labels":[]}}]}}`,
+	`{"Pod":{},"Nodes":{"items":[{"metadata":{"labels":{"a":1}}}]}}`,
 	`[]`, `"x"`, `1`, `true`,
 	// Syntax errors.
 	``, ` `, `{`, `{"Pod":{}`, `{"Pod":{},}`, `{"Pod":{},"NodeNames":["a",]}`, `{"Pod":{} "NodeNames":[]}`,

@@ -229,7 +229,8 @@ func (l *Ledger) gc(name string) {
 
 // SetNode records node's capacity from its annotation.
 func (l *Ledger) SetNode(node *v1.Node) {
-	capacity, reason := underlay.NodeCapacity(node.Annotations, l.defaultCapacity)
+	c := underlay.NodeCapacity(node.Annotations, node.Labels, l.defaultCapacity)
+	capacity, reason := c.IPs, c.Invalid
 	l.mu.Lock()
 	before := l.freeLocked(node.Name)
 	n := l.node(node.Name)

@@ -12,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/capscale/capscale/internal/names"
 )
 
 func TestLedgerAccounting(t *testing.T) {
@@ -53,6 +55,23 @@ func TestLedgerAccounting(t *testing.T) {
 	l.DeletePod(pod("p3", "", 0).UID)
 	if rep := l.Report(); len(rep.Nodes) != 2 {
 		t.Errorf("report has %d nodes after b emptied, want 2 (a, c): %+v", len(rep.Nodes), rep.Nodes)
+	}
+}
+
+// TestLedgerCapacityLabel: a Node re-created by the kubelet has lost its
+// annotation but carries its --node-labels again; the label's capacity
+// holds, not the default (issue 31, "capacity forgets").
+func TestLedgerCapacityLabel(t *testing.T) {
+	labelled := node("l", "")
+	labelled.Labels[names.UnderlayIPCapacityLabel] = "3"
+	overridden := node("o", "2")
+	overridden.Labels[names.UnderlayIPCapacityLabel] = "3"
+	l := newTestLedger([]*v1.Node{labelled, overridden}, nil)
+	if u := l.Usage("l"); u.Capacity != 3 || u.CapacityError != "" {
+		t.Errorf("Usage(l) = %+v, want the label's capacity 3", u)
+	}
+	if u := l.Usage("o"); u.Capacity != 2 {
+		t.Errorf("Usage(o) = %+v, want the annotation's 2 over the label's 3", u)
 	}
 }
 

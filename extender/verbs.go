@@ -63,7 +63,8 @@ func (l *Ledger) usagesFor(args *Args, names []string, sc *Scratch) []NodeUsage 
 		for i := range usages {
 			if !usages[i].Known {
 				usages[i].Known = true
-				usages[i].Capacity, usages[i].CapacityError = underlay.NodeCapacity(args.Nodes.Items[i].Annotations, l.defaultCapacity)
+				c := underlay.NodeCapacity(args.Nodes.Items[i].Annotations, args.Nodes.Items[i].Labels, l.defaultCapacity)
+				usages[i].Capacity, usages[i].CapacityError = c.IPs, c.Invalid
 			}
 		}
 	}

@@ -41,8 +41,9 @@ type Decision struct {
 // Decide compares a node with the rule. def is the capacity of a node
 // without the annotation.
 func Decide(node *v1.Node, def int64) Decision {
-	want, invalid := underlay.NodeCapacity(node.Annotations, def)
-	d := Decision{Want: want, Invalid: invalid}
+	c := underlay.NodeCapacity(node.Annotations, node.Labels, def)
+	want := c.IPs
+	d := Decision{Want: want, Invalid: c.Invalid}
 	cur, has := node.Status.Capacity[underlay.Resource]
 	_, marked := node.Annotations[PublishedAnnotation]
 	if has && !marked {

@@ -102,7 +102,7 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, def i
 }
 
 // relevantChange skips the many node updates (heartbeats, conditions) that
-// change neither the annotations nor our resource.
+// change neither the annotations, the labels nor our resource.
 func relevantChange(old, cur any) bool {
 	o, ok1 := old.(*v1.Node)
 	n, ok2 := cur.(*v1.Node)
@@ -110,6 +110,7 @@ func relevantChange(old, cur any) bool {
 		return true
 	}
 	return !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
+		o.Labels[names.UnderlayIPCapacityLabel] != n.Labels[names.UnderlayIPCapacityLabel] ||
 		!equality.Semantic.DeepEqual(o.Status.Capacity[underlay.Resource], n.Status.Capacity[underlay.Resource]) ||
 		!equality.Semantic.DeepEqual(o.Status.Allocatable[underlay.Resource], n.Status.Allocatable[underlay.Resource])
 }

@@ -29,6 +29,11 @@ func node(annotations map[string]string, capacity, allocatable string) *v1.Node 
 	return n
 }
 
+func labelled(n *v1.Node, capacity string) *v1.Node {
+	n.Labels = map[string]string{names.UnderlayIPCapacityLabel: capacity}
+	return n
+}
+
 func TestDecide(t *testing.T) {
 	ann := func(kv ...string) map[string]string {
 		m := map[string]string{}
@@ -48,6 +53,9 @@ func TestDecide(t *testing.T) {
 	}{
 		{name: "new node, default", node: node(nil, "", ""), wantPatch: true, wantValue: 10},
 		{name: "new node, annotated", node: node(ann(capA, "3"), "", ""), wantPatch: true, wantValue: 3},
+		{name: "new node, labelled", node: labelled(node(nil, "", ""), "4"), wantPatch: true, wantValue: 4},
+		{name: "re-created node keeps its label's capacity", node: labelled(node(ann(pub, "4"), "4", "4"), "4"), wantValue: 4},
+		{name: "annotation overrides label", node: labelled(node(ann(capA, "2"), "", ""), "4"), wantPatch: true, wantValue: 2},
 		{name: "published and current", node: node(ann(capA, "3", pub, "3"), "3", "3"), wantValue: 3},
 		{name: "annotation raised", node: node(ann(capA, "5", pub, "3"), "3", "3"), wantPatch: true, wantValue: 5},
 		{name: "annotation removed: back to default", node: node(ann(pub, "3"), "3", "3"), wantPatch: true, wantValue: 10},

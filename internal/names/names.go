@@ -9,6 +9,10 @@ const (
 	// UnderlayIPCapacityAnnotation on a Node overrides the extender's
 	// --default-capacity for that node.
 	UnderlayIPCapacityAnnotation = "capscale.io/underlay-ip-capacity"
+	// UnderlayIPCapacityLabel on a Node is the capacity that survives the
+	// Node's re-creation: set it with the kubelet's --node-labels (per node
+	// pool). The annotation, if present, overrides it.
+	UnderlayIPCapacityLabel = "capscale.io/underlay-ip-capacity"
 
 	// SinglePodQPSAnnotation and TotalQPSAnnotation on a Deployment or
 	// StatefulSet are the inputs of the QPS policy.

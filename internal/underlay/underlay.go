@@ -1,5 +1,6 @@
 // Package underlay is the one home of the underlay-IP rule: what a node can
-// hold (its capscale.io/underlay-ip-capacity annotation, else the default)
+// hold (its capscale.io/underlay-ip-capacity annotation, else the node label
+// of that name, else the default)
 // and what a pod needs (its effective request of capscale.io/underlay-ip).
 // The extender's ledger, the workload API's capacity calculator and the
 // native-mode capacity publisher all call it, so they cannot disagree.
@@ -46,19 +47,47 @@ func ParseCapacity(s string) (int64, error) {
 	return v, nil
 }
 
+// Where a node's capacity comes from, in order of precedence.
+const (
+	// SourceAnnotation is the capscale.io/underlay-ip-capacity annotation:
+	// a per-node override, lost when the Node object is re-created.
+	SourceAnnotation = "annotation"
+	// SourceLabel is the capscale.io/underlay-ip-capacity label. The
+	// kubelet sets its --node-labels every time it registers the Node, so
+	// a capacity set there (per node pool) survives re-registration.
+	SourceLabel = "label"
+	// SourceDefault is the component's --default-capacity.
+	SourceDefault = "default"
+)
+
+// Capacity is a node's underlay-IP capacity and where it came from.
+type Capacity struct {
+	// IPs is what the node may hold; 0 when Invalid is set.
+	IPs int64
+	// Source is SourceAnnotation, SourceLabel or SourceDefault.
+	Source string
+	// Invalid explains why the value at Source was rejected.
+	Invalid string
+}
+
 // NodeCapacity returns the underlay IP capacity of a node with the given
-// annotations. Without the annotation it is def. With an invalid annotation it
-// is 0 and reason explains why, so that the node is never used on a guess.
-func NodeCapacity(annotations map[string]string, def int64) (capacity int64, reason string) {
+// annotations and labels: the annotation if set, else the label, else def.
+// An invalid value gives 0 and a reason, never the next source: a broken
+// override must not silently turn into a guess.
+func NodeCapacity(annotations, labels map[string]string, def int64) Capacity {
+	source := SourceAnnotation
 	s, ok := annotations[names.UnderlayIPCapacityAnnotation]
 	if !ok {
-		return def, ""
+		source = SourceLabel
+		if s, ok = labels[names.UnderlayIPCapacityLabel]; !ok {
+			return Capacity{IPs: def, Source: SourceDefault}
+		}
 	}
 	c, err := ParseCapacity(s)
 	if err != nil {
-		return 0, fmt.Sprintf("invalid %s annotation (%v), treating capacity as 0", names.UnderlayIPCapacityAnnotation, err)
+		return Capacity{Source: source, Invalid: fmt.Sprintf("invalid %s %s (%v), treating capacity as 0", names.UnderlayIPCapacityAnnotation, source, err)}
 	}
-	return c, ""
+	return Capacity{IPs: c, Source: source}
 }
 
 // PodNeed returns how many underlay IPs pod needs: kube-scheduler's effective

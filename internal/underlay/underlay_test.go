@@ -47,26 +47,32 @@ func TestParseCapacity(t *testing.T) {
 }
 
 func TestNodeCapacity(t *testing.T) {
+	const key = names.UnderlayIPCapacityAnnotation
+	kv := func(v string) map[string]string { return map[string]string{key: v} }
 	tests := []struct {
 		name        string
 		annotations map[string]string
-		want        int64
-		wantReason  bool
+		labels      map[string]string
+		want        Capacity
 	}{
-		{name: "no annotations", want: 7},
-		{name: "other annotations", annotations: map[string]string{"a": "b"}, want: 7},
-		{name: "annotated", annotations: map[string]string{names.UnderlayIPCapacityAnnotation: "3"}, want: 3},
-		{name: "annotated zero", annotations: map[string]string{names.UnderlayIPCapacityAnnotation: "0"}, want: 0},
-		{name: "invalid", annotations: map[string]string{names.UnderlayIPCapacityAnnotation: "lots"}, want: 0, wantReason: true},
+		{name: "nothing set", want: Capacity{IPs: 7, Source: SourceDefault}},
+		{name: "other keys", annotations: map[string]string{"a": "b"}, labels: map[string]string{"a": "b"}, want: Capacity{IPs: 7, Source: SourceDefault}},
+		{name: "annotated", annotations: kv("3"), want: Capacity{IPs: 3, Source: SourceAnnotation}},
+		{name: "annotated zero", annotations: kv("0"), want: Capacity{IPs: 0, Source: SourceAnnotation}},
+		{name: "labelled", labels: kv("4"), want: Capacity{IPs: 4, Source: SourceLabel}},
+		{name: "annotation overrides label", annotations: kv("2"), labels: kv("4"), want: Capacity{IPs: 2, Source: SourceAnnotation}},
+		{name: "invalid annotation", annotations: kv("lots"), want: Capacity{Source: SourceAnnotation, Invalid: "annotation"}},
+		{name: "invalid annotation does not fall back to the label", annotations: kv("lots"), labels: kv("4"), want: Capacity{Source: SourceAnnotation, Invalid: "annotation"}},
+		{name: "invalid label", labels: kv("-1"), want: Capacity{Source: SourceLabel, Invalid: "label"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, reason := NodeCapacity(tc.annotations, 7)
-			if got != tc.want || (reason != "") != tc.wantReason {
-				t.Fatalf("NodeCapacity = %d, %q; want %d, reason %v", got, reason, tc.want, tc.wantReason)
+			got := NodeCapacity(tc.annotations, tc.labels, 7)
+			if got.IPs != tc.want.IPs || got.Source != tc.want.Source || (got.Invalid != "") != (tc.want.Invalid != "") {
+				t.Fatalf("NodeCapacity = %+v, want %+v", got, tc.want)
 			}
-			if tc.wantReason && !strings.Contains(reason, names.UnderlayIPCapacityAnnotation) {
-				t.Errorf("reason %q does not name the annotation", reason)
+			if tc.want.Invalid != "" && !strings.Contains(got.Invalid, key+" "+tc.want.Invalid) {
+				t.Errorf("reason %q does not name the %s %s", got.Invalid, key, tc.want.Invalid)
 			}
 		})
 	}

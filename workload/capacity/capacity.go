@@ -298,14 +298,11 @@ func allocatable(n *corev1.Node, defIPs int64) Amounts {
 	return a
 }
 
-// UnderlayIPCapacity is the node's underlay IP capacity: its
-// capscale.io/underlay-ip-capacity annotation, def without one, 0 when the
-// annotation is invalid.
+// UnderlayIPCapacity is the node's underlay IP capacity by the extender's
+// rule (underlay.NodeCapacity), so both agree: an invalid value is 0, never
+// the default, because the extender places no pod on such a node.
 func UnderlayIPCapacity(n *corev1.Node, def int64) int64 {
-	// The extender's rule, so both agree: an invalid annotation is 0, never
-	// the default, because the extender places no pod on such a node.
-	c, _ := underlay.NodeCapacity(n.Annotations, def)
-	return c
+	return underlay.NodeCapacity(n.Annotations, n.Labels, def).IPs
 }
 
 // fits is floor(min over needed resources of free/need) and the resource

@@ -150,6 +150,15 @@ func TestCompute(t *testing.T) {
 			wantLimiting: UnderlayIP,
 		},
 		{
+			// A node pool's capacity survives the Node's re-creation.
+			name:         "the capacity label counts, the annotation overrides it",
+			tmpl:         template(container(nil, rl(names.UnderlayIPResource, "1"))),
+			nodes:        []*corev1.Node{node("a", "8", "10Gi", 110, label(names.UnderlayIPCapacityLabel, "3")), node("b", "8", "10Gi", 110, label(names.UnderlayIPCapacityLabel, "3"), ipCapacity("1"))},
+			defaultIPs:   10,
+			want:         3 + 1,
+			wantLimiting: UnderlayIP,
+		},
+		{
 			// As the extender sees it: such a node gets no underlay pod.
 			name:         "invalid IP capacity annotation counts as 0, like the extender",
 			tmpl:         template(container(nil, rl(names.UnderlayIPResource, "2"))),
