@@ -23,6 +23,10 @@ type Binder struct {
 	pods    PodLookup
 	ledger  *Ledger
 	metrics *Metrics
+	// Gate, if set, must return nil before any Binding is made: the
+	// binder lease (extender/binderlease) that keeps a second extender,
+	// whose ledger this one cannot see, from binding at the same time.
+	Gate func() error
 }
 
 // NewBinder returns a Binder that reads pods with pods (IndexerLookup over
@@ -58,6 +62,7 @@ const (
 	bindBound        = "bound"
 	bindAlreadyBound = "already_bound"
 	bindNoRoom       = "no_room"
+	bindNotBinder    = "not_binder"
 	bindError        = "error"
 )
 
@@ -95,6 +100,11 @@ func (b *Binder) bind(ctx context.Context, logger klog.Logger, args *extenderv1.
 		return bindError, fmt.Errorf("pod %s/%s is already bound to node %s", args.PodNamespace, args.PodName, pod.NodeName)
 	}
 	need := pod.Need
+	if b.Gate != nil {
+		if err := b.Gate(); err != nil {
+			return bindNotBinder, fmt.Errorf("binding pod %s/%s: %w", args.PodNamespace, args.PodName, err)
+		}
+	}
 
 	res := b.ledger.Reserve(uid, args.PodNamespace, args.PodName, args.Node, need)
 	switch {

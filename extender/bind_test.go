@@ -39,6 +39,8 @@ func TestBinder(t *testing.T) {
 		// reservedOn is a node the pod already holds a reservation on.
 		reservedOn string
 		fail       func(*v1.Binding) error
+		// gate is the binder lease's answer.
+		gate       error
 		bind       *extenderv1.ExtenderBindingArgs
 		wantErr    string
 		wantCalls  int
@@ -121,6 +123,16 @@ func TestBinder(t *testing.T) {
 			reservedOn: "a", bind: bindArgs(pod("p", "", 3), "a"), wantCalls: 1, wantResult: bindBound, wantReserved: 3,
 		},
 		{
+			name: "another binder holds the lease: refused, nothing reserved", api: []*v1.Pod{pod("p", "", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
+			gate: fmt.Errorf(`another underlay-IP binder, "kube-scheduler", holds the Lease`),
+			bind: bindArgs(pod("p", "", 1), "a"), wantErr: `"kube-scheduler", holds the Lease`, wantResult: bindNotBinder,
+		},
+		{
+			name: "another binder holds the lease: an already bound pod is still a success", api: []*v1.Pod{pod("p", "a", 1)}, cached: []*v1.Pod{pod("p", "a", 1)},
+			gate: fmt.Errorf("not the binder"),
+			bind: bindArgs(pod("p", "", 1), "a"), wantResult: bindAlreadyBound,
+		},
+		{
 			name: "pod without need binds without reserving", api: []*v1.Pod{pod("p", "", 0)}, cached: []*v1.Pod{pod("p", "", 0)},
 			bind: bindArgs(pod("p", "", 0), "a"), wantCalls: 1, wantResult: bindBound,
 		},
@@ -150,6 +162,9 @@ func TestBinder(t *testing.T) {
 				l.RememberNeed(tc.bind.PodUID, tc.hint)
 			}
 			b := NewBinder(cs, IndexerLookup(indexer), l)
+			if tc.gate != nil {
+				b.Gate = func() error { return tc.gate }
+			}
 			err := b.Bind(context.Background(), tc.bind)
 			if tc.wantErr == "" && err != nil {
 				t.Fatalf("Bind: %v", err)

@@ -16,7 +16,8 @@ type Metrics struct {
 	// (bound_elsewhere) or a bind of it to another node is not settled yet
 	// (in_flight).
 	BindConflicts *prometheus.CounterVec
-	// Binds counts bind outcomes (bound, already_bound, no_room, error).
+	// Binds counts bind outcomes (bound, already_bound, no_room,
+	// not_binder, error).
 	Binds *prometheus.CounterVec
 	// InvalidCapacityAnnotations counts every invalid capacity annotation
 	// value seen on a node add or change.
@@ -55,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason"}),
 		Binds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "binds_total",
-			Help: "Bind requests by result (bound, already_bound, no_room, error).",
+			Help: "Bind requests by result (bound, already_bound, no_room, not_binder: another binder ID holds the binder lease, error).",
 		}, []string{"result"}),
 		InvalidCapacityAnnotations: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "invalid_capacity_annotations_total",

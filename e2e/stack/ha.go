@@ -47,6 +47,12 @@ func (r *SchedulerReplica) Leads() bool {
 // the ConfigMap's configuration pointed at that extender, leader election as
 // written there.
 func (s *Stack) StartSchedulerReplica(ctx context.Context, name string) (*SchedulerReplica, error) {
+	return s.StartSchedulerReplicaWith(ctx, name)
+}
+
+// StartSchedulerReplicaWith is StartSchedulerReplica with extenderArgs after
+// the stack's own ExtenderArgs (a later flag wins).
+func (s *Stack) StartSchedulerReplicaWith(ctx context.Context, name string, extenderArgs ...string) (*SchedulerReplica, error) {
 	file := DeployFile("scheduler/capscale-scheduler.yaml")
 	docs, config, err := schedulerManifests(file)
 	if err != nil {
@@ -72,6 +78,7 @@ func (s *Stack) StartSchedulerReplica(ctx context.Context, name string) (*Schedu
 	}
 	r := &SchedulerReplica{Name: name, ExtenderURL: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	args := append([]string{fmt.Sprintf("--bind-address=127.0.0.1:%d", port), "--kubeconfig=" + kc, "--v=2"}, s.Opts.ExtenderArgs...)
+	args = append(args, extenderArgs...)
 	if r.Extender, err = s.StartProcess(name+"-extender", filepath.Join(s.Opts.BinDir, "extender"), args...); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/capscale/capscale/extender"
+	"github.com/capscale/capscale/extender/binderlease"
 	"github.com/capscale/capscale/extender/publisher"
 	"github.com/capscale/capscale/internal/kube"
 )
@@ -23,7 +24,9 @@ type Config struct {
 	Ledger    *extender.Ledger
 	Waiting   *extender.Waiting // nil when --requeue-qps is 0
 	Publisher *publisher.Publisher
-	Handler   http.Handler
+	// BinderLease gates every bind (extender/binderlease).
+	BinderLease *binderlease.Lease
+	Handler     http.Handler
 	// Synced reports whether the ledger is rebuilt from the informers.
 	Synced func() bool
 	// Listening, if set, receives the API server's bound address.
@@ -93,7 +96,12 @@ func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Co
 			return nil, err
 		}
 	}
+	lease, err := binderlease.New(cs, o.LeaderElectNamespace, o.BinderID, reg)
+	if err != nil {
+		return nil, err
+	}
 	binder := extender.NewBinder(cs, extender.IndexerLookup(podInformer.GetIndexer()), ledger)
+	binder.Gate = lease.Check
 	handler := extender.NewHandler(extender.HandlerOptions{
 		Ledger:          ledger,
 		Binder:          binder,
@@ -104,7 +112,7 @@ func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Co
 	})
 	return &Config{
 		Options: o, Client: cs, Registry: reg, Factory: factory, Ledger: ledger,
-		Waiting: waiting, Publisher: pub, Handler: handler, Synced: synced,
+		Waiting: waiting, Publisher: pub, BinderLease: lease, Handler: handler, Synced: synced,
 	}, nil
 }
 

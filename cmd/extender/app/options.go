@@ -47,6 +47,10 @@ type Options struct {
 	// RequeueQPS bounds the pod updates that ask kube-scheduler to retry
 	// pods after IPs were freed (burst: the same number); 0 turns it off.
 	RequeueQPS float64
+	// BinderID names the scheduler this extender binds for. Extenders with
+	// one ID share the binder Lease (the replicas of one scheduler); an
+	// extender with another ID refuses every bind while they hold it.
+	BinderID string
 	// PublishCapacity runs native mode's capacity publisher (leader-elected
 	// on a Lease in LeaderElectNamespace).
 	PublishCapacity      bool
@@ -63,6 +67,9 @@ type Options struct {
 // maxMaxProcs bounds --max-procs: more than that is a typo, not a machine.
 const maxMaxProcs = 1024
 
+// maxBinderID bounds --binder-id, which is written into a Lease.
+const maxBinderID = 128
+
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
@@ -77,6 +84,7 @@ func NewOptions() *Options {
 		KubeAPIBurst:         100,
 		RequeueQPS:           20,
 		LeaderElectNamespace: "capscale-system",
+		BinderID:             "capscale-scheduler",
 		// One P: kube-scheduler filters one pod at a time, and every
 		// other call waits on the network. With more, each handoff
 		// between goroutines wakes an idle P, whose futex and spinning
@@ -103,10 +111,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the apiserver (each bind is one); kube-scheduler's own client uses 50.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the apiserver.")
 	fs.Float64Var(&o.RequeueQPS, "requeue-qps", o.RequeueQPS, "Pod status updates per second (and burst) that ask kube-scheduler to retry pods rejected for lack of underlay IPs once IPs are freed; 0 turns this off and leaves them to kube-scheduler's periodic retry (up to 5 minutes).")
+	fs.StringVar(&o.BinderID, "binder-id", o.BinderID, "The scheduler this extender binds for. Only extenders with the binder ID that holds the Lease capscale-underlay-binder (in --leader-elect-namespace) bind; any other refuses every bind, so that two schedulers with capscale extenders cannot over-commit a node. Give every replica of one scheduler the same ID, and another scheduler's extender another.")
 	fs.IntVar(&o.MaxProcs, "max-procs", o.MaxProcs, "GOMAXPROCS of the extender: how many threads run Go code at once. 1 spends the least CPU per pod (kube-scheduler calls filter one pod at a time); 0 keeps Go's own choice (the GOMAXPROCS variable, else the container's CPU limit or every core).")
 	nfs := fss.FlagSet("native mode")
 	nfs.BoolVar(&o.PublishCapacity, "publish-capacity", o.PublishCapacity, "Publish every node's underlay-IP capacity (annotation, else --default-capacity) as capscale.io/underlay-ip in Node status.capacity and allocatable, so kube-scheduler counts it itself (native mode). Leader-elected: one replica writes.")
-	nfs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, "Namespace of the capacity publisher's Lease (capscale-capacity-publisher).")
+	nfs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, "Namespace of capscale's Leases: the capacity publisher's (capscale-capacity-publisher) and the binders' (capscale-underlay-binder).")
 	nfs.StringVar(&o.LeaderElectIdentity, "leader-elect-identity", o.LeaderElectIdentity, "This replica's identity in the Lease; empty uses the host name and a random suffix.")
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	return fss
@@ -154,8 +163,11 @@ func (o *Options) Validate() []error {
 	if o.MaxProcs < 0 || o.MaxProcs > maxMaxProcs {
 		errs = append(errs, fmt.Errorf("--max-procs must be between 0 and %d, got %d", maxMaxProcs, o.MaxProcs))
 	}
-	if o.PublishCapacity && o.LeaderElectNamespace == "" {
-		errs = append(errs, fmt.Errorf("--publish-capacity needs --leader-elect-namespace"))
+	if o.LeaderElectNamespace == "" {
+		errs = append(errs, fmt.Errorf("--leader-elect-namespace must name the namespace of capscale's Leases"))
+	}
+	if o.BinderID == "" || len(o.BinderID) > maxBinderID {
+		errs = append(errs, fmt.Errorf("--binder-id must be 1 to %d characters, got %q", maxBinderID, o.BinderID))
 	}
 	for _, err := range logsapi.Validate(o.Logs, nil, nil) {
 		errs = append(errs, err)

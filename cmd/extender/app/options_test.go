@@ -32,7 +32,8 @@ func TestOptionsParse(t *testing.T) {
 			name: "defaults",
 			check: func(t *testing.T, o *Options) {
 				if o.BindAddress != "127.0.0.1:8888" || o.Kubeconfig != "" || o.DefaultCapacity != 10 ||
-					o.MaxRequestBytes != extender.DefaultMaxRequestBytes || o.ReservationTTL != time.Minute || o.MaxProcs != 1 {
+					o.MaxRequestBytes != extender.DefaultMaxRequestBytes || o.ReservationTTL != time.Minute || o.MaxProcs != 1 ||
+					o.BinderID != "capscale-scheduler" || o.LeaderElectNamespace != "capscale-system" {
 					t.Errorf("defaults: %+v", o)
 				}
 			},
@@ -88,6 +89,10 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "Go's own GOMAXPROCS", argv: []string{"--max-procs=0"}},
 		{name: "negative max procs", argv: []string{"--max-procs=-1"}, want: []string{"--max-procs"}},
 		{name: "absurd max procs", argv: []string{"--max-procs=100000"}, want: []string{"--max-procs"}},
+		{name: "another binder ID", argv: []string{"--binder-id=default-scheduler"}},
+		{name: "empty binder ID", argv: []string{"--binder-id="}, want: []string{"--binder-id must be 1 to 128 characters"}},
+		{name: "long binder ID", argv: []string{"--binder-id=" + strings.Repeat("x", 129)}, want: []string{"--binder-id"}},
+		{name: "no lease namespace", argv: []string{"--leader-elect-namespace="}, want: []string{"--leader-elect-namespace"}},
 		{name: "bad log format", argv: []string{"--logging-format=xml"}, want: []string{"format"}},
 		{
 			name: "every error at once",

@@ -53,6 +53,7 @@ func (c *Config) Run(ctx context.Context) error {
 		factory.Shutdown()
 	}()
 	go ledger.Run(ctx)
+	go c.BinderLease.Run(ctx)
 	if waiting != nil {
 		go extender.NewRequeuer(waiting, ledger, cs, o.RequeueQPS, max(1, int(o.RequeueQPS))).Run(ctx)
 	}
