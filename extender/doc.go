@@ -4,10 +4,14 @@
 // A node can host only a limited number of underlay IPs. Pods state their need
 // as the extended resource capscale.io/underlay-ip; the extender keeps a
 // Ledger of every node's capacity, the IPs held by the pods bound to it and
-// the reservations of binds in flight. Filter and prioritize are optimistic
-// reads of that ledger; bind re-checks and reserves under the ledger's lock
-// before it creates the Binding, so that no node is ever over-committed, even
-// when many pods are scheduled at once.
+// the reservations of binds in flight. Filter is an optimistic read of that
+// ledger that keeps only the candidates with the most free IPs, so that
+// kube-scheduler's own scores break ties among them: deploy/ configures no
+// prioritize step (/prioritize is still served for a configuration that
+// sets prioritizeVerb). Bind re-checks and reserves under the ledger's lock
+// before it creates the Binding, so that no node is ever over-committed,
+// even when many pods are scheduled at once; and only the extender whose
+// binder ID holds the binder lease binds at all (extender/binderlease).
 //
 // The decision logic (Fits, Scores, victim accounting) is plain Go over plain
 // types; the underlay-IP rule itself (a node's capacity, a pod's need) lives
@@ -17,7 +21,7 @@
 // # HTTP API
 //
 //	POST /filter      extenderv1.ExtenderArgs → ExtenderFilterResult
-//	POST /prioritize  extenderv1.ExtenderArgs → HostPriorityList (0..10)
+//	POST /prioritize  extenderv1.ExtenderArgs → HostPriorityList (0..10); unused by deploy/
 //	POST /bind        ExtenderBindingArgs → ExtenderBindingResult
 //	POST /preempt     ExtenderPreemptionArgs → ExtenderPreemptionResult
 //	GET  /capacity    Report: per node capacity, used, reserved, free, pods

@@ -28,8 +28,11 @@ func NewCommand(ctx context.Context) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "extender",
 		Short: "kube-scheduler extender that never over-commits a node's underlay IPs",
-		Long: `extender answers kube-scheduler's filter, prioritize, bind and preempt calls
-for pods that request the capscale.io/underlay-ip extended resource.`,
+		Long: `extender answers kube-scheduler's filter, bind and preempt calls for pods
+that request the capscale.io/underlay-ip extended resource: filter keeps the
+nodes with the most free underlay IPs, bind re-checks the node's capacity
+and binds. With --publish-capacity it also publishes every node's capacity
+in Node status (native mode).`,
 		Args: cobra.NoArgs,
 	}
 	command.Wire(ctx, cmd, o.Logs, o.Flags(), o.Validate, o.Config)
