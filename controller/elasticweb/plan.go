@@ -26,7 +26,7 @@ import (
 
 	v1alpha1 "github.com/capscale/capscale/apis/capscale/v1alpha1"
 	"github.com/capscale/capscale/internal/names"
-	"github.com/capscale/capscale/metricsadapter/policy"
+	"github.com/capscale/capscale/internal/qps"
 )
 
 // Observed is what the caches show for one ElasticWeb; a nil object is absent.
@@ -76,8 +76,8 @@ type Desired struct {
 	QPSReplicas      int32
 	MinReplicas      int32
 	MaxReplicas      int32
-	SinglePodQPS     policy.QPSValue
-	TotalQPS         policy.QPSValue
+	SinglePodQPS     qps.Value
+	TotalQPS         qps.Value
 	AnnotationValues map[string]string
 }
 
@@ -87,11 +87,11 @@ type Desired struct {
 // the adapter could not read is an error here rather than a broken HPA.
 func NewDesired(ew *v1alpha1.ElasticWeb) (*Desired, error) {
 	ann := QPSAnnotations(&ew.Spec)
-	single, err := policy.ParseSinglePodQPS(ann)
+	single, err := qps.ParseSinglePod(ann)
 	if err != nil {
 		return nil, fmt.Errorf("spec.singlePodQPS: %w", err)
 	}
-	total, err := policy.ParseTotalQPS(ann)
+	total, err := qps.ParseTotal(ann)
 	if err != nil {
 		return nil, fmt.Errorf("spec.totalQPS: %w", err)
 	}
@@ -101,7 +101,7 @@ func NewDesired(ew *v1alpha1.ElasticWeb) (*Desired, error) {
 	if ew.Spec.Image == "" {
 		return nil, fmt.Errorf("spec.image: required")
 	}
-	q := policy.DesiredReplicasForQPS(total, single)
+	q := qps.DesiredReplicas(total, single)
 	if q > math.MaxInt32 {
 		q = math.MaxInt32
 	}
@@ -179,7 +179,7 @@ func PlanFor(obs Observed, now metav1.Time) (*Plan, error) {
 		}
 	}
 	// The adapter's arithmetic: ready × the parsed single-pod QPS.
-	st.RealQPS = policy.RealQPS(st.ReadyReplicas, d.SinglePodQPS)
+	st.RealQPS = qps.Real(st.ReadyReplicas, d.SinglePodQPS)
 
 	var conflicts []string
 	for _, c := range p.Children() {

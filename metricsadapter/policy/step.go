@@ -1,3 +1,8 @@
+// Package policy holds the metrics adapter's load-step rule: a load index
+// above or below a band adds or removes a step of replicas, within bounds,
+// at most once per interval. It is a plain function over plain values; the
+// provider feeds it and publishes what comes out. (The QPS rule, which the
+// ElasticWeb controller shares, lives in internal/qps.)
 package policy
 
 import (

@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/capscale/capscale/internal/names"
-	"github.com/capscale/capscale/metricsadapter/policy"
+	"github.com/capscale/capscale/internal/qps"
 )
 
 // Metrics are the provider's own metrics.
@@ -64,12 +64,12 @@ func (c realQPSCollector) Collect(ch chan<- prometheus.Metric) {
 		if seen[key] {
 			return
 		}
-		single, err := policy.ParseSinglePodQPS(w.annotations)
+		single, err := qps.ParseSinglePod(w.annotations)
 		if err != nil {
 			return
 		}
 		seen[key] = true
-		ch <- prometheus.MustNewConstMetric(descRealQPS, prometheus.GaugeValue, policy.RealQPS(w.readyReplicas, single), w.namespace, w.name)
+		ch <- prometheus.MustNewConstMetric(descRealQPS, prometheus.GaugeValue, qps.Real(w.readyReplicas, single), w.namespace, w.name)
 	}
 	if ds, err := c.p.deployments.List(labels.Everything()); err == nil {
 		for _, d := range ds {

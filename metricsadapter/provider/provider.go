@@ -30,6 +30,7 @@ import (
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/qps"
 	"github.com/capscale/capscale/metricsadapter/config"
 	"github.com/capscale/capscale/metricsadapter/policy"
 	"github.com/capscale/capscale/metricsadapter/source"
@@ -380,11 +381,11 @@ func (p *Provider) getWorkload(ref config.WorkloadRef) (workload, error) {
 	}
 }
 
-// annotationError turns a policy.AnnotationError into a Status naming the
+// annotationError turns a qps.AnnotationError into a Status naming the
 // workload and the annotation: 404 when it is missing (the workload has no
 // such metric), 400 when it is malformed.
 func annotationError(w workload, err error) error {
-	var ae *policy.AnnotationError
+	var ae *qps.AnnotationError
 	if !errors.As(err, &ae) {
 		return apierrors.NewInternalError(err)
 	}
@@ -402,7 +403,7 @@ func (p *Provider) qpsDesired(namespace, name string) (float64, time.Time, error
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	n, err := policy.DesiredReplicasFromAnnotations(w.annotations)
+	n, err := qps.DesiredReplicasFromAnnotations(w.annotations)
 	if err != nil {
 		return 0, time.Time{}, annotationError(w, err)
 	}
@@ -414,7 +415,7 @@ func (p *Provider) totalQPS(namespace, name string) (float64, time.Time, error) 
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	total, err := policy.ParseTotalQPS(w.annotations)
+	total, err := qps.ParseTotal(w.annotations)
 	if err != nil {
 		return 0, time.Time{}, annotationError(w, err)
 	}
@@ -426,11 +427,11 @@ func (p *Provider) realQPS(namespace, name string) (float64, time.Time, error) {
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	single, err := policy.ParseSinglePodQPS(w.annotations)
+	single, err := qps.ParseSinglePod(w.annotations)
 	if err != nil {
 		return 0, time.Time{}, annotationError(w, err)
 	}
-	return policy.RealQPS(w.readyReplicas, single), p.clock.Now(), nil
+	return qps.Real(w.readyReplicas, single), p.clock.Now(), nil
 }
 
 func (p *Provider) stepDesired(namespace, name string) (float64, time.Time, error) {

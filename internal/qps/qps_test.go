@@ -1,4 +1,4 @@
-package policy
+package qps
 
 import (
 	"errors"
@@ -70,13 +70,13 @@ func TestDesiredReplicasFromAnnotations(t *testing.T) {
 }
 
 func TestDesiredReplicasForQPSNeverDividesByZero(t *testing.T) {
-	if got := DesiredReplicasForQPS(QPSValue{}, QPSValue{}); got != 0 {
+	if got := DesiredReplicas(Value{}, Value{}); got != 0 {
 		t.Errorf("zero values: got %d, want 0", got)
 	}
 }
 
 func TestRealQPS(t *testing.T) {
-	single, err := ParseSinglePodQPS(map[string]string{names.SinglePodQPSAnnotation: "500"})
+	single, err := ParseSinglePod(map[string]string{names.SinglePodQPSAnnotation: "500"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +91,8 @@ func TestRealQPS(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := RealQPS(tc.ready, single); got != tc.want {
-				t.Errorf("RealQPS(%d) = %v, want %v", tc.ready, got, tc.want)
+			if got := Real(tc.ready, single); got != tc.want {
+				t.Errorf("Real(%d) = %v, want %v", tc.ready, got, tc.want)
 			}
 		})
 	}

@@ -1,8 +1,10 @@
-// Package policy holds the pure replica-count rules of the metrics adapter:
-// the QPS policy (ceil(total / single-pod QPS)) and the load-step policy.
-// Nothing here talks to Kubernetes or the network; the provider feeds plain
-// values in and publishes what comes out.
-package policy
+// Package qps is the one home of the QPS rule: a workload's
+// capscale.io/single-pod-qps and capscale.io/total-qps annotations, parsed
+// exactly, give ceil(total / single-pod QPS) replicas, and the ready
+// replicas give the QPS served. The metrics adapter's QPS metrics and the
+// ElasticWeb controller both call it, so they cannot disagree. Nothing here
+// talks to Kubernetes or the network.
+package qps
 
 import (
 	"fmt"
@@ -37,23 +39,23 @@ func (e *AnnotationError) Error() string {
 	return fmt.Sprintf("annotation %s=%q: %s", e.Annotation, e.Value, e.Reason)
 }
 
-// QPSValue is one parsed QPS annotation. Rat keeps the decimal exactly so
+// Value is one parsed QPS annotation. Rat keeps the decimal exactly so
 // that ceil(total/single) is not thrown off by binary floating point
 // (1.1/0.1 is 11.000000000000002 in float64).
-type QPSValue struct {
+type Value struct {
 	Float float64
 	Rat   *big.Rat
 }
 
-// ParseSinglePodQPS reads capscale.io/single-pod-qps, which must be a finite
+// ParseSinglePod reads capscale.io/single-pod-qps, which must be a finite
 // number greater than zero.
-func ParseSinglePodQPS(annotations map[string]string) (QPSValue, error) {
+func ParseSinglePod(annotations map[string]string) (Value, error) {
 	v, err := parseQPS(annotations, names.SinglePodQPSAnnotation)
 	if err != nil {
-		return QPSValue{}, err
+		return Value{}, err
 	}
 	if v.Rat.Sign() <= 0 {
-		return QPSValue{}, &AnnotationError{
+		return Value{}, &AnnotationError{
 			Annotation: names.SinglePodQPSAnnotation,
 			Value:      annotations[names.SinglePodQPSAnnotation],
 			Reason:     "must be greater than 0",
@@ -62,15 +64,15 @@ func ParseSinglePodQPS(annotations map[string]string) (QPSValue, error) {
 	return v, nil
 }
 
-// ParseTotalQPS reads capscale.io/total-qps, which must be a finite number
+// ParseTotal reads capscale.io/total-qps, which must be a finite number
 // of at least zero.
-func ParseTotalQPS(annotations map[string]string) (QPSValue, error) {
+func ParseTotal(annotations map[string]string) (Value, error) {
 	v, err := parseQPS(annotations, names.TotalQPSAnnotation)
 	if err != nil {
-		return QPSValue{}, err
+		return Value{}, err
 	}
 	if v.Rat.Sign() < 0 {
-		return QPSValue{}, &AnnotationError{
+		return Value{}, &AnnotationError{
 			Annotation: names.TotalQPSAnnotation,
 			Value:      annotations[names.TotalQPSAnnotation],
 			Reason:     "must not be negative",
@@ -79,10 +81,10 @@ func ParseTotalQPS(annotations map[string]string) (QPSValue, error) {
 	return v, nil
 }
 
-func parseQPS(annotations map[string]string, key string) (QPSValue, error) {
+func parseQPS(annotations map[string]string, key string) (Value, error) {
 	raw, ok := annotations[key]
 	if !ok {
-		return QPSValue{}, &AnnotationError{Annotation: key, Missing: true}
+		return Value{}, &AnnotationError{Annotation: key, Missing: true}
 	}
 	s := strings.TrimSpace(raw)
 	bad := func(reason string) error {
@@ -92,10 +94,10 @@ func parseQPS(annotations map[string]string, key string) (QPSValue, error) {
 	// accept, and tells us about NaN, Inf and overflow.
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return QPSValue{}, bad("not a finite decimal number")
+		return Value{}, bad("not a finite decimal number")
 	}
 	if len(s) > maxQPSLen {
-		return QPSValue{}, bad(fmt.Sprintf("longer than %d characters", maxQPSLen))
+		return Value{}, bad(fmt.Sprintf("longer than %d characters", maxQPSLen))
 	}
 	var r *big.Rat
 	if strings.ContainsAny(s, "eEpPxX") {
@@ -103,16 +105,16 @@ func parseQPS(annotations map[string]string, key string) (QPSValue, error) {
 		// ("1e-99999999"); the float64 value is exact enough here.
 		r = new(big.Rat).SetFloat64(f)
 	} else if r, ok = new(big.Rat).SetString(s); !ok {
-		return QPSValue{}, bad("not a finite decimal number")
+		return Value{}, bad("not a finite decimal number")
 	}
-	return QPSValue{Float: f, Rat: r}, nil
+	return Value{Float: f, Rat: r}, nil
 }
 
-// DesiredReplicasForQPS returns ceil(total / single), capped at MaxInt32 (the
+// DesiredReplicas returns ceil(total / single), capped at MaxInt32 (the
 // largest replica count Kubernetes accepts). single must be > 0, as
-// ParseSinglePodQPS guarantees; a non-positive single returns 0 rather than
+// ParseSinglePod guarantees; a non-positive single returns 0 rather than
 // dividing by zero.
-func DesiredReplicasForQPS(total, single QPSValue) int64 {
+func DesiredReplicas(total, single Value) int64 {
 	if single.Rat == nil || total.Rat == nil || single.Rat.Sign() <= 0 || total.Rat.Sign() <= 0 {
 		return 0
 	}
@@ -128,21 +130,21 @@ func DesiredReplicasForQPS(total, single QPSValue) int64 {
 }
 
 // DesiredReplicasFromAnnotations parses both QPS annotations and applies
-// DesiredReplicasForQPS.
+// DesiredReplicas.
 func DesiredReplicasFromAnnotations(annotations map[string]string) (int64, error) {
-	single, err := ParseSinglePodQPS(annotations)
+	single, err := ParseSinglePod(annotations)
 	if err != nil {
 		return 0, err
 	}
-	total, err := ParseTotalQPS(annotations)
+	total, err := ParseTotal(annotations)
 	if err != nil {
 		return 0, err
 	}
-	return DesiredReplicasForQPS(total, single), nil
+	return DesiredReplicas(total, single), nil
 }
 
-// RealQPS is the QPS the ready replicas can serve: ready × single-pod QPS.
-func RealQPS(readyReplicas int32, single QPSValue) float64 {
+// Real is the QPS the ready replicas can serve: ready × single-pod QPS.
+func Real(readyReplicas int32, single Value) float64 {
 	if readyReplicas <= 0 {
 		return 0
 	}
