@@ -94,9 +94,8 @@ func jsonKind(k reflect.Kind) string {
 // the caller, with field manager capscale-workload-api. Fields of the spec
 // the API set before and the body leaves out are removed (PUT). A field
 // another manager owns is a 409 naming it unless ?force=true.
-func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
-	ctx, p := r.Context(), targetOf(r)
-	dc := callerDynamic(r)
+func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request, p target, c caller) {
+	ctx, dc := r.Context(), c.dynamic
 	if dc == nil {
 		httpserver.WriteError(w, http.StatusInternalServerError, "the elastic web routes are not configured")
 		return
@@ -145,9 +144,8 @@ func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request) {
 }
 
 // getElasticWeb reads the ElasticWeb as the caller.
-func (s *Server) getElasticWeb(w http.ResponseWriter, r *http.Request) {
-	ctx, p := r.Context(), targetOf(r)
-	dc := callerDynamic(r)
+func (s *Server) getElasticWeb(w http.ResponseWriter, r *http.Request, p target, c caller) {
+	ctx, dc := r.Context(), c.dynamic
 	if dc == nil {
 		httpserver.WriteError(w, http.StatusInternalServerError, "the elastic web routes are not configured")
 		return

@@ -64,11 +64,10 @@ func hpaFor(ctx context.Context, c kubernetes.Interface, ns, kind, name string) 
 	return pickHPA(all, kind, name), nil
 }
 
-// workloadHPA finds the HPA of the request's workload as the caller; when
-// that fails it answers the request itself and returns false.
-func workloadHPA(w http.ResponseWriter, r *http.Request) (*autoscalingv2.HorizontalPodAutoscaler, bool) {
-	t := targetOf(r)
-	hpa, err := hpaFor(r.Context(), callerClient(r), t.namespace, t.kind.kind(), t.name)
+// workloadHPA finds the HPA of workload t as the caller c; when that fails
+// it answers the request itself and returns false.
+func workloadHPA(w http.ResponseWriter, r *http.Request, t target, c caller) (*autoscalingv2.HorizontalPodAutoscaler, bool) {
+	hpa, err := hpaFor(r.Context(), c.client, t.namespace, t.kind.kind(), t.name)
 	if err != nil {
 		writeError(w, r, "finding the workload's HPA", err)
 		return nil, false

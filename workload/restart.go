@@ -43,15 +43,14 @@ func (s *Server) restartStamp() string {
 	return t.Format(time.RFC3339Nano)
 }
 
-func (s *Server) restart(w http.ResponseWriter, r *http.Request) {
-	ctx, t := r.Context(), targetOf(r)
-	c := callerClient(r)
+func (s *Server) restart(w http.ResponseWriter, r *http.Request, t target, c caller) {
+	ctx := r.Context()
 	stamp := s.restartStamp()
 	var gen int64
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		// Read fresh from the API server: the paused check and the patch must
 		// see the same resourceVersion.
-		o, err := t.kind.get(ctx, c, t.namespace, t.name)
+		o, err := t.kind.get(ctx, c.client, t.namespace, t.name)
 		if err != nil {
 			return err
 		}
@@ -65,7 +64,7 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) {
 		// The resourceVersion in the patch makes the API server refuse it
 		// with a Conflict if the object changed since the read, e.g. if
 		// someone paused it meanwhile.
-		o, err = t.kind.patch(ctx, c, t.namespace, t.name, types.StrategicMergePatchType, patch)
+		o, err = t.kind.patch(ctx, c.client, t.namespace, t.name, types.StrategicMergePatchType, patch)
 		if err != nil {
 			return err
 		}

@@ -27,10 +27,9 @@ type RolloutStatus struct {
 	Message string `json:"message"`
 }
 
-func (s *Server) rollout(w http.ResponseWriter, r *http.Request) {
+func (s *Server) rollout(w http.ResponseWriter, r *http.Request, t target, c caller) {
 	// Read as the caller: the answer shows only what they may get.
-	t := targetOf(r)
-	o, err := t.kind.get(r.Context(), callerClient(r), t.namespace, t.name)
+	o, err := t.kind.get(r.Context(), c.client, t.namespace, t.name)
 	if err != nil {
 		writeError(w, r, fmt.Sprintf("reading %s %s/%s", t.resource(), t.namespace, t.name), err)
 		return

@@ -42,9 +42,8 @@ type ScaleResponse struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
-	ctx, t := r.Context(), targetOf(r)
-	c := callerClient(r)
+func (s *Server) scale(w http.ResponseWriter, r *http.Request, t target, c caller) {
+	ctx := r.Context()
 	var req ScaleRequest
 	if !decodeBody(w, r, &req, false) {
 		return
@@ -66,7 +65,7 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusUnprocessableEntity, fmt.Sprintf("replicas: Invalid value: %d: must be greater than or equal to 0", n))
 		return
 	}
-	hpa, ok := workloadHPA(w, r)
+	hpa, ok := workloadHPA(w, r, t, c)
 	if !ok {
 		return
 	}
@@ -89,7 +88,7 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 	}
 
 	if hpa != nil {
-		adjusted, msg, err := s.adjustHPA(ctx, c, t.namespace, hpa.Name, n)
+		adjusted, msg, err := s.adjustHPA(ctx, c.client, t.namespace, hpa.Name, n)
 		if err != nil {
 			writeError(w, r, fmt.Sprintf("adjusting HorizontalPodAutoscaler %s/%s", t.namespace, hpa.Name), err)
 			return
@@ -101,13 +100,13 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		// The scale subresource carries the resourceVersion: a concurrent
 		// writer makes UpdateScale Conflict and the loop re-reads.
-		sc, err := t.kind.getScale(ctx, c, t.namespace, t.name)
+		sc, err := t.kind.getScale(ctx, c.client, t.namespace, t.name)
 		if err != nil {
 			return err
 		}
 		resp.PreviousReplicas = sc.Spec.Replicas
 		sc.Spec.Replicas = n
-		_, err = t.kind.updateScale(ctx, c, t.namespace, sc)
+		_, err = t.kind.updateScale(ctx, c.client, t.namespace, sc)
 		return err
 	})
 	if err != nil {
@@ -179,11 +178,10 @@ type CapacityResponse struct {
 	UsageMessage string `json:"usageMessage,omitempty"`
 }
 
-func (s *Server) capacity(w http.ResponseWriter, r *http.Request) {
+func (s *Server) capacity(w http.ResponseWriter, r *http.Request, t target, c caller) {
 	// The workload is read as the caller, who must be allowed to get it;
 	// nodes and pods come from the API's caches.
-	t := targetOf(r)
-	o, err := t.kind.get(r.Context(), callerClient(r), t.namespace, t.name)
+	o, err := t.kind.get(r.Context(), c.client, t.namespace, t.name)
 	if err != nil {
 		writeError(w, r, fmt.Sprintf("reading %s %s/%s", t.resource(), t.namespace, t.name), err)
 		return

@@ -8,7 +8,6 @@
 package workload
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -187,7 +186,19 @@ type route struct {
 	// action names a mutation for the audit log and metrics; empty for
 	// reads.
 	action string
-	h      http.HandlerFunc
+	h      handler
+}
+
+// handler serves one /v1 endpoint. Its target and the caller's clients are
+// its arguments: endpoint resolves both before it runs.
+type handler func(w http.ResponseWriter, r *http.Request, t target, c caller)
+
+// caller is who a /v1 request acts as: clients that carry the caller's own
+// bearer token, so that the apiserver's RBAC, admission and audit decide.
+type caller struct {
+	client kubernetes.Interface
+	// dynamic is nil without Config.DynamicFor.
+	dynamic dynamic.Interface
 }
 
 func (s *Server) routes() chi.Router {
@@ -218,67 +229,75 @@ func (s *Server) routes() chi.Router {
 		{http.MethodPut, ew, nil, "elasticweb-apply", s.applyElasticWeb},
 		{http.MethodGet, ew, nil, "", s.getElasticWeb},
 	} {
-		var h http.Handler = rt.h
-		h = s.withCaller(h)
-		if rt.action != "" {
-			// Outside the caller's client, so that refused attempts are
-			// audited too.
-			h = s.audit(rt.action)(h)
-		}
-		h = s.limitInflight(h)
-		h = s.limitBody(h)
-		h = withTarget(rt.kinds, h)
-		h = withRouteLogger(rt.pattern, h)
-		r.Method(rt.method, rt.pattern, s.instr.Wrap(rt.pattern, h))
+		r.Method(rt.method, rt.pattern, s.instr.Wrap(rt.pattern, s.endpoint(rt)))
 	}
 	return r
 }
 
-type clientKey struct{}
-
-type dynamicKey struct{}
-
-// withCaller answers 401 without a bearer token, and otherwise gives the
-// handler a client that carries the token to the apiserver, which decides.
-// The token is in that client only, and goes with the request.
-func (s *Server) withCaller(next http.Handler) http.Handler {
+// endpoint is the one way through every /v1 route, in this order: the
+// target from the path (404 for a resource the route does not serve), a
+// logger naming route and target, the body limit, the in-flight limit
+// (429), the audit line for mutations (which sees 401s too), the caller's
+// clients (401 without a bearer token), then the handler.
+func (s *Server) endpoint(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bearerToken(r)
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="capscale"`)
-			httpserver.WriteError(w, http.StatusUnauthorized, "a bearer token is required: Authorization: Bearer TOKEN")
-			return
-		}
-		c, err := s.clientFor(token)
+		t, err := parseTarget(r, rt.kinds)
 		if err != nil {
-			klog.FromContext(r.Context()).Error(err, "Creating the caller's client failed")
-			httpserver.WriteError(w, http.StatusInternalServerError, "cannot reach the apiserver as the caller")
+			httpserver.WriteError(w, http.StatusNotFound, err.Error())
 			return
 		}
-		ctx := context.WithValue(r.Context(), clientKey{}, c)
-		if s.dynamicFor != nil {
-			dc, err := s.dynamicFor(token)
-			if err != nil {
-				klog.FromContext(r.Context()).Error(err, "Creating the caller's dynamic client failed")
-				httpserver.WriteError(w, http.StatusInternalServerError, "cannot reach the apiserver as the caller")
-				return
-			}
-			ctx = context.WithValue(ctx, dynamicKey{}, dc)
+		logger := klog.FromContext(r.Context()).WithValues("route", rt.pattern,
+			"resource", t.resource(), "namespace", t.namespace, "name", t.name)
+		r = r.WithContext(klog.NewContext(r.Context(), logger))
+		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		select {
+		case s.inflight <- struct{}{}:
+			defer func() { <-s.inflight }()
+		default:
+			// Every request costs apiserver calls made with its token,
+			// valid or not: a flood must not queue without bound.
+			w.Header().Set("Retry-After", "1")
+			httpserver.WriteError(w, http.StatusTooManyRequests, "too many requests in flight; retry later")
+			return
 		}
-		next.ServeHTTP(w, r.WithContext(ctx))
+		if rt.action != "" {
+			sw := httpserver.NewStatusRecorder(w)
+			defer s.audit(rt.action, t, sw, r)
+			w = sw
+		}
+		c, ok := s.callerOf(w, r)
+		if !ok {
+			return
+		}
+		rt.h(w, r, t, c)
 	})
 }
 
-// callerClient is the client a request acts with: the caller's.
-func callerClient(r *http.Request) kubernetes.Interface {
-	c, _ := r.Context().Value(clientKey{}).(kubernetes.Interface)
-	return c
-}
-
-// callerDynamic is the caller's dynamic client, nil without Config.DynamicFor.
-func callerDynamic(r *http.Request) dynamic.Interface {
-	c, _ := r.Context().Value(dynamicKey{}).(dynamic.Interface)
-	return c
+// callerOf answers 401 without a bearer token, and otherwise returns
+// clients that carry the token to the apiserver, which decides. The token
+// is in those clients only, and goes with the request.
+func (s *Server) callerOf(w http.ResponseWriter, r *http.Request) (caller, bool) {
+	token, ok := bearerToken(r)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="capscale"`)
+		httpserver.WriteError(w, http.StatusUnauthorized, "a bearer token is required: Authorization: Bearer TOKEN")
+		return caller{}, false
+	}
+	c, err := s.clientFor(token)
+	if err != nil {
+		klog.FromContext(r.Context()).Error(err, "Creating the caller's client failed")
+		httpserver.WriteError(w, http.StatusInternalServerError, "cannot reach the apiserver as the caller")
+		return caller{}, false
+	}
+	out := caller{client: c}
+	if s.dynamicFor != nil {
+		if out.dynamic, err = s.dynamicFor(token); err != nil {
+			klog.FromContext(r.Context()).Error(err, "Creating the caller's dynamic client failed")
+			httpserver.WriteError(w, http.StatusInternalServerError, "cannot reach the apiserver as the caller")
+			return caller{}, false
+		}
+	}
+	return out, true
 }
 
 func bearerToken(r *http.Request) (string, bool) {
@@ -288,30 +307,6 @@ func bearerToken(r *http.Request) (string, bool) {
 	}
 	token = strings.TrimSpace(token)
 	return token, token != ""
-}
-
-// limitInflight answers 429 when MaxInflight /v1 requests are being served:
-// every request costs apiserver calls made with its token, valid or not, and
-// this keeps a flood from queueing without bound.
-func (s *Server) limitInflight(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case s.inflight <- struct{}{}:
-			defer func() { <-s.inflight }()
-			next.ServeHTTP(w, r)
-		default:
-			w.Header().Set("Retry-After", "1")
-			httpserver.WriteError(w, http.StatusTooManyRequests, "too many requests in flight; retry later")
-		}
-	})
-}
-
-// withRouteLogger gives handlers a contextual logger that names the route.
-func withRouteLogger(pattern string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		logger := klog.FromContext(r.Context()).WithValues("route", pattern)
-		next.ServeHTTP(w, r.WithContext(klog.NewContext(r.Context(), logger)))
-	})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
@@ -331,32 +326,16 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok"))
 }
 
-// limitBody caps every request body so that no handler can be made to read
-// an unbounded amount; decodeBody turns the overflow into a 413.
-func (s *Server) limitBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
-		next.ServeHTTP(w, r)
-	})
-}
-
 // audit logs one line per mutation attempt, whatever its outcome, and counts
 // it. Who the caller is, the apiserver's audit log says: the API never learns
 // it, and the bearer token is never part of this line.
-func (s *Server) audit(action string) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			sw := httpserver.NewStatusRecorder(w)
-			next.ServeHTTP(sw, r)
-			t := targetOf(r)
-			klog.InfoS("Audit",
-				"verb", action,
-				"resource", t.resource(),
-				"namespace", t.namespace,
-				"name", t.name,
-				"code", sw.Code(),
-				"remote", r.RemoteAddr)
-			s.mutations.WithLabelValues(action, strconv.Itoa(sw.Code())).Inc()
-		})
-	}
+func (s *Server) audit(action string, t target, sw *httpserver.StatusRecorder, r *http.Request) {
+	klog.InfoS("Audit",
+		"verb", action,
+		"resource", t.resource(),
+		"namespace", t.namespace,
+		"name", t.name,
+		"code", sw.Code(),
+		"remote", r.RemoteAddr)
+	s.mutations.WithLabelValues(action, strconv.Itoa(sw.Code())).Inc()
 }

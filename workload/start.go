@@ -34,9 +34,8 @@ type StartResponse struct {
 	Message        string   `json:"message"`
 }
 
-func (s *Server) start(w http.ResponseWriter, r *http.Request) {
-	ctx, t := r.Context(), targetOf(r)
-	c := callerClient(r)
+func (s *Server) start(w http.ResponseWriter, r *http.Request, t target, c caller) {
+	ctx := r.Context()
 	var req StartRequest
 	if !decodeBody(w, r, &req, true) {
 		return
@@ -45,13 +44,13 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusUnprocessableEntity, "replicas: must be at least 1 to start a workload")
 		return
 	}
-	hpa, ok := workloadHPA(w, r)
+	hpa, ok := workloadHPA(w, r, t, c)
 	if !ok {
 		return
 	}
 	resp := StartResponse{Namespace: t.namespace, Resource: t.resource(), Name: t.name, HPA: hpaInfo(hpa)}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		o, err := t.kind.get(ctx, c, t.namespace, t.name)
+		o, err := t.kind.get(ctx, c.client, t.namespace, t.name)
 		if err != nil {
 			return err
 		}

@@ -25,10 +25,9 @@ type StopResponse struct {
 	Message        string   `json:"message"`
 }
 
-func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
-	ctx, t := r.Context(), targetOf(r)
-	c := callerClient(r)
-	hpa, ok := workloadHPA(w, r)
+func (s *Server) stop(w http.ResponseWriter, r *http.Request, t target, c caller) {
+	ctx := r.Context()
+	hpa, ok := workloadHPA(w, r, t, c)
 	if !ok {
 		return
 	}
@@ -39,7 +38,7 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := StopResponse{Namespace: t.namespace, Resource: t.resource(), Name: t.name, HPA: hpaInfo(hpa)}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		o, err := t.kind.get(ctx, c, t.namespace, t.name)
+		o, err := t.kind.get(ctx, c.client, t.namespace, t.name)
 		if err != nil {
 			return err
 		}
