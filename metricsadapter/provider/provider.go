@@ -212,7 +212,7 @@ func (p *Provider) get(namespace string, selector labels.Selector, metric string
 	case names.DesiredReplicasMetric:
 		switch lbls[LabelPolicy] {
 		case names.PolicyQPS:
-			value, ts, err = p.qpsDesired(namespace, lbls[LabelWorkload])
+			value, ts, err = p.fromWorkload(namespace, lbls[LabelWorkload], desiredForQPS)
 		case names.PolicyLoadStep:
 			value, ts, err = p.stepDesired(namespace, lbls[LabelWorkload])
 		default:
@@ -220,9 +220,9 @@ func (p *Provider) get(namespace string, selector labels.Selector, metric string
 				metric, LabelPolicy, names.PolicyQPS, names.PolicyLoadStep, lbls[LabelPolicy]))
 		}
 	case names.TotalQPSMetric:
-		value, ts, err = p.totalQPS(namespace, lbls[LabelWorkload])
+		value, ts, err = p.fromWorkload(namespace, lbls[LabelWorkload], totalQPS)
 	case names.RealQPSMetric:
-		value, ts, err = p.realQPS(namespace, lbls[LabelWorkload])
+		value, ts, err = p.fromWorkload(namespace, lbls[LabelWorkload], realQPS)
 	}
 	if err != nil {
 		return external_metrics.ExternalMetricValue{}, err
@@ -398,40 +398,37 @@ func annotationError(w workload, err error) error {
 	return apierrors.NewBadRequest(msg)
 }
 
-func (p *Provider) qpsDesired(namespace, name string) (float64, time.Time, error) {
+// fromWorkload finds workload namespace/name and applies rule to it, now:
+// the one way from a QPS metric's labels to its value, with a missing or
+// malformed annotation turned into a Status by annotationError.
+func (p *Provider) fromWorkload(namespace, name string, rule func(workload) (float64, error)) (float64, time.Time, error) {
 	w, err := p.findWorkload(namespace, name)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
+	v, err := rule(w)
+	if err != nil {
+		return 0, time.Time{}, annotationError(w, err)
+	}
+	return v, p.clock.Now(), nil
+}
+
+// desiredForQPS is ceil(total-qps / single-pod-qps).
+func desiredForQPS(w workload) (float64, error) {
 	n, err := qps.DesiredReplicasFromAnnotations(w.annotations)
-	if err != nil {
-		return 0, time.Time{}, annotationError(w, err)
-	}
-	return float64(n), p.clock.Now(), nil
+	return float64(n), err
 }
 
-func (p *Provider) totalQPS(namespace, name string) (float64, time.Time, error) {
-	w, err := p.findWorkload(namespace, name)
-	if err != nil {
-		return 0, time.Time{}, err
-	}
+// totalQPS is the total-qps annotation.
+func totalQPS(w workload) (float64, error) {
 	total, err := qps.ParseTotal(w.annotations)
-	if err != nil {
-		return 0, time.Time{}, annotationError(w, err)
-	}
-	return total.Float, p.clock.Now(), nil
+	return total.Float, err
 }
 
-func (p *Provider) realQPS(namespace, name string) (float64, time.Time, error) {
-	w, err := p.findWorkload(namespace, name)
-	if err != nil {
-		return 0, time.Time{}, err
-	}
+// realQPS is what the ready replicas serve.
+func realQPS(w workload) (float64, error) {
 	single, err := qps.ParseSinglePod(w.annotations)
-	if err != nil {
-		return 0, time.Time{}, annotationError(w, err)
-	}
-	return qps.Real(w.readyReplicas, single), p.clock.Now(), nil
+	return qps.Real(w.readyReplicas, single), err
 }
 
 func (p *Provider) stepDesired(namespace, name string) (float64, time.Time, error) {
