@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -220,47 +221,61 @@ func (l *Ledger) prioritize(args *Args, sc *Scratch) ([]string, []int64) {
 func (l *Ledger) Preempt(args *extenderv1.ExtenderPreemptionArgs) *extenderv1.ExtenderPreemptionResult {
 	need := underlay.PodNeed(args.Pod)
 	res := &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{}}
-	consider := func(node string, uids []types.UID, mv *extenderv1.MetaVictims) {
+	for node, v := range victimsOf(args) {
 		if need > 0 {
 			u := l.Usages(args.Pod.UID, []string{node}, make([]NodeUsage, 0, 1))[0]
-			u.Used = max(0, u.Used-l.VictimsFree(node, uids))
+			u.Used = max(0, u.Used-l.VictimsFree(node, v.uids))
 			if !Fits(u, need).Fit {
-				return
+				continue
 			}
+		}
+		// Rebuilt so that a null victim never reaches the scheduler.
+		mv := &extenderv1.MetaVictims{Pods: make([]*extenderv1.MetaPod, len(v.uids)), NumPDBViolations: v.pdb}
+		for i, uid := range v.uids {
+			mv.Pods[i] = &extenderv1.MetaPod{UID: string(uid)}
 		}
 		res.NodeNameToMetaVictims[node] = mv
 	}
+	return res
+}
+
+// victimSet is one node's proposed victims, whichever form they came in.
+type victimSet struct {
+	uids []types.UID
+	pdb  int64
+}
+
+// victimsOf reads the victims of each node from MetaVictims (nodeCacheCapable)
+// or else from full Victims, skipping null entries.
+func victimsOf(args *extenderv1.ExtenderPreemptionArgs) map[string]victimSet {
+	out := map[string]victimSet{}
 	if args.NodeNameToMetaVictims != nil {
 		for node, mv := range args.NodeNameToMetaVictims {
-			// Rebuilt so that a null victim never reaches the scheduler.
-			clean := &extenderv1.MetaVictims{Pods: []*extenderv1.MetaPod{}}
-			var uids []types.UID
-			if mv != nil {
-				clean.NumPDBViolations = mv.NumPDBViolations
-				for _, p := range mv.Pods {
-					if p != nil {
-						uids = append(uids, types.UID(p.UID))
-						clean.Pods = append(clean.Pods, &extenderv1.MetaPod{UID: p.UID})
-					}
-				}
+			if mv == nil {
+				out[node] = victimSet{}
+				continue
 			}
-			consider(node, uids, clean)
+			out[node] = victimSet{pdb: mv.NumPDBViolations, uids: uidsOf(mv.Pods, func(p *extenderv1.MetaPod) types.UID { return types.UID(p.UID) })}
 		}
-		return res
+		return out
 	}
-	for node, victims := range args.NodeNameToVictims {
-		mv := &extenderv1.MetaVictims{Pods: []*extenderv1.MetaPod{}}
-		var uids []types.UID
-		if victims != nil {
-			mv.NumPDBViolations = victims.NumPDBViolations
-			for _, p := range victims.Pods {
-				if p != nil {
-					uids = append(uids, p.UID)
-					mv.Pods = append(mv.Pods, &extenderv1.MetaPod{UID: string(p.UID)})
-				}
-			}
+	for node, v := range args.NodeNameToVictims {
+		if v == nil {
+			out[node] = victimSet{}
+			continue
 		}
-		consider(node, uids, mv)
+		out[node] = victimSet{pdb: v.NumPDBViolations, uids: uidsOf(v.Pods, func(p *v1.Pod) types.UID { return p.UID })}
 	}
-	return res
+	return out
+}
+
+// uidsOf is the UIDs of the non-null pods.
+func uidsOf[P any](pods []*P, uid func(*P) types.UID) []types.UID {
+	var out []types.UID
+	for _, p := range pods {
+		if p != nil {
+			out = append(out, uid(p))
+		}
+	}
+	return out
 }
