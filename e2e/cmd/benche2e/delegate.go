@@ -18,6 +18,7 @@ import (
 // capscale and answers) and to the test-adapter directly, alternating
 // request by request in one run, one request in flight.
 func delegateOverhead(samples int, binDir string) error {
+	run := thisRun(time.Now(), loadAverage())
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	taBin := stack.TestAdapterBin(binDir)
@@ -84,5 +85,7 @@ func delegateOverhead(samples int, binDir string) error {
 	}
 	over := ms(percentile(lat["forwarded"], .5)) - ms(percentile(lat["direct"], .5))
 	fmt.Printf("p50 overhead of forwarding: %.3f ms (goal: <= 1 ms)\n", over)
+	printRows(delegateRows(ms(percentile(lat["direct"], .5)), ms(percentile(lat["direct"], .99)),
+		ms(percentile(lat["forwarded"], .5)), ms(percentile(lat["forwarded"], .99))), run)
 	return nil
 }

@@ -31,6 +31,7 @@ func memory(nodes, pods int, binDir, baselineAdapter string) error {
 	if pods > nodes*10 {
 		return fmt.Errorf("at most 10 pods per node: %d pods need %d nodes", pods, (pods+9)/10)
 	}
+	run := thisRun(time.Now(), loadAverage())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -53,12 +54,17 @@ func memory(nodes, pods int, binDir, baselineAdapter string) error {
 			return fmt.Errorf("starting the baseline adapter %s: %w", baselineAdapter, err)
 		}
 	}
-	report := func(when string) {
-		line := fmt.Sprintf("%s\textender %s\tadapter %s", when, rss(s.Extender.Pid()), rss(s.Adapter.Pid()))
+	// report prints the three processes' memory and returns it: extender,
+	// adapter, baseline adapter ("" without one).
+	report := func(when string) (ext, adapter, base string) {
+		ext, adapter = rss(s.Extender.Pid()), rss(s.Adapter.Pid())
+		line := fmt.Sprintf("%s\textender %s\tadapter %s", when, ext, adapter)
 		if baseline != nil {
-			line += "\tbaseline adapter " + rss(baseline.Proc.Pid())
+			base = rss(baseline.Proc.Pid())
+			line += "\tbaseline adapter " + base
 		}
 		fmt.Println(line)
+		return ext, adapter, base
 	}
 	report("nodes only")
 
@@ -132,7 +138,7 @@ func memory(nodes, pods int, binDir, baselineAdapter string) error {
 	}
 	// Let the informers settle and the Go runtime give back what it freed.
 	time.Sleep(15 * time.Second)
-	report(fmt.Sprintf("%d pods", pods))
+	ext, adapter, base := report(fmt.Sprintf("%d pods", pods))
 
 	// A restarted adapter lists every pod at once: its peak is what the
 	// memory limit must hold.
@@ -148,7 +154,8 @@ func memory(nodes, pods int, binDir, baselineAdapter string) error {
 		fmt.Printf("# adapter %s restarted and ready (informers synced) in %.1fs\n", r.URL, time.Since(t).Seconds())
 	}
 	time.Sleep(15 * time.Second)
-	report(fmt.Sprintf("%d pods, adapters restarted", pods))
+	_, restarted, _ := report(fmt.Sprintf("%d pods, adapters restarted", pods))
+	printRows(memoryRows(nodes, pods, ext, adapter, restarted, base), run)
 	return nil
 }
 

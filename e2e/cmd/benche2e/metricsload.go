@@ -33,6 +33,7 @@ import (
 // the floor of the same framework: custom-metrics-apiserver's test-adapter
 // serving static values (issue 7, item 3).
 func metricsLoad(series, clients, rate int, phase time.Duration, binDir string) error {
+	run := thisRun(time.Now(), loadAverage())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	floorBin := filepath.Join(binDir, "test-adapter")
@@ -167,13 +168,19 @@ func metricsLoad(series, clients, rate int, phase time.Duration, binDir string) 
 		r := results[k]
 		fmt.Printf("%s\t%.2f\t%.2f\t%.0f\n", k, ms(percentile(r.lat, .5)), ms(percentile(r.lat, .99)), float64(r.n)/r.secs)
 	}
+	var figures []pathFigures
 	for _, path := range []string{"direct", "aggregator"} {
 		o, f := results[path+"/capscale"], results[path+"/floor"]
+		figures = append(figures, pathFigures{Path: path,
+			OursP50: ms(percentile(o.lat, .5)), OursP99: ms(percentile(o.lat, .99)),
+			FloorP50: ms(percentile(f.lat, .5)), FloorP99: ms(percentile(f.lat, .99)),
+			OursRate: float64(o.n) / o.secs, FloorRate: float64(f.n) / f.secs})
 		fmt.Printf("ratio capscale/floor %s: p50 %.2f, p99 %.2f, throughput %.2f (goal: latency ratio <= 1.2)\n", path,
 			float64(percentile(o.lat, .5))/float64(percentile(f.lat, .5)),
 			float64(percentile(o.lat, .99))/float64(percentile(f.lat, .99)),
 			(float64(o.n)/o.secs)/(float64(f.n)/f.secs))
 	}
+	printRows(metricsRows(rate, clients, figures), run)
 	return nil
 }
 

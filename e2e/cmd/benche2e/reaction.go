@@ -52,6 +52,7 @@ stepPolicies:
 // the source to the Deployment's spec.replicas changing, with the HPA
 // controller's default 15s sync (issue 7, item 4).
 func reaction(changes int, binDir string) error {
+	run := thisRun(time.Now(), loadAverage())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	src := &loadsource.Source{}
@@ -169,5 +170,6 @@ func reaction(changes int, binDir string) error {
 	}
 	fmt.Printf("reaction over %d changes: min %.2fs, median %.2fs, mean %.2fs, max %.2fs (goal: max <= 5s source interval + 15s HPA sync + 1s = 21s)\n",
 		len(lat), lat[0], lat[len(lat)/2], sum/float64(len(lat)), lat[len(lat)-1])
+	printRows(reactionRows(lat), run)
 	return nil
 }

@@ -285,6 +285,7 @@ func throughput(o rigOptions) error {
 	}
 	rep := report(o, load, idle, sides, results)
 	printReport(rep, sides)
+	printRows(throughputRows(rep, sides[0].Name, sides[1].Name), thisRun(started, load))
 	if o.JSONFile != "" {
 		out, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {

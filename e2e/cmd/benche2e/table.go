@@ -1,0 +1,206 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// row is one measure of BENCHMARKS.md's top table; the command, date and
+// machine columns are the run's and come from runInfo.
+type row struct {
+	Measure, Figure, Goal string
+}
+
+// runInfo is what every row of one run shares.
+type runInfo struct {
+	Command string
+	Start   time.Time
+	Machine string
+}
+
+// tableRow formats r as a row of BENCHMARKS.md's top table:
+// | measure | figure | goal | command | date | machine |.
+func tableRow(r row, run runInfo) string {
+	goal := r.Goal
+	if goal == "" {
+		goal = "—"
+	}
+	cells := []string{r.Measure, r.Figure, goal, "`" + run.Command + "`", run.Start.UTC().Format("2006-01-02 15:04"), run.Machine}
+	for i, c := range cells {
+		// A pipe would end the cell; in a code span too, GitHub needs it escaped.
+		cells[i] = strings.ReplaceAll(c, "|", `\|`)
+	}
+	return "| " + strings.Join(cells, " | ") + " |"
+}
+
+// machineLabel is the table's machine column: cores, platform, toolchain and
+// the 1-minute load average at the start, since timings swing with it.
+func machineLabel(cores int, goos, goarch, goVersion, loadavg string) string {
+	s := fmt.Sprintf("%d cores, %s/%s, %s", cores, goos, goarch, goVersion)
+	if f := strings.Fields(loadavg); len(f) > 0 && f[0] != "unknown" {
+		s += ", load " + f[0]
+	}
+	return s
+}
+
+// commandLine is the command column: how this run was started, without
+// --bin-dir, which says where the binaries are, not what was measured.
+func commandLine(args []string) string {
+	parts := []string{"go run ./e2e/cmd/benche2e"}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--bin-dir" || a == "-bin-dir":
+			i++ // and its value
+		case strings.HasPrefix(a, "--bin-dir=") || strings.HasPrefix(a, "-bin-dir="):
+		default:
+			parts = append(parts, a)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// thisRun describes the running process, started at start with the load
+// average loadavg (/proc/loadavg's fields).
+func thisRun(start time.Time, loadavg string) runInfo {
+	return runInfo{
+		Command: commandLine(os.Args[1:]),
+		Start:   start,
+		Machine: machineLabel(runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), loadavg),
+	}
+}
+
+// printRows ends a scenario's report with its rows, ready to replace the
+// ones in BENCHMARKS.md's table.
+func printRows(rows []row, run runInfo) {
+	fmt.Println("# rows for BENCHMARKS.md's table (| measure | figure | goal | command | date | machine |):")
+	for _, r := range rows {
+		fmt.Println(tableRow(r, run))
+	}
+}
+
+// ms2 prints a median with its interval as the page does: 1.71 [1.54–1.82].
+func ms2(i interval) string {
+	if math.IsNaN(i.Median) {
+		return "n/a"
+	}
+	s := fmt.Sprintf("%.2f [%.2f–%.2f]", i.Median, i.Lo, i.Hi)
+	if i.Coverage < 0.95 {
+		s += fmt.Sprintf(" (covers %.0f%%)", 100*i.Coverage)
+	}
+	return s
+}
+
+// throughputRows are the scheduling rig's rows: the rate of side a against
+// side b, and the CPU per pod that rate cost.
+func throughputRows(rep rigReport, a, b string) []row {
+	what := fmt.Sprintf("%s / %s, %d nodes", a, b, rep.Nodes)
+	switch {
+	case rep.ExtenderFloor != "":
+		what += ", null extender (" + rep.ExtenderFloor + ")"
+	case rep.ExtenderHTTPS:
+		what += ", extender over HTTPS"
+	}
+	rateGoal, cpuGoal := "", ""
+	switch {
+	case rep.ExtenderFloor != "":
+		// The floor is a reference, not capscale: no goal applies.
+	case rep.Scenario == "extender":
+		rateGoal, cpuGoal = "≥ 0.8 (issue 17)", "extender < 0.8 ms (issue 17)"
+	case rep.Scenario == "native" || rep.Scenario == "native-prioritize":
+		rateGoal = "≥ 0.95 (issue 11)"
+	case rep.Scenario == "tax":
+		rateGoal, cpuGoal = "within 5% (issue 17)", "within 5% (issue 17)"
+	}
+	sa, sb := rep.Sides[a], rep.Sides[b]
+	rate := row{
+		Measure: "Scheduling rate, " + what,
+		Figure: fmt.Sprintf("median paired ratio %s; ratio of medians %.2f (paired rounds %.2f–%.2f); %.1f (%.1f–%.1f) against %.1f (%.1f–%.1f) pods/s, %d rounds",
+			rep.PairedRateCI95, rep.RatioOfMedians, rep.PairedRatioMin, rep.PairedRatioMax,
+			sa.MedianPodsPerS, sa.MinPodsPerS, sa.MaxPodsPerS, sb.MedianPodsPerS, sb.MinPodsPerS, sb.MaxPodsPerS, len(sa.RoundsPodsPerS)),
+		Goal: rateGoal,
+	}
+	cpu := row{
+		Measure: "CPU ms per pod, " + what,
+		Figure: fmt.Sprintf("all processes %.2f / %.2f (median paired ratio %s); kube-scheduler %s / %s; extender %s / %s",
+			sa.CPUMsPerPodTotal, sb.CPUMsPerPodTotal, rep.PairedCPUCI95,
+			ms2(sa.CPUMsPerPodCI95["kube-scheduler"]), ms2(sb.CPUMsPerPodCI95["kube-scheduler"]),
+			ms2(sa.CPUMsPerPodCI95["extender"]), ms2(sb.CPUMsPerPodCI95["extender"])),
+		Goal: cpuGoal,
+	}
+	return []row{rate, cpu}
+}
+
+// reactionRows is the reaction scenario's row; seconds is sorted.
+func reactionRows(seconds []float64) []row {
+	n := len(seconds)
+	if n == 0 {
+		return nil
+	}
+	return []row{{
+		Measure: "Reaction: load change → replicas changed",
+		Figure:  fmt.Sprintf("max %.2f s, median %.2f s, min %.2f s (%d changes)", seconds[n-1], seconds[n/2], seconds[0], n),
+		Goal:    "max ≤ 21 s (issue 7)",
+	}}
+}
+
+// memoryRows are the memory scenario's rows, from rss's strings after the
+// pods were created and after the adapters' restart; baseline is empty
+// without --baseline-adapter.
+func memoryRows(nodes, pods int, extender, adapter, adapterRestarted, baseline string) []row {
+	size := fmt.Sprintf("%d nodes, %d pods", nodes, pods)
+	rows := []row{
+		{Measure: "Extender memory, " + size, Figure: extender, Goal: "< 150 MiB (issue 7)"},
+		{Measure: "Adapter memory, " + size, Figure: adapter + "; restarted: " + adapterRestarted, Goal: "< 150 MiB (issue 18)"},
+	}
+	if baseline != "" {
+		rows = append(rows, row{Measure: "Baseline adapter memory, " + size, Figure: baseline})
+	}
+	return rows
+}
+
+// pathFigures are one path's figures of the metrics scenario, capscale's
+// adapter against the floor, in milliseconds and requests per second.
+type pathFigures struct {
+	Path                string
+	OursP50, OursP99    float64
+	FloorP50, FloorP99  float64
+	OursRate, FloorRate float64
+}
+
+// metricsRows are the metrics scenario's rows, one per path; rate 0 is the
+// closed loop of clients.
+func metricsRows(rate, clients int, paths []pathFigures) []row {
+	loop := fmt.Sprintf("closed loop, %d clients", clients)
+	if rate > 0 {
+		loop = fmt.Sprintf("open loop %d req/s", rate)
+	}
+	var rows []row
+	for _, p := range paths {
+		goal := "latency ratio ≤ 1.2 (issue 7)"
+		if p.Path == "direct" {
+			goal = "latency ratio ≤ 1.2, direct p99 < 5 ms (issue 7)"
+		}
+		rows = append(rows, row{
+			Measure: fmt.Sprintf("External-metrics GET, capscale / floor, %s, %s", p.Path, loop),
+			Figure: fmt.Sprintf("p50 %.2f, p99 %.2f (capscale p50 %.2f ms, p99 %.2f ms); throughput %.2f (%.0f against %.0f req/s)",
+				p.OursP50/p.FloorP50, p.OursP99/p.FloorP99, p.OursP50, p.OursP99, p.OursRate/p.FloorRate, p.OursRate, p.FloorRate),
+			Goal: goal,
+		})
+	}
+	return rows
+}
+
+// delegateRows is the delegate scenario's row, in milliseconds.
+func delegateRows(directP50, directP99, forwardedP50, forwardedP99 float64) []row {
+	return []row{{
+		Measure: "Forwarding to a delegate, p50 overhead",
+		Figure: fmt.Sprintf("%.3f ms (p50 %.3f against %.3f ms direct; p99 %.3f against %.3f)",
+			forwardedP50-directP50, forwardedP50, directP50, forwardedP99, directP99),
+		Goal: "≤ 1 ms (issue 10)",
+	}}
+}
