@@ -11,6 +11,10 @@
 // capacity, deploy/native's scheduler configuration) as side (a). --mode
 // tax: pods that request no underlay IP, scheduled with the configuration
 // capscale ships and with kube-scheduler's defaults.
+//
+// Every scenario ends with rows in the shape of BENCHMARKS.md's top table
+// (table.go); --scenario gobench prints `go test -bench` output read on
+// stdin the same way, for make bench.
 package main
 
 import (
@@ -49,7 +53,8 @@ func main() {
 	pprofDir := flag.String("pprof-dir", "", "throughput: save 25 s CPU profiles of kube-scheduler and the extender, taken from the first measured round on, in this directory")
 	jsonFile := flag.String("json", "", "throughput: write the figures to this file as JSON")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
-	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate or all (all but metrics and delegate, which make bench runs)")
+	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate, gobench (go test -bench output on stdin, printed as table rows) or all (all but metrics, delegate and gobench, which make bench runs)")
+	gobenchCommand := flag.String("gobench-command", "go test -bench", "gobench: the command that produced the output, for the rows' command column")
 	series := flag.Int("series", 1000, "series for the metrics scenario")
 	clients := flag.Int("clients", 100, "concurrent clients for the metrics scenario")
 	phase := flag.Duration("phase", 8*time.Second, "length of each load phase of the metrics scenario")
@@ -95,6 +100,8 @@ func main() {
 		err = metricsLoad(*series, *clients, *rate, *phase, *binDir)
 	case "delegate":
 		err = delegateOverhead(*samples, *binDir)
+	case "gobench":
+		err = goBench(*gobenchCommand)
 	case "all":
 		if err = throughput(rig); err == nil {
 			err = reaction(*changes, *binDir)
@@ -103,7 +110,7 @@ func main() {
 			err = memory(*memNodes, *memPods, *binDir, *baselineAdapter)
 		}
 	default:
-		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate or all, got %q", *scenario)
+		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate, gobench or all, got %q", *scenario)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benche2e:", err)

@@ -177,3 +177,37 @@ func TestScenarioRows(t *testing.T) {
 		})
 	}
 }
+
+func TestGoBenchRows(t *testing.T) {
+	const out = `goos: linux
+goarch: amd64
+pkg: github.com/capscale/capscale/metricsadapter/provider
+cpu: AMD EPYC
+BenchmarkGetExternalMetric/load-index-2         	 1000000	      1050 ns/op	     883 B/op	       8 allocs/op
+BenchmarkGetExternalMetric/qps-2                	  300000	      3700 ns/op	    1696 B/op	      35 allocs/op
+PASS
+ok  	github.com/capscale/capscale/metricsadapter/provider	3.1s
+pkg: github.com/capscale/capscale/extender
+BenchmarkFilter/NodeNames-5000-2   	    1634	    731234 ns/op	  41.00 MB/s	  283115 B/op	      63 allocs/op
+BenchmarkFilter/FullNodes-5000-2   	       6	1630000000 ns/op
+BenchmarkBroken-2 x 1 ns/op
+`
+	got, err := goBenchRows(strings.NewReader(out), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []row{
+		{Measure: "metricsadapter/provider BenchmarkGetExternalMetric/load-index", Figure: "1.05 µs/op, 883 B/op, 8 allocs/op"},
+		{Measure: "metricsadapter/provider BenchmarkGetExternalMetric/qps", Figure: "3.7 µs/op, 1696 B/op, 35 allocs/op"},
+		{Measure: "extender BenchmarkFilter/NodeNames-5000", Figure: "731 µs/op, 41.00 MB/s, 283115 B/op, 63 allocs/op"},
+		{Measure: "extender BenchmarkFilter/FullNodes-5000", Figure: "1.63 s/op"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("goBenchRows gave %d rows, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("row %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
