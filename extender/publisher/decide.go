@@ -1,9 +1,14 @@
 // Package publisher is native mode's capacity publisher: it keeps every
 // Node's status.capacity and status.allocatable of capscale.io/underlay-ip
 // equal to the underlay-IP rule (the capscale.io/underlay-ip-capacity
-// annotation, else the default; an invalid annotation publishes 0), so that
+// annotation, else the label of that name, else the default), so that
 // kube-scheduler's NodeResourcesFit, the kubelet's admission, Cluster
 // Autoscaler and `kubectl describe node` count underlay IPs themselves.
+//
+// An invalid value means no room for a new pod, but publishing 0 under
+// running pods would get them rejected when the kubelet restarts and
+// re-admits every pod against allocatable. So an invalid node publishes the
+// IPs in use there: free is 0 and what runs still fits.
 //
 // The decision is Decide, a plain function; Publisher is the controller
 // around it (a node informer, a workqueue, one status patch per change).
@@ -30,20 +35,28 @@ const PublishedAnnotation = names.UnderlayIPResource + "-published"
 type Decision struct {
 	// Patch is true when status (and the marker) must change to Want.
 	Patch bool
-	// Want is the capacity the rule gives the node.
+	// Want is the capacity to publish: the rule's, or the IPs in use when
+	// the node's value is invalid.
 	Want int64
-	// Invalid explains an invalid capacity annotation (Want is then 0).
+	// Invalid explains an invalid capacity annotation or label (Want is
+	// then the IPs in use).
 	Invalid string
 	// Foreign explains why the node's resource is not capscale's to write.
 	Foreign string
 }
 
 // Decide compares a node with the rule. def is the capacity of a node
-// without the annotation.
-func Decide(node *v1.Node, def int64) Decision {
+// without the annotation or label; inUse is what the node's bound,
+// non-terminal pods hold, published instead of an invalid value so that no
+// new pod fits and no running pod fails the kubelet's re-admission.
+func Decide(node *v1.Node, def, inUse int64) Decision {
 	c := underlay.NodeCapacity(node.Annotations, node.Labels, def)
 	want := c.IPs
 	d := Decision{Want: want, Invalid: c.Invalid}
+	if c.Invalid != "" {
+		want = max(inUse, 0)
+		d.Want = want
+	}
 	cur, has := node.Status.Capacity[underlay.Resource]
 	_, marked := node.Annotations[PublishedAnnotation]
 	if has && !marked {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,14 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -29,23 +29,42 @@ import (
 	"github.com/capscale/capscale/internal/underlay"
 )
 
-// Node states in capscale_extender_capacity_nodes.
-const (
-	statePublished = "published"
-	stateInvalid   = "invalid"
-	stateForeign   = "foreign"
-)
+// DefaultRecheckInterval is how often a node with an invalid capacity is
+// looked at again, so that what is published follows the IPs in use.
+const DefaultRecheckInterval = 10 * time.Second
+
+// Options configure New.
+type Options struct {
+	// DefaultCapacity is the capacity of a node without the annotation or
+	// label.
+	DefaultCapacity int64
+	// InUse returns the underlay IPs a node's bound, non-terminal pods hold
+	// (the extender's ledger); nil counts none.
+	InUse func(node string) int64
+	// InUseSynced reports whether InUse follows the pods; Run publishes
+	// nothing before it does, or an invalid node would get 0.
+	InUseSynced cache.InformerSynced
+	// RecheckInterval is how often invalid nodes are synced again; 0 means
+	// DefaultRecheckInterval.
+	RecheckInterval time.Duration
+	// Registerer, if not nil, receives the metrics.
+	Registerer prometheus.Registerer
+}
 
 // Publisher keeps the nodes' underlay-IP capacity published. Run it on the
 // leader only: two publishers would agree, but would write twice.
 type Publisher struct {
-	client   kubernetes.Interface
-	nodes    corelisters.NodeLister
-	synced   cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
-	def      int64
-	recorder record.EventRecorder
-	events   record.EventBroadcaster
+	client      kubernetes.Interface
+	nodes       corelisters.NodeLister
+	synced      []cache.InformerSynced
+	def         int64
+	inUse       func(string) int64
+	recheck     time.Duration
+	newRecorder func(context.Context) (record.EventRecorder, func())
+
+	// term is the current leadership term, nil while not leading: the
+	// event handlers drop events then, since Run lists every node anyway.
+	term atomic.Pointer[term]
 
 	patches *prometheus.CounterVec
 	states  *prometheus.GaugeVec
@@ -53,38 +72,53 @@ type Publisher struct {
 	mu sync.Mutex
 	// state is each node's last state, for the gauge and so that an
 	// Event is emitted once per change, not once per resync.
-	state  map[string]string
+	state  map[string]nodeState
 	counts map[string]int
 }
 
-// New returns a publisher fed by informer. def is the capacity of a node
-// without the annotation; reg, if not nil, receives the metrics.
-func New(client kubernetes.Interface, informer coreinformers.NodeInformer, def int64, reg prometheus.Registerer) (*Publisher, error) {
+// term is one leadership term. A workqueue cannot be used again once shut
+// down, so each term has its own.
+type term struct {
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
+}
+
+// New returns a publisher fed by informer.
+func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Options) (*Publisher, error) {
 	const ns, sub = "capscale", "extender"
 	p := &Publisher{
-		client: client,
-		nodes:  informer.Lister(),
-		synced: informer.Informer().HasSynced,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "capacity-publisher"}),
-		def: def,
+		client:      client,
+		nodes:       informer.Lister(),
+		synced:      []cache.InformerSynced{informer.Informer().HasSynced},
+		def:         o.DefaultCapacity,
+		inUse:       o.InUse,
+		recheck:     o.RecheckInterval,
+		newRecorder: apiRecorder(client),
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "capacity_patches_total",
 			Help: "Node status patches that publish underlay-IP capacity, by result (ok, error).",
 		}, []string{"result"}),
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "capacity_nodes",
-			Help: "Nodes by native-mode capacity state: published, invalid (annotation invalid, 0 published) or foreign (another writer owns the resource; left alone).",
+			Help: "Nodes by native-mode capacity state: published, invalid (capacity annotation or label invalid; the IPs in use published, none free) or foreign (another writer owns the resource; left alone).",
 		}, []string{"state"}),
-		state:  map[string]string{},
+		state:  map[string]nodeState{},
 		counts: map[string]int{},
 	}
-	if reg != nil {
-		if err := reg.Register(p.patches); err != nil {
-			return nil, fmt.Errorf("registering the publisher's metrics: %w", err)
-		}
-		if err := reg.Register(p.states); err != nil {
-			return nil, fmt.Errorf("registering the publisher's metrics: %w", err)
+	if p.inUse == nil {
+		p.inUse = func(string) int64 { return 0 }
+	}
+	if o.InUseSynced != nil {
+		p.synced = append(p.synced, o.InUseSynced)
+	}
+	if p.recheck <= 0 {
+		p.recheck = DefaultRecheckInterval
+	}
+	if r := o.Registerer; r != nil {
+		for _, c := range []prometheus.Collector{p.patches, p.states} {
+			if err := r.Register(c); err != nil {
+				return nil, fmt.Errorf("registering the publisher's metrics: %w", err)
+			}
 		}
 	}
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -101,6 +135,15 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, def i
 	return p, nil
 }
 
+// apiRecorder records Events to the apiserver, one broadcaster per term.
+func apiRecorder(client kubernetes.Interface) func(context.Context) (record.EventRecorder, func()) {
+	return func(ctx context.Context) (record.EventRecorder, func()) {
+		b := record.NewBroadcaster(record.WithContext(ctx))
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+		return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "capscale-capacity-publisher"}), b.Shutdown
+	}
+}
+
 // relevantChange skips the many node updates (heartbeats, conditions) that
 // change neither the annotations, the labels nor our resource.
 func relevantChange(old, cur any) bool {
@@ -115,9 +158,15 @@ func relevantChange(old, cur any) bool {
 		!equality.Semantic.DeepEqual(o.Status.Allocatable[underlay.Resource], n.Status.Allocatable[underlay.Resource])
 }
 
+// enqueue queues a node at once, not rate-limited: a kubelet that zeroed
+// our resource on re-registration gets it back on that very event.
 func (p *Publisher) enqueue(obj any) {
-	if n, ok := obj.(*v1.Node); ok {
-		p.queue.Add(n.Name)
+	n, ok := obj.(*v1.Node)
+	if !ok {
+		return
+	}
+	if t := p.term.Load(); t != nil {
+		t.queue.Add(n.Name)
 	}
 }
 
@@ -126,66 +175,79 @@ func (p *Publisher) forget(obj any) {
 		obj = t.Obj
 	}
 	if n, ok := obj.(*v1.Node); ok {
-		p.setState(n.Name, "")
+		p.setState(n.Name, nodeState{})
 	}
 }
 
-// Run publishes until ctx is done (leadership lost or shutdown).
+// Run publishes until ctx is done (leadership lost or shutdown). It may be
+// called again after it returned, once per leadership term.
 func (p *Publisher) Run(ctx context.Context) {
-	defer p.queue.ShutDown()
-	p.events = record.NewBroadcaster(record.WithContext(ctx))
-	p.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.client.CoreV1().Events("")})
-	defer p.events.Shutdown()
-	p.recorder = p.events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "capscale-capacity-publisher"})
-	if !cache.WaitForCacheSync(ctx.Done(), p.synced) {
+	t := &term{queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "capacity-publisher"})}
+	defer t.queue.ShutDown()
+	recorder, stop := p.newRecorder(ctx)
+	defer stop()
+	t.recorder = recorder
+	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return
 	}
+	// Handlers feed t from now on; the list below covers what came before.
+	p.term.Store(t)
+	defer p.term.CompareAndSwap(t, nil)
 	// Leadership may have moved while this replica's informer kept
 	// running: look at every node once.
 	all, err := p.nodes.List(labels.Everything())
 	if err == nil {
 		for _, n := range all {
-			p.queue.Add(n.Name)
+			t.queue.Add(n.Name)
 		}
 	}
 	klog.InfoS("Publishing underlay-IP capacity in Node status", "nodes", len(all))
 	go func() {
 		<-ctx.Done()
-		p.queue.ShutDown()
+		t.queue.ShutDown()
 	}()
-	for p.processNext(ctx) {
+	// What an invalid node publishes follows the IPs in use. When a pod
+	// leaves one, kube-scheduler may see a free IP there for up to this
+	// interval (plus a patch) before the lower value is published.
+	go wait.Until(func() {
+		for _, name := range p.inState(stateInvalid) {
+			t.queue.Add(name)
+		}
+	}, p.recheck, ctx.Done())
+	for p.processNext(ctx, t) {
 	}
 }
 
-func (p *Publisher) processNext(ctx context.Context) bool {
-	name, quit := p.queue.Get()
+func (p *Publisher) processNext(ctx context.Context, t *term) bool {
+	name, quit := t.queue.Get()
 	if quit {
 		return false
 	}
-	defer p.queue.Done(name)
-	if err := p.sync(ctx, name); err != nil {
+	defer t.queue.Done(name)
+	if err := p.sync(ctx, t.recorder, name); err != nil {
 		klog.ErrorS(err, "Publishing underlay-IP capacity failed, retrying", "node", name)
-		p.queue.AddRateLimited(name)
+		t.queue.AddRateLimited(name)
 		return true
 	}
-	p.queue.Forget(name)
+	t.queue.Forget(name)
 	return true
 }
 
-func (p *Publisher) sync(ctx context.Context, name string) error {
+func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, name string) error {
 	node, err := p.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
-		p.setState(name, "")
+		p.setState(name, nodeState{})
 		return nil
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("getting node %s from the informer: %w", name, err)
 	}
-	d := Decide(node, p.def)
+	d := Decide(node, p.def, p.inUse(name))
 	if d.Foreign != "" {
-		if p.setState(name, stateForeign) {
+		if p.setState(name, nodeState{stateForeign, d.Foreign}) {
 			klog.InfoS("Not publishing underlay-IP capacity", "node", klog.KObj(node), "reason", d.Foreign)
-			p.recorder.Event(node, v1.EventTypeWarning, "UnderlayIPCapacityNotManaged", d.Foreign)
+			recorder.Event(node, v1.EventTypeWarning, "UnderlayIPCapacityNotManaged", d.Foreign)
 		}
 		return nil
 	}
@@ -198,71 +260,15 @@ func (p *Publisher) sync(ctx context.Context, name string) error {
 		p.patches.WithLabelValues("ok").Inc()
 		klog.V(2).InfoS("Published underlay-IP capacity", "node", klog.KObj(node), "capacity", d.Want)
 	}
-	state := statePublished
-	if d.Invalid != "" {
-		state = stateInvalid
+	if d.Invalid == "" {
+		p.setState(name, nodeState{state: statePublished})
+		return nil
 	}
-	if p.setState(name, state) && d.Invalid != "" {
-		klog.ErrorS(nil, "Invalid underlay IP capacity annotation, publishing 0", "node", klog.KObj(node), "reason", d.Invalid)
-		p.recorder.Event(node, v1.EventTypeWarning, "InvalidUnderlayIPCapacity", d.Invalid+"; published "+names.UnderlayIPResource+"=0")
-	}
-	return nil
-}
-
-// setState records node's state ("" forgets it) and reports whether it
-// changed.
-func (p *Publisher) setState(node, state string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	old := p.state[node]
-	if old == state {
-		return false
-	}
-	if old != "" {
-		p.counts[old]--
-		p.states.WithLabelValues(old).Set(float64(p.counts[old]))
-	}
-	if state == "" {
-		delete(p.state, node)
-		return true
-	}
-	p.state[node] = state
-	p.counts[state]++
-	p.states.WithLabelValues(state).Set(float64(p.counts[state]))
-	return true
-}
-
-// LeaseName is the Lease the publishers of one cluster elect a leader on.
-const LeaseName = "capscale-capacity-publisher"
-
-// RunElected runs run while this process holds the Lease namespace/LeaseName
-// as identity, and campaigns again after losing it, until ctx is done.
-// client-go's usual timings (15s/10s/2s): a new leader takes over within
-// about 15 s of the old one's death, at once after a clean shutdown.
-func RunElected(ctx context.Context, client kubernetes.Interface, namespace, identity string, run func(context.Context)) error {
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, namespace, LeaseName,
-		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity})
-	if err != nil {
-		return fmt.Errorf("creating the publisher's lease lock: %w", err)
-	}
-	for ctx.Err() == nil {
-		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   15 * time.Second,
-			RenewDeadline:   10 * time.Second,
-			RetryPeriod:     2 * time.Second,
-			ReleaseOnCancel: true,
-			Name:            LeaseName,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: run,
-				OnStoppedLeading: func() { klog.InfoS("Capacity publisher lost or left its lease", "identity", identity) },
-				OnNewLeader: func(id string) {
-					if id != identity {
-						klog.InfoS("Another capacity publisher leads", "leader", id)
-					}
-				},
-			},
-		})
+	// Once per invalid value: the IPs in use may move under it.
+	if p.setState(name, nodeState{stateInvalid, d.Invalid}) {
+		msg := fmt.Sprintf("%s; published %s=%d, the IPs its pods hold: no new pod fits, and running pods still pass the kubelet's admission", d.Invalid, names.UnderlayIPResource, d.Want)
+		klog.ErrorS(nil, "Invalid underlay IP capacity", "node", klog.KObj(node), "published", d.Want, "reason", d.Invalid)
+		recorder.Event(node, v1.EventTypeWarning, "InvalidUnderlayIPCapacity", msg)
 	}
 	return nil
 }

@@ -46,6 +46,7 @@ func TestDecide(t *testing.T) {
 	tests := []struct {
 		name        string
 		node        *v1.Node
+		inUse       int64
 		wantPatch   bool
 		wantValue   int64
 		wantInvalid bool
@@ -59,15 +60,20 @@ func TestDecide(t *testing.T) {
 		{name: "published and current", node: node(ann(capA, "3", pub, "3"), "3", "3"), wantValue: 3},
 		{name: "annotation raised", node: node(ann(capA, "5", pub, "3"), "3", "3"), wantPatch: true, wantValue: 5},
 		{name: "annotation removed: back to default", node: node(ann(pub, "3"), "3", "3"), wantPatch: true, wantValue: 10},
-		{name: "invalid annotation publishes 0", node: node(ann(capA, "lots"), "", ""), wantPatch: true, wantValue: 0, wantInvalid: true},
+		{name: "valid lowering below what is in use still lowers", node: node(ann(capA, "2", pub, "5"), "5", "5"), inUse: 3, wantPatch: true, wantValue: 2},
+		{name: "invalid annotation, nothing in use: 0", node: node(ann(capA, "lots"), "", ""), wantPatch: true, wantValue: 0, wantInvalid: true},
+		{name: "invalid annotation, 3 in use: 3", node: node(ann(capA, "lots", pub, "10"), "10", "10"), inUse: 3, wantPatch: true, wantValue: 3, wantInvalid: true},
 		{name: "invalid and already 0", node: node(ann(capA, "lots", pub, "0"), "0", "0"), wantValue: 0, wantInvalid: true},
+		{name: "invalid and already the 3 in use", node: node(ann(capA, "-1", pub, "3"), "3", "3"), inUse: 3, wantValue: 3, wantInvalid: true},
+		{name: "invalid, a holder left: lowered to what is in use", node: node(ann(capA, "-1", pub, "3"), "3", "3"), inUse: 2, wantPatch: true, wantValue: 2, wantInvalid: true},
+		{name: "invalid label, 2 in use: 2", node: labelled(node(nil, "", ""), "x"), inUse: 2, wantPatch: true, wantValue: 2, wantInvalid: true},
 		{name: "kubelet reset ours to 0", node: node(ann(pub, "10"), "0", "0"), wantPatch: true, wantValue: 10},
 		{name: "allocatable missing", node: node(ann(pub, "10"), "10", ""), wantPatch: true, wantValue: 10},
 		{name: "someone else's resource", node: node(nil, "4", "4"), wantValue: 10, wantForeign: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(tc.node, 10)
+			d := Decide(tc.node, 10, tc.inUse)
 			if d.Patch != tc.wantPatch || d.Want != tc.wantValue || (d.Invalid != "") != tc.wantInvalid || (d.Foreign != "") != tc.wantForeign {
 				t.Fatalf("Decide = %+v, want patch %v value %d invalid %v foreign %v", d, tc.wantPatch, tc.wantValue, tc.wantInvalid, tc.wantForeign)
 			}
@@ -97,7 +103,7 @@ func TestPublisherPublishes(t *testing.T) {
 	foreign.Name = "foreign"
 	cs := fake.NewClientset(ours, foreign)
 	factory := informers.NewSharedInformerFactory(cs, 0)
-	p, err := New(cs, factory.Core().V1().Nodes(), 10, nil)
+	p, err := New(cs, factory.Core().V1().Nodes(), Options{DefaultCapacity: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

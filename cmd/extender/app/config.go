@@ -92,7 +92,18 @@ func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Co
 	}
 	var pub *publisher.Publisher
 	if o.PublishCapacity {
-		if pub, err = publisher.New(cs, factory.Core().V1().Nodes(), o.DefaultCapacity, reg); err != nil {
+		pub, err = publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{
+			DefaultCapacity: o.DefaultCapacity,
+			// A node with an invalid capacity publishes what its pods hold,
+			// and binds in flight (extender mode) are about to hold it.
+			InUse: func(node string) int64 {
+				u := ledger.Usage(node)
+				return u.Used + u.Reserved
+			},
+			InUseSynced: synced,
+			Registerer:  reg,
+		})
+		if err != nil {
 			return nil, err
 		}
 	}

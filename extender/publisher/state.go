@@ -1,0 +1,51 @@
+package publisher
+
+// Node states in capscale_extender_capacity_nodes.
+const (
+	statePublished = "published"
+	stateInvalid   = "invalid"
+	stateForeign   = "foreign"
+)
+
+// nodeState is a node's state and, when invalid or foreign, why.
+type nodeState struct{ state, why string }
+
+// setState records node's state (the zero value forgets it) and reports
+// whether it changed.
+func (p *Publisher) setState(node string, s nodeState) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.state[node]
+	if old == s {
+		return false
+	}
+	if old.state != s.state {
+		if old.state != "" {
+			p.counts[old.state]--
+			p.states.WithLabelValues(old.state).Set(float64(p.counts[old.state]))
+		}
+		if s.state != "" {
+			p.counts[s.state]++
+			p.states.WithLabelValues(s.state).Set(float64(p.counts[s.state]))
+		}
+	}
+	if s.state == "" {
+		delete(p.state, node)
+	} else {
+		p.state[node] = s
+	}
+	return true
+}
+
+// inState lists the nodes last seen in state.
+func (p *Publisher) inState(state string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for name, s := range p.state {
+		if s.state == state {
+			out = append(out, name)
+		}
+	}
+	return out
+}
