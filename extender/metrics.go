@@ -36,7 +36,7 @@ type Metrics struct {
 	// was waiting for them bound.
 	FreedIPReuse prometheus.Histogram
 	// RequeueWrites counts the requeuer's pod updates by result (requeued,
-	// skipped, gone, error).
+	// skipped, gone: deleted or re-created under the same name, error).
 	RequeueWrites *prometheus.CounterVec
 	// WaitingPods is the number of pods rejected for lack of IPs that wait
 	// for a release.
