@@ -17,7 +17,9 @@ type ReconcilerOptions struct {
 	Grace time.Duration
 	// Interval is the time between rounds; default 2s.
 	Interval time.Duration
-	// MaxGets bounds the pod reads of one round; default 20.
+	// MaxGets bounds the pod reads of one round; default 10, so at most 5
+	// reads a second with the default Interval: a tenth of the default
+	// --kube-api-qps, which the Binding POSTs share.
 	MaxGets int
 }
 
@@ -41,7 +43,7 @@ func NewReconciler(l *Ledger, client kubernetes.Interface, o ReconcilerOptions) 
 		o.Interval = 2 * time.Second
 	}
 	if o.MaxGets <= 0 {
-		o.MaxGets = 20
+		o.MaxGets = 10
 	}
 	return &Reconciler{ledger: l, client: client, opts: o, metrics: l.metrics}
 }
