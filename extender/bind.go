@@ -127,13 +127,17 @@ func (b *Binder) bind(ctx context.Context, logger klog.Logger, args *extenderv1.
 	}
 	err = b.client.CoreV1().Pods(args.PodNamespace).Bind(ctx, binding, metav1.CreateOptions{})
 	if err == nil {
-		// The reservation stays until the informer shows the pod bound.
+		// The reservation stays until the informer shows the pod bound, or
+		// the reconciler finds it gone from the node.
+		b.ledger.Confirmed(uid, res.Token)
 		return bindBound, nil
 	}
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 		if b.boundTo(ctx, args.PodNamespace, args.PodName, uid) == args.Node {
 			// An earlier attempt landed; the reservation (if any) ends when
-			// the informer delivers the bound pod.
+			// the informer delivers the bound pod, or the reconciler finds
+			// it gone from the node.
+			b.ledger.Confirmed(uid, res.Token)
 			return bindAlreadyBound, nil
 		}
 		b.ledger.Release(uid, res.Token)

@@ -187,6 +187,11 @@ func TestBinder(t *testing.T) {
 			if expiring := r != nil && !r.expires.IsZero(); expiring != tc.wantExpiring {
 				t.Errorf("reservation expiring = %v, want %v", expiring, tc.wantExpiring)
 			}
+			// A reservation kept after a Binding known to have landed is
+			// confirmed, for the reconciler (reconcile.go).
+			if confirmed, want := r != nil && !r.confirmed.IsZero(), tc.wantReserved > 0 && !tc.wantExpiring; confirmed != want {
+				t.Errorf("reservation confirmed = %v, want %v", confirmed, want)
+			}
 		})
 	}
 }

@@ -69,6 +69,10 @@ type reservation struct {
 	// whose outcome is unknown sets it so that the IPs come back if the pod
 	// never shows up bound.
 	expires time.Time
+	// confirmed is when the Binding was seen to succeed (zero while in
+	// flight or unknown); checked is when the reconciler last found the pod
+	// still bound to the node. See reconcile.go.
+	confirmed, checked time.Time
 }
 
 type hint struct {
@@ -447,15 +451,17 @@ type ReserveResult struct {
 	BoundElsewhere string
 	// InFlightElsewhere names another node the pod holds a reservation on.
 	InFlightElsewhere string
-	// Token identifies the reservation for Release and Unconfirmed.
+	// Token identifies the reservation for Release, Unconfirmed and
+	// Confirmed.
 	Token uint64
 }
 
 // Reserve re-checks under the ledger lock that need IPs fit node and, if so,
 // reserves them for pod uid (replacing an earlier reservation of the same
 // pod on the same node; one on another node refuses). The reservation lasts
-// until the informer shows the pod bound or deleted, or Release is called
-// with the returned token.
+// until the informer shows the pod bound or deleted, Release is called with
+// the returned token, or (once Confirmed) the reconciler finds the pod gone
+// from the node (reconcile.go).
 func (l *Ledger) Reserve(uid types.UID, namespace, name, node string, need int64) ReserveResult {
 	l.mu.Lock()
 	defer l.mu.Unlock()

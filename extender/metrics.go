@@ -28,11 +28,16 @@ type Metrics struct {
 	// ExpiredReservations counts reservations dropped because a bind's
 	// outcome stayed unknown past the reservation TTL.
 	ExpiredReservations prometheus.Counter
+	// ReconciledReservations counts the confirmed reservations the
+	// informer left unsettled and a read of the pod decided, by result:
+	// dropped (gone, recreated, terminal, not_on_node) or kept (bound,
+	// error).
+	ReconciledReservations *prometheus.CounterVec
 	// FreedIPReuse is the time from IPs freed in the ledger to a pod that
 	// was waiting for them bound.
 	FreedIPReuse prometheus.Histogram
 	// RequeueWrites counts the requeuer's pod updates by result (requeued,
-	// skipped, gone, error).
+	// skipped, gone: deleted or re-created under the same name, error).
 	RequeueWrites *prometheus.CounterVec
 	// WaitingPods is the number of pods rejected for lack of IPs that wait
 	// for a release.
@@ -70,6 +75,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "expired_reservations_total",
 			Help: "Reservations dropped after a bind with an unknown outcome was never confirmed.",
 		}),
+		ReconciledReservations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "reservations_reconciled_total",
+			Help: "Reservations of successful binds whose pod the informer did not show bound in time, checked with a read of the pod, by result: dropped (gone, recreated, terminal, not_on_node) or kept (bound, error).",
+		}, []string{"result"}),
 		FreedIPReuse: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "freed_ip_reuse_seconds",
 			Help:    "Time from underlay IPs freed in the ledger to a pod that waited for IPs bound.",
@@ -102,7 +111,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.FilteredNodes, m.BindConflicts, m.Binds, m.InvalidCapacityAnnotations,
-			m.InvalidCapacityNodes, m.ExpiredReservations, m.FreedIPReuse, m.RequeueWrites, m.WaitingPods,
+			m.InvalidCapacityNodes, m.ExpiredReservations, m.ReconciledReservations, m.FreedIPReuse, m.RequeueWrites, m.WaitingPods,
 			m.Nodes, m.CapacityIPs, m.UsedIPs, m.ReservedIPs)
 	}
 	return m

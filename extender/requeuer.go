@@ -3,6 +3,7 @@ package extender
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -70,14 +71,7 @@ func (r *Requeuer) touch(ctx context.Context, p Touch) {
 		r.metrics.RequeueWrites.WithLabelValues("skipped").Inc()
 		return
 	}
-	now := r.clock.Now()
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{
-		"type": FreedConditionType, "status": v1.ConditionTrue, "reason": "UnderlayIPFreed",
-		// The message changes every time (the timestamps alone have
-		// second precision), so that every touch is a real update.
-		"message":            fmt.Sprintf("underlay IPs were freed; capscale asked kube-scheduler to retry at %s", now.UTC().Format(time.RFC3339Nano)),
-		"lastTransitionTime": metav1.NewTime(now),
-	}}}})
+	patch, err := requeuePatch(p.UID, r.clock.Now())
 	if err != nil {
 		r.metrics.RequeueWrites.WithLabelValues("error").Inc()
 		klog.ErrorS(err, "Encoding the requeue patch", "pod", klog.KRef(p.Namespace, p.Name))
@@ -88,11 +82,59 @@ func (r *Requeuer) touch(ctx context.Context, p Touch) {
 	case err == nil:
 		r.metrics.RequeueWrites.WithLabelValues("requeued").Inc()
 		klog.V(2).InfoS("Asked kube-scheduler to retry a pod after underlay IPs were freed", "pod", klog.KRef(p.Namespace, p.Name))
-	case apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err) || otherPod(err):
+		// Deleted, or deleted and re-created under the same name: the pod
+		// that waited is gone, and the new one is not touched.
 		r.waiting.Gone(p.UID)
 		r.metrics.RequeueWrites.WithLabelValues("gone").Inc()
 	default:
 		r.metrics.RequeueWrites.WithLabelValues("error").Inc()
 		klog.ErrorS(err, "Requeueing a pod after underlay IPs were freed", "pod", klog.KRef(p.Namespace, p.Name))
 	}
+}
+
+// requeuePatch is the strategic merge patch of pods/status that sets the
+// FreedConditionType condition on the pod with UID uid. The UID in the
+// patch is the precondition: a pod re-created under the same name has
+// another UID, and the apiserver applies a patch to the object it reads in
+// the same storage transaction, so changing metadata.uid fails validation
+// ("field is immutable", 422 Invalid) instead of writing the condition to
+// the wrong pod. The apiserver's patch handler takes no preconditions of
+// its own (k8s.io/apiserver endpoints/handlers/patch.go passes none to the
+// store); this one is checked by rest.BeforeUpdate against the object read
+// in the update.
+func requeuePatch(uid types.UID, now time.Time) ([]byte, error) {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": uid},
+		"status": map[string]any{"conditions": []map[string]any{{
+			"type": FreedConditionType, "status": v1.ConditionTrue, "reason": "UnderlayIPFreed",
+			// The message changes every time (the timestamps alone have
+			// second precision), so that every touch is a real update.
+			"message":            fmt.Sprintf("underlay IPs were freed; capscale asked kube-scheduler to retry at %s", now.UTC().Format(time.RFC3339Nano)),
+			"lastTransitionTime": metav1.NewTime(now),
+		}}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the requeue patch of pod UID %s: %w", uid, err)
+	}
+	return patch, nil
+}
+
+// otherPod reports whether a requeue patch was refused because the pod of
+// that name is another object than the one that waited: the apiserver
+// rejects the change of metadata.uid as invalid.
+func otherPod(err error) bool {
+	if !apierrors.IsInvalid(err) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
 }

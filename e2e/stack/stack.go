@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/capscale/capscale/e2e/plane"
@@ -44,6 +46,12 @@ type Options struct {
 	// SchedulerConfigFile is the KubeSchedulerConfiguration with the
 	// extender; default deploy/scheduler/kube-scheduler-config.yaml.
 	SchedulerConfigFile string
+	// ExtenderAPIServer, if set (by Prepare at the latest), is the address
+	// the extender reaches kube-apiserver through: a test's proxy that can
+	// hold back what the extender sees, serving a certificate of the
+	// cluster CA (Plane.ServingCert), since client-go sends credentials
+	// only over TLS.
+	ExtenderAPIServer string
 
 	Adapter       bool
 	AdapterConfig string
@@ -217,6 +225,11 @@ func (s *Stack) startExtender(ctx context.Context) error {
 			return err
 		}
 	}
+	if s.Opts.ExtenderAPIServer != "" {
+		if kc, err = viaServer(kc, s.Opts.ExtenderAPIServer); err != nil {
+			return err
+		}
+	}
 	s.extenderKC = kc
 	return s.StartExtender(ctx)
 }
@@ -278,4 +291,21 @@ func (s *Stack) waitReady(ctx context.Context, proc *plane.Process, url string) 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// viaServer writes a copy of kubeconfig kc whose clusters are reached at
+// server and returns its path.
+func viaServer(kc, server string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(kc)
+	if err != nil {
+		return "", fmt.Errorf("reading kubeconfig %s: %w", kc, err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+	}
+	out := strings.TrimSuffix(kc, ".kubeconfig") + "-via-proxy.kubeconfig"
+	if err := clientcmd.WriteToFile(*cfg, out); err != nil {
+		return "", fmt.Errorf("writing kubeconfig %s: %w", out, err)
+	}
+	return out, nil
 }

@@ -57,6 +57,9 @@ func (c *Config) Run(ctx context.Context) error {
 	}()
 	go ledger.Run(ctx)
 	go c.BinderLease.Run(ctx)
+	// Ends the reservations of bound pods that left while the pod watch was
+	// down and that a relist never shows (extender/reconcile.go).
+	go extender.NewReconciler(ledger, cs, extender.ReconcilerOptions{}).Run(ctx)
 	if waiting != nil {
 		go extender.NewRequeuer(waiting, ledger, cs, o.RequeueQPS, max(1, int(o.RequeueQPS))).Run(ctx)
 	}
