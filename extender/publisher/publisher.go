@@ -58,7 +58,10 @@ type Publisher struct {
 }
 
 // New returns a publisher fed by informer. def is the capacity of a node
-// without the annotation; reg, if not nil, receives the metrics.
+// without the annotation; reg, if not nil, receives the metrics. Of a Node
+// it reads only the name, UID and resourceVersion, capscale's annotations and
+// label and the underlay resource in status, so the informer may cache
+// extender.CompactNode's reduced Nodes; reading more needs that changed too.
 func New(client kubernetes.Interface, informer coreinformers.NodeInformer, def int64, reg prometheus.Registerer) (*Publisher, error) {
 	const ns, sub = "capscale", "extender"
 	p := &Publisher{
