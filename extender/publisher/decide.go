@@ -29,7 +29,7 @@ import (
 // there. It marks the resource as capscale's: a node that advertises
 // capscale.io/underlay-ip without it got the resource from someone else (a
 // device plugin, a hand-written patch), and the publisher leaves it alone.
-const PublishedAnnotation = names.UnderlayIPResource + "-published"
+const PublishedAnnotation = names.UnderlayIPPublishedAnnotation
 
 // Decision is what the publisher does for one node.
 type Decision struct {

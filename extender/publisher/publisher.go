@@ -83,7 +83,10 @@ type term struct {
 	recorder record.EventRecorder
 }
 
-// New returns a publisher fed by informer.
+// New returns a publisher fed by informer. Of a Node it reads only the name,
+// UID and resourceVersion, capscale's annotations and label and the underlay
+// resource in status, so the informer may cache extender.CompactNode's
+// reduced Nodes; reading more needs that changed too.
 func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Options) (*Publisher, error) {
 	const ns, sub = "capscale", "extender"
 	p := &Publisher{

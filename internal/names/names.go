@@ -13,6 +13,10 @@ const (
 	// Node's re-creation: set it with the kubelet's --node-labels (per node
 	// pool). The annotation, if present, overrides it.
 	UnderlayIPCapacityLabel = "capscale.io/underlay-ip-capacity"
+	// UnderlayIPPublishedAnnotation records on a Node the capacity native
+	// mode's publisher wrote into its status; without it, the resource on
+	// the node is someone else's and the publisher leaves it alone.
+	UnderlayIPPublishedAnnotation = UnderlayIPResource + "-published"
 
 	// SinglePodQPSAnnotation and TotalQPSAnnotation on a Deployment or
 	// StatefulSet are the inputs of the QPS policy.

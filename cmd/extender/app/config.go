@@ -75,7 +75,10 @@ func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Co
 	if err != nil {
 		return nil, err
 	}
-	nodeInformer := factory.Core().V1().Nodes().Informer()
+	nodeInformer, err := extender.NodeInformer(factory)
+	if err != nil {
+		return nil, err
+	}
 	var waiting *extender.Waiting
 	if o.RequeueQPS > 0 {
 		waiting = extender.NewWaiting(nil)
