@@ -37,6 +37,25 @@ func pageBlocks(t *testing.T) (blocks map[string]string, pageOf map[string]strin
 	return blocks, pageOf
 }
 
+// tableRows returns the block's text and its rows keyed by key(row); a key
+// seen twice is an error.
+func tableRows(t *testing.T, blocks, pageOf map[string]string, name string, key func(Row) string) (string, map[string]Row) {
+	t.Helper()
+	block, ok := blocks[name]
+	if !ok {
+		t.Fatalf("no page has the block <!-- BEGIN GENERATED: %s -->", name)
+	}
+	rows := map[string]Row{}
+	for _, r := range ParseTable(block) {
+		k := key(r)
+		if _, dup := rows[k]; dup {
+			t.Errorf("%s: two rows for %s; %s", pageOf[name], k, rerun)
+		}
+		rows[k] = r
+	}
+	return block, rows
+}
+
 // TestFlagTables: each binary's table has exactly one row per flag, with its
 // default as pflag prints it, and no row for a flag the binary lacks.
 func TestFlagTables(t *testing.T) {
@@ -49,25 +68,14 @@ func TestFlagTables(t *testing.T) {
 	for _, b := range bins {
 		t.Run(b.Name, func(t *testing.T) {
 			name := "flags " + b.Name
-			block, ok := blocks[name]
-			if !ok {
-				t.Fatalf("no page has the block <!-- BEGIN GENERATED: %s -->", name)
-			}
-			rows := map[string]Row{}
-			for _, r := range ParseTable(block) {
-				n := FlagName(r[0])
-				if _, dup := rows[n]; dup {
-					t.Errorf("%s: two rows for --%s; %s", pageOf[name], n, rerun)
-				}
-				rows[n] = r
-			}
+			block, rows := tableRows(t, blocks, pageOf, name, func(r Row) string { return FlagName(r[0]) })
 			for _, f := range b.Flags {
 				r, ok := rows[f.Name]
 				switch {
 				case !ok:
 					t.Errorf("%s: no row for --%s (default %q); %s", pageOf[name], f.Name, f.Default, rerun)
 				case len(r) < 2 || r[1] != f.Default:
-					t.Errorf("%s: --%s has default %q on the page, %q in the code; %s", pageOf[name], f.Name, r[1], f.Default, rerun)
+					t.Errorf("%s: --%s has the row %q on the page, default %q in the code; %s", pageOf[name], f.Name, r, f.Default, rerun)
 				}
 				delete(rows, f.Name)
 			}
@@ -94,14 +102,7 @@ func TestMetricTables(t *testing.T) {
 		total += len(c.Metrics)
 		t.Run(c.Name, func(t *testing.T) {
 			name := "metrics " + c.Name
-			block, ok := blocks[name]
-			if !ok {
-				t.Fatalf("no page has the block <!-- BEGIN GENERATED: %s -->", name)
-			}
-			rows := map[string]Row{}
-			for _, r := range ParseTable(block) {
-				rows[r[0]] = r
-			}
+			block, rows := tableRows(t, blocks, pageOf, name, func(r Row) string { return r[0] })
 			for _, m := range c.Metrics {
 				r, ok := rows[m.Name]
 				want := Row{m.Name, m.Type, strings.Join(m.Labels, "`, `")}
@@ -133,14 +134,12 @@ func TestNameTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block, ok := blocks["names"]
-	if !ok {
-		t.Fatal("no page has the block <!-- BEGIN GENERATED: names -->")
-	}
-	rows := map[string]Row{}
-	for _, r := range ParseTable(block) {
-		rows[r[1]] = r
-	}
+	block, rows := tableRows(t, blocks, pageOf, "names", func(r Row) string {
+		if len(r) < 2 {
+			return ""
+		}
+		return r[1]
+	})
 	for _, n := range ns {
 		r, ok := rows["names."+n.Const]
 		switch {
