@@ -16,7 +16,7 @@ import (
 )
 
 // TestModeSwitch moves a running cluster from extender mode to native mode
-// and back, in README's order, with pods bound all along: no node is ever
+// and back, in docs/scheduling.md's order, with pods bound all along: no node is ever
 // over capacity and the bound count stays exact.
 func TestModeSwitch(t *testing.T) {
 	s := startReuseStack(t, 6, "3")

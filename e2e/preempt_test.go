@@ -73,7 +73,7 @@ func TestPreemptionNative(t *testing.T) {
 	assertNeverOver(ctx, t, s, ns, capacity, 2*time.Second)
 }
 
-// TestPreemptionExtenderMode proves on the real scheduler what README says:
+// TestPreemptionExtenderMode proves on the real scheduler what docs/scheduling.md says:
 // in extender mode kube-scheduler's preemption dry run runs only in-tree
 // filters, which ignore the IPs, finds no victim, and never calls /preempt;
 // the high-priority pod stays Pending.
@@ -105,7 +105,7 @@ func TestPreemptionExtenderMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p.Spec.NodeName != "" || p.Status.NominatedNodeName != "" {
-		t.Errorf("high-priority pod bound to %q, nominated %q: extender-mode preemption now works, update README", p.Spec.NodeName, p.Status.NominatedNodeName)
+		t.Errorf("high-priority pod bound to %q, nominated %q: extender-mode preemption now works, update docs/scheduling.md", p.Spec.NodeName, p.Status.NominatedNodeName)
 	}
 	if n := scrapeCounter(ctx, t, s, `capscale_extender_http_requests_total{code="200",route="preempt"}`); n != 0 {
 		t.Errorf("/preempt was called %v times", n)

@@ -391,7 +391,7 @@ func TestWorkloadAPI(t *testing.T) {
 		if err != nil || len(svc.OwnerReferences) != 0 || svc.Spec.Ports[0].Port != 80 {
 			t.Errorf("the old Service was changed: %+v, %v", svc, err)
 		}
-		// The README's migration: delete the old object; the ElasticWeb's own
+		// docs/elasticweb.md's migration: delete the old object; the ElasticWeb's own
 		// comes in its place.
 		if err := s.Client.CoreV1().Services(ns).Delete(ctx, "legacy", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)

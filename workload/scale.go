@@ -77,8 +77,8 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request, t target, c calle
 
 	// Capacity first, from the API's informer caches, and never as a gate:
 	// the scale goes ahead whatever it says. The caller learns how many
-	// more replicas of this workload fit and what limits them (README,
-	// "What an answer discloses").
+	// more replicas of this workload fit and what limits them (docs/workload-api.md,
+	// "Trust model": "What an answer discloses").
 	if o, err := t.kind.cached(s, t.namespace, t.name); err != nil {
 		resp.Warnings = append(resp.Warnings, fmt.Sprintf("capacity unknown: %v", err))
 	} else if res, err := s.computeCapacity(o.template, nil); err != nil {

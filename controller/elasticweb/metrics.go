@@ -50,3 +50,19 @@ func (m *Metrics) observe(err error, d time.Duration) {
 }
 
 func (m *Metrics) applied(kind string, a Action) { m.applies.WithLabelValues(kind, string(a)).Inc() }
+
+// NewLeaderGauge returns capscale_controller_leader, which reads leading at
+// scrape time: 1 while this replica holds the Lease and runs the
+// controllers, else 0. It lives here, beside the controller's other series,
+// so that docs/ can list it without running the command.
+func NewLeaderGauge(leading func() bool) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "capscale_controller_leader",
+		Help: "1 while this replica holds the Lease and runs the controllers.",
+	}, func() float64 {
+		if leading() {
+			return 1
+		}
+		return 0
+	})
+}

@@ -249,7 +249,7 @@ func conflictMessage(kind string, obj metav1.Object, ref *metav1.OwnerReference)
 	if ref == nil && obj.GetLabels()[names.ElasticWebLabel] == obj.GetName() {
 		// Labelled as ours but owned by nothing: what the workload API's
 		// one-shot apply made before ElasticWeb was a resource.
-		what = "it carries the label " + names.ElasticWebLabel + " without an owner, as the workload API's old one-shot apply made it: delete it to migrate (README: Migrating from the one-shot API)"
+		what = "it carries the label " + names.ElasticWebLabel + " without an owner, as the workload API's old one-shot apply made it: delete it to migrate (docs/elasticweb.md: Migrating from the one-shot API)"
 	}
 	return fmt.Sprintf("%s %s/%s exists and was not created by this ElasticWeb (%s); capscale leaves it alone: %s", kind, obj.GetNamespace(), obj.GetName(), owner, what)
 }

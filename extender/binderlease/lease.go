@@ -73,7 +73,7 @@ func (l *Lease) Check() error {
 		return nil
 	}
 	if p := l.other.Load(); p != nil && *p != "" {
-		return fmt.Errorf("refusing to bind: another underlay-IP binder, %q, holds the Lease %s/%s, and this extender's binder ID is %q; two schedulers with capscale extenders would over-commit nodes: run one (README: Two ways to install)", *p, l.namespace, Name, l.id)
+		return fmt.Errorf("refusing to bind: another underlay-IP binder, %q, holds the Lease %s/%s, and this extender's binder ID is %q; two schedulers with capscale extenders would over-commit nodes: run one (docs/scheduling.md \"Two ways to install\")", *p, l.namespace, Name, l.id)
 	}
 	return fmt.Errorf("refusing to bind: this extender (binder ID %q) has not renewed the Lease %s/%s within %s", l.id, l.namespace, Name, RenewDeadline)
 }

@@ -6,8 +6,9 @@ const (
 	// UnderlayIPResource is the extended resource a pod requests for each
 	// underlay IP it needs (limits: {capscale.io/underlay-ip: 1}).
 	UnderlayIPResource = "capscale.io/underlay-ip"
-	// UnderlayIPCapacityAnnotation on a Node overrides the extender's
-	// --default-capacity for that node.
+	// UnderlayIPCapacityAnnotation on a Node is that node's underlay IP
+	// capacity: a per-node override of the label below and of the
+	// extender's --default-capacity.
 	UnderlayIPCapacityAnnotation = "capscale.io/underlay-ip-capacity"
 	// UnderlayIPCapacityLabel on a Node is the capacity that survives the
 	// Node's re-creation: set it with the kubelet's --node-labels (per node
@@ -19,7 +20,8 @@ const (
 	UnderlayIPPublishedAnnotation = UnderlayIPResource + "-published"
 
 	// SinglePodQPSAnnotation and TotalQPSAnnotation on a Deployment or
-	// StatefulSet are the inputs of the QPS policy.
+	// StatefulSet are the inputs of the QPS policy: the QPS one pod serves
+	// (> 0) and the QPS to serve (≥ 0).
 	SinglePodQPSAnnotation = "capscale.io/single-pod-qps"
 	TotalQPSAnnotation     = "capscale.io/total-qps"
 	// ReplicasBeforeStopAnnotation is written by stop and consumed by start.
@@ -53,7 +55,9 @@ const (
 	// value) and selects its pods.
 	ElasticWebLabel = "capscale.io/elasticweb"
 
-	// FieldManager is the server-side apply field manager of capscale.
+	// FieldManager is capscale's field manager: capscale-controller's
+	// server-side applies, the workload API's restart, stop, start and
+	// scale, and preflight's writes of the APIService.
 	FieldManager = "capscale"
 	// WorkloadAPIFieldManager is the field manager of the workload API's
 	// writes of an ElasticWeb's spec (PUT .../elasticwebs/{name}), apart

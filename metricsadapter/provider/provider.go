@@ -509,7 +509,7 @@ func (p *Provider) podCreationTimes(w workload) ([]time.Time, error) {
 // lastScaleTime is the newer of the workload's replicasChangedAt and the
 // status.lastScaleTime of the HPAs targeting it. Both come from the cluster,
 // not from this process's memory, so every adapter replica, however long it
-// has run, holds the same interval (README, "Running more than one replica").
+// has run, holds the same interval (docs/metrics-adapter.md, "Running more than one replica").
 func (p *Provider) lastScaleTime(w workload) time.Time {
 	last := w.replicasChangedAt
 	if hpas, err := p.hpas.HorizontalPodAutoscalers(w.namespace).List(labels.Everything()); err == nil {

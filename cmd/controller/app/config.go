@@ -130,16 +130,7 @@ func (c *Config) Run(ctx context.Context) error {
 	c.Broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.Client.CoreV1().Events("")})
 	defer c.Broadcaster.Shutdown()
 
-	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "capscale_controller_leader",
-		Help: "1 while this replica holds the Lease and runs the controllers.",
-	}, func() float64 {
-		if c.leading.Load() {
-			return 1
-		}
-		return 0
-	})
-	c.Registry.MustRegister(leader)
+	c.Registry.MustRegister(elasticweb.NewLeaderGauge(c.leading.Load))
 	watchdog := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 
 	serveErr := make(chan error, 1)

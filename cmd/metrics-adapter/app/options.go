@@ -30,13 +30,13 @@ type Options struct {
 	ConfigCheckInterval time.Duration
 
 	// Delegate* configure forwarding to the APIService's previous owner
-	// (README "Installing next to KEDA or prometheus-adapter").
+	// (docs/keda.md "Installing next to KEDA or prometheus-adapter").
 	DelegateRouting           string
 	DelegateTimeout           time.Duration
 	DelegateMaxResponseBytes  int64
 	DelegateDiscoveryInterval time.Duration
 
-	// KEDAScaler* configure KEDA's external-scaler gRPC protocol (README
+	// KEDAScaler* configure KEDA's external-scaler gRPC protocol (docs/keda.md
 	// "KEDA keeps the APIService: capscale as an external scaler").
 	KEDAScalerBindAddress    string
 	KEDAScalerCertFile       string

@@ -1,0 +1,122 @@
+package docs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/pflag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+
+	controller "github.com/capscale/capscale/cmd/controller/app"
+	extender "github.com/capscale/capscale/cmd/extender/app"
+	adapter "github.com/capscale/capscale/cmd/metrics-adapter/app"
+	workloadapi "github.com/capscale/capscale/cmd/workload-api/app"
+)
+
+// Flag is one command-line flag as the binary defines it.
+type Flag struct {
+	// Set is the named flag set it belongs to ("extender", "native mode").
+	Set  string
+	Name string
+	// Shorthand is the one-letter form, if any.
+	Shorthand string
+	// Default is pflag's DefValue: the default as --help prints it.
+	Default    string
+	Usage      string
+	Deprecated string
+}
+
+// Binary is one binary's (or subcommand's) flags.
+type Binary struct {
+	Name  string
+	Flags []Flag
+}
+
+// loggingFlags are the names component-base's logging adds; every binary
+// has them, and the reference documents them in one line.
+func loggingFlags() map[string]bool {
+	fs := pflag.NewFlagSet("logging", pflag.ContinueOnError)
+	logsapi.AddFlags(logsapi.NewLoggingConfiguration(), fs)
+	names := map[string]bool{}
+	fs.VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+	return names
+}
+
+// Binaries returns every binary's flags, from each cmd/<bin>/app's
+// NewOptions().Flags(), leaving out the logging flags; and the flags of
+// `metrics-adapter preflight`, from its cobra command.
+func Binaries() ([]Binary, error) {
+	skip := loggingFlags()
+	fromSets := func(name string, order []string, sets map[string]*pflag.FlagSet) Binary {
+		b := Binary{Name: name}
+		for _, set := range order {
+			sets[set].VisitAll(func(f *pflag.Flag) {
+				if skip[f.Name] {
+					return
+				}
+				b.Flags = append(b.Flags, flagOf(set, f))
+			})
+		}
+		return b
+	}
+	var out []Binary
+	fss := extender.NewOptions().Flags()
+	out = append(out, fromSets("extender", fss.Order, fss.FlagSets))
+	fss = adapter.NewOptions().Flags()
+	out = append(out, fromSets("metrics-adapter", fss.Order, fss.FlagSets))
+
+	// preflight is a subcommand with flags of its own.
+	cmd := adapter.NewCommand(context.Background())
+	var pre Binary
+	for _, c := range cmd.Commands() {
+		if c.Name() == "preflight" {
+			pre.Name = "metrics-adapter-preflight"
+			c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+				if !skip[f.Name] {
+					pre.Flags = append(pre.Flags, flagOf("preflight", f))
+				}
+			})
+		}
+	}
+	if pre.Name == "" {
+		return nil, fmt.Errorf("metrics-adapter has no preflight subcommand")
+	}
+	out = append(out, pre)
+
+	fss = workloadapi.NewOptions().Flags()
+	out = append(out, fromSets("workload-api", fss.Order, fss.FlagSets))
+	fss = controller.NewOptions().Flags()
+	out = append(out, fromSets("controller", fss.Order, fss.FlagSets))
+	return out, nil
+}
+
+func flagOf(set string, f *pflag.Flag) Flag {
+	return Flag{Set: set, Name: f.Name, Shorthand: f.Shorthand, Default: f.DefValue, Usage: f.Usage, Deprecated: f.Deprecated}
+}
+
+// FlagTable is the Markdown table of flags: one row per flag, with its
+// name, its default as --help prints it, its flag set and its help text.
+func FlagTable(flags []Flag) string {
+	var b strings.Builder
+	b.WriteString("| flag | default | set | meaning |\n|---|---|---|---|\n")
+	for _, f := range flags {
+		name := "`--" + f.Name + "`"
+		if f.Shorthand != "" {
+			name = "`-" + f.Shorthand + "`, " + name
+		}
+		usage := f.Usage
+		if f.Deprecated != "" {
+			usage = "Deprecated: " + f.Deprecated + " " + usage
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, code(f.Default), cell(f.Set), cell(usage))
+	}
+	return b.String()
+}
+
+// FlagName is the long name in a flag table row's first cell
+// ("`-v`, `--v`" or "`--bind-address`" gives "v" or "bind-address").
+func FlagName(first string) string {
+	parts := strings.Split(first, ",")
+	return strings.TrimPrefix(strings.Trim(strings.TrimSpace(parts[len(parts)-1]), "`"), "--")
+}
