@@ -98,7 +98,7 @@ func Components() ([]Component, error) {
 			})
 			httpserver.ConnCounter("extender", reg)
 			factory := informers.NewSharedInformerFactory(cs, 0)
-			if _, err := publisher.New(cs, factory.Core().V1().Nodes(), 10, reg); err != nil {
+			if _, err := publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{DefaultCapacity: 10, Registerer: reg}); err != nil {
 				return err
 			}
 			_, err := binderlease.New(cs, "capscale-system", "capscale-scheduler", reg)

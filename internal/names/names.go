@@ -17,7 +17,7 @@ const (
 	// UnderlayIPPublishedAnnotation records on a Node the capacity native
 	// mode's publisher wrote into its status; without it, the resource on
 	// the node is someone else's and the publisher leaves it alone.
-	UnderlayIPPublishedAnnotation = UnderlayIPResource + "-published"
+	UnderlayIPPublishedAnnotation = "capscale.io/underlay-ip-published"
 
 	// SinglePodQPSAnnotation and TotalQPSAnnotation on a Deployment or
 	// StatefulSet are the inputs of the QPS policy: the QPS one pod serves
