@@ -236,3 +236,13 @@ cat <<EOT
 
    Stop everything with: make local-down
 EOT
+
+bold "Read next"
+cat <<EOT
+   README.md                 what capscale is, which scheduling mode to choose, how to install
+   docs/scheduling.md        the capacity rule, the two modes, no over-commit, the binder Lease
+   docs/metrics-adapter.md   sources, step policies and the HPAs that read them
+   docs/workload-api.md      restart, stop, start, scale as the caller
+   docs/architecture.md      the packages, and the path a request takes through each
+   docs/README.md            every page
+EOT
