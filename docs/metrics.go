@@ -18,6 +18,7 @@ import (
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/binderlease"
 	"github.com/capscale/capscale/extender/publisher"
+	"github.com/capscale/capscale/extender/wire"
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/metricsadapter/config"
 	"github.com/capscale/capscale/metricsadapter/delegate"
@@ -92,7 +93,7 @@ func Components() ([]Component, error) {
 	}{
 		{"extender", func(reg *recorder) error {
 			m := extender.NewMetrics(reg)
-			extender.NewHandler(extender.HandlerOptions{
+			wire.NewHandler(wire.HandlerOptions{
 				Ledger:     extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10, Metrics: m}),
 				Registerer: reg, Gatherer: reg,
 			})

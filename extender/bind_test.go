@@ -3,29 +3,19 @@ package extender
 import (
 	"context"
 	"fmt"
-	"math/rand"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/capscale/capscale/internal/underlay"
 )
-
-func bindArgs(p *v1.Pod, node string) *extenderv1.ExtenderBindingArgs {
-	return &extenderv1.ExtenderBindingArgs{PodName: p.Name, PodNamespace: p.Namespace, PodUID: p.UID, Node: node}
-}
 
 // TestBinder drives the Binder with a hand-fed ledger and lister, so that
 // the informer can be made to lag or disagree with the API server at will.
@@ -144,8 +134,8 @@ func TestBinder(t *testing.T) {
 				objs = append(objs, p)
 			}
 			cs := fake.NewClientset(objs...)
-			api := &bindingAPI{fail: tc.fail}
-			api.install(cs)
+			api := &bindingAPI{Fail: tc.fail}
+			api.Install(cs)
 			indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 			l := newTestLedger([]*v1.Node{node("a", "3"), node("b", "3")}, tc.cached)
 			for _, p := range tc.cached {
@@ -172,8 +162,8 @@ func TestBinder(t *testing.T) {
 			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("Bind error = %v, want one containing %q", err, tc.wantErr)
 			}
-			if api.calls != tc.wantCalls {
-				t.Errorf("Binding creates = %d, want %d", api.calls, tc.wantCalls)
+			if api.Calls != tc.wantCalls {
+				t.Errorf("Binding creates = %d, want %d", api.Calls, tc.wantCalls)
 			}
 			if got := testutil.ToFloat64(l.metrics.Binds.WithLabelValues(tc.wantResult)); got != 1 {
 				t.Errorf("binds_total{result=%q} = %v, want 1", tc.wantResult, got)
@@ -193,172 +183,5 @@ func TestBinder(t *testing.T) {
 				t.Errorf("reservation confirmed = %v, want %v", confirmed, want)
 			}
 		})
-	}
-}
-
-// informerEnv is a fake API server with the real informer wiring on top.
-type informerEnv struct {
-	cs          *fake.Clientset
-	podInformer cache.SharedIndexInformer
-	api         *bindingAPI
-	ledger      *Ledger
-	binder      *Binder
-	synced      func() bool
-}
-
-func newInformerEnv(t testing.TB, objs ...runtime.Object) *informerEnv {
-	t.Helper()
-	cs := fake.NewClientset(objs...)
-	api := &bindingAPI{}
-	api.install(cs)
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	podInformer, err := PodInformer(factory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
-	synced, err := l.Attach(podInformer, factory.Core().V1().Nodes().Informer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	factory.Start(ctx.Done())
-	t.Cleanup(func() { cancel(); factory.Shutdown() })
-	if !cache.WaitForCacheSync(ctx.Done(), synced) {
-		t.Fatal("informers did not sync")
-	}
-	return &informerEnv{cs: cs, podInformer: podInformer, api: api, ledger: l, synced: synced,
-		binder: NewBinder(cs, IndexerLookup(podInformer.GetIndexer()), l)}
-}
-
-// boundPerNode sums the need of the pods the API server has bound, by node.
-func (e *informerEnv) boundPerNode(t testing.TB) map[string]int64 {
-	t.Helper()
-	pods, err := e.cs.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for i := range pods.Items {
-		if n := pods.Items[i].Spec.NodeName; n != "" {
-			out[n] += underlay.PodNeed(&pods.Items[i])
-		}
-	}
-	return out
-}
-
-// waitSettled waits until the informer has turned every reservation into use.
-func (e *informerEnv) waitSettled(t testing.TB) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true,
-		func(context.Context) (bool, error) { return e.ledger.Report().Totals.Reserved == 0, nil })
-	if err != nil {
-		t.Fatalf("reservations never settled: %+v", e.ledger.Report().Totals)
-	}
-}
-
-// TestBindConcurrentNoOvercommit hammers Bind from many goroutines with far
-// more demand than capacity and checks, against the API server's state, that
-// no node ever got more than its capacity and that every IP was handed out.
-func TestBindConcurrentNoOvercommit(t *testing.T) {
-	capacities := map[string]string{"n0": "3", "n1": "0", "n2": "5", "n3": "1", "n4": "", "n5": "bogus"}
-	want := map[string]int64{"n0": 3, "n1": 0, "n2": 5, "n3": 1, "n4": 10, "n5": 0}
-	var total int64
-	for _, c := range want {
-		total += c
-	}
-	var objs []runtime.Object
-	var nodeNames []string
-	for name, c := range capacities {
-		objs = append(objs, node(name, c))
-		nodeNames = append(nodeNames, name)
-	}
-	const pods = 80
-	for i := range pods {
-		objs = append(objs, pod(fmt.Sprintf("p%02d", i), "", 1))
-	}
-	env := newInformerEnv(t, objs...)
-
-	const workers = 16
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		bound int64
-	)
-	work := make(chan int)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewSource(int64(w)))
-			for i := range work {
-				p := pod(fmt.Sprintf("p%02d", i), "", 1)
-				// Like kube-scheduler retrying: every node, in a random order.
-				for _, j := range rng.Perm(len(nodeNames)) {
-					if err := env.binder.Bind(context.Background(), bindArgs(p, nodeNames[j])); err == nil {
-						mu.Lock()
-						bound++
-						mu.Unlock()
-						break
-					}
-				}
-			}
-		}()
-	}
-	for i := range pods {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-
-	env.waitSettled(t)
-	got := env.boundPerNode(t)
-	var sum int64
-	for name, used := range got {
-		if used > want[name] {
-			t.Errorf("node %s over capacity: %d > %d", name, used, want[name])
-		}
-		sum += used
-	}
-	if sum != total || bound != total {
-		t.Errorf("bound %d IPs (%d successful binds), want exactly the capacity %d", sum, bound, total)
-	}
-	if u := env.ledger.Report().Totals; u.Used != total || u.Reserved != 0 {
-		t.Errorf("ledger totals %+v, want used %d reserved 0", u, total)
-	}
-}
-
-// TestBindSamePodConcurrently binds one pod from many goroutines, as
-// kube-scheduler may after a timeout: all succeed, it is counted once.
-func TestBindSamePodConcurrently(t *testing.T) {
-	env := newInformerEnv(t, node("a", "1"), pod("p", "", 1))
-	var wg sync.WaitGroup
-	errs := make(chan error, 20)
-	for range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs <- env.binder.Bind(context.Background(), bindArgs(pod("p", "", 1), "a"))
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Errorf("Bind: %v", err)
-		}
-	}
-	env.waitSettled(t)
-	if u := env.ledger.Usage("a"); u.Used != 1 || u.Reserved != 0 {
-		t.Errorf("usage %+v, want used 1", u)
-	}
-	// The IP comes back when the pod goes.
-	if err := env.cs.CoreV1().Pods("ns").Delete(context.Background(), "p", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true,
-		func(context.Context) (bool, error) { return env.ledger.Usage("a").Used == 0, nil })
-	if err != nil {
-		t.Errorf("deleted pod still holds its IP: %+v", env.ledger.Usage("a"))
 	}
 }

@@ -61,26 +61,6 @@ func TestStripPod(t *testing.T) {
 	}
 }
 
-func TestPodInformerCachesStrippedPods(t *testing.T) {
-	p := pod("p", "a", 1)
-	p.Labels = map[string]string{"app": "x"}
-	env := newInformerEnv(t, node("a", ""), p)
-	obj, ok, err := env.podInformer.GetIndexer().GetByKey("ns/p")
-	if err != nil || !ok {
-		t.Fatalf("pod not cached: %v", err)
-	}
-	got, ok := obj.(*CachedPod)
-	if !ok || got.Labels != nil || got.Need != 1 {
-		t.Errorf("cached %T %+v, want a compact pod needing 1", obj, obj)
-	}
-	if found, ok := env.binder.pods("ns", "p"); !ok || found.UID != p.UID {
-		t.Errorf("binder lookup = %+v, %v", found, ok)
-	}
-	if _, ok := env.binder.pods("ns", "missing"); ok {
-		t.Error("binder lookup found a pod that does not exist")
-	}
-}
-
 func TestLedgerReleasesOnTombstoneOfCachedPod(t *testing.T) {
 	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
 	l.SetNode(node("a", ""))

@@ -159,7 +159,7 @@ func TestReconcilerDropsGonePod(t *testing.T) {
 	l.SetNode(node("a", "2"))
 	cs := fake.NewClientset(runtime.Object(pod("gone", "", 1)), pod("runs", "", 1))
 	api := &bindingAPI{}
-	api.install(cs)
+	api.Install(cs)
 	var gets int
 	cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		gets++

@@ -5,10 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -159,76 +155,4 @@ func TestWaitingForgetAndBound(t *testing.T) {
 	if w.Len() != 0 {
 		t.Errorf("stale pod kept: %d waiting", w.Len())
 	}
-}
-
-// TestLedgerFeedsWaiting: filter records a pod rejected for exhausted IPs;
-// deleting a bound pod, dropping a reservation or growing a node frees room
-// and so makes Next touch it; a pod that fits or binds is forgotten.
-func TestLedgerFeedsWaiting(t *testing.T) {
-	w := NewWaiting(nil)
-	l := NewLedger(LedgerOptions{DefaultCapacity: 10, Waiting: w})
-	l.SetNode(node("a", "1"))
-	held := pod("held", "a", 1)
-	l.SetPod(held)
-	tooBig := pod("big", "", 5)
-	l.filter(namesArgs(tooBig, "a"), new(Scratch))
-	if w.Len() != 0 {
-		t.Fatal("a pod rejected because the capacity is too small waits for nothing")
-	}
-	waiting := pod("p5", "", 1)
-	l.filter(namesArgs(waiting, "a"), new(Scratch))
-	if w.Len() != 1 {
-		t.Fatalf("waiting %d, want the exhausted pod", w.Len())
-	}
-	if got := w.Next(); len(got) != 0 {
-		t.Fatalf("touched %v before any release", touched(got))
-	}
-	l.DeletePod(held.UID)
-	if got := touched(w.Next()); fmt.Sprint(got) != "[p5]" {
-		t.Fatalf("after the delete touched %v, want [p5]", got)
-	}
-	// Its retry fits: it is touched no more, and once bound it is gone and
-	// its reuse time observed.
-	l.filter(namesArgs(waiting, "a"), new(Scratch))
-	l.DeletePod("uid-nobody") // no release: nothing to touch
-	if got := w.Next(); len(got) != 0 {
-		t.Fatalf("touched %v after the pod fit", touched(got))
-	}
-	boundP5 := waiting.DeepCopy()
-	boundP5.Spec.NodeName, boundP5.Status.Phase = "a", v1.PodRunning
-	l.SetPod(boundP5)
-	if w.Len() != 0 {
-		t.Fatalf("a bound pod still waits")
-	}
-	if n := testutil.CollectAndCount(l.metrics.FreedIPReuse); n != 1 {
-		t.Fatalf("reuse histogram has %d series", n)
-	}
-	if got := histogramCount(t, l.metrics.FreedIPReuse); got != 1 {
-		t.Fatalf("reuse histogram observed %d binds, want 1", got)
-	}
-
-	// A node's capacity growing frees room too.
-	l.SetPod(pod("held2", "a", 1))
-	other := pod("p6", "", 1)
-	l.filter(namesArgs(other, "a"), new(Scratch))
-	l.SetNode(node("a", "3"))
-	if got := touched(w.Next()); fmt.Sprint(got) != "[p6]" {
-		t.Fatalf("after the node grew touched %v, want [p6]", got)
-	}
-	// Bound through the informer: forgotten.
-	bound := other.DeepCopy()
-	bound.Spec.NodeName, bound.Status.Phase = "a", v1.PodRunning
-	l.SetPod(bound)
-	if w.Len() != 0 {
-		t.Fatalf("a bound pod still waits")
-	}
-}
-
-func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
-	t.Helper()
-	var m dto.Metric
-	if err := h.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetHistogram().GetSampleCount()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/binderlease"
 	"github.com/capscale/capscale/extender/publisher"
+	"github.com/capscale/capscale/extender/wire"
 	"github.com/capscale/capscale/internal/kube"
 )
 
@@ -116,9 +117,11 @@ func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Co
 	}
 	binder := extender.NewBinder(cs, extender.IndexerLookup(podInformer.GetIndexer()), ledger)
 	binder.Gate = lease.Check
-	handler := extender.NewHandler(extender.HandlerOptions{
+	handler := wire.NewHandler(wire.HandlerOptions{
 		Ledger:          ledger,
 		Binder:          binder,
+		Waiting:         waiting,
+		Metrics:         metrics,
 		Ready:           ready(synced, health),
 		MaxRequestBytes: o.MaxRequestBytes,
 		Registerer:      reg,

@@ -10,7 +10,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
-	"github.com/capscale/capscale/extender"
+	"github.com/capscale/capscale/extender/wire"
 	"github.com/capscale/capscale/internal/httpserver"
 )
 
@@ -77,7 +77,7 @@ func NewOptions() *Options {
 		// authenticated and only the kube-scheduler beside it calls them.
 		BindAddress:          "127.0.0.1:8888",
 		DefaultCapacity:      10,
-		MaxRequestBytes:      extender.DefaultMaxRequestBytes,
+		MaxRequestBytes:      wire.DefaultMaxRequestBytes,
 		ReservationTTL:       time.Minute,
 		ShutdownTimeout:      10 * time.Second,
 		KubeAPIQPS:           50,

@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capscale/capscale/extender/wire"
 	"github.com/spf13/pflag"
-
-	"github.com/capscale/capscale/extender"
 )
 
 func parse(t *testing.T, argv ...string) *Options {
@@ -32,7 +31,7 @@ func TestOptionsParse(t *testing.T) {
 			name: "defaults",
 			check: func(t *testing.T, o *Options) {
 				if o.BindAddress != "127.0.0.1:8888" || o.Kubeconfig != "" || o.DefaultCapacity != 10 ||
-					o.MaxRequestBytes != extender.DefaultMaxRequestBytes || o.ReservationTTL != time.Minute || o.MaxProcs != 1 ||
+					o.MaxRequestBytes != wire.DefaultMaxRequestBytes || o.ReservationTTL != time.Minute || o.MaxProcs != 1 ||
 					o.BinderID != "capscale-scheduler" || o.LeaderElectNamespace != "capscale-system" {
 					t.Errorf("defaults: %+v", o)
 				}

@@ -131,7 +131,7 @@ func offeredNames(body []byte) ([]byte, error) {
 }
 
 // writeJSON answers with a Content-Length, so kube-scheduler's client keeps
-// the connection (extender/handler.go, writeSized).
+// the connection (extender/wire/handler.go, writeSized).
 func writeJSON(w http.ResponseWriter, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))

@@ -1,4 +1,4 @@
-package extender
+package wire
 
 import (
 	"encoding/json"
@@ -90,7 +90,7 @@ func TestFilter(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := l.Filter(namesArgs(tc.pod, all...))
+			res := oracleFilter(l, namesArgs(tc.pod, all...))
 			if res.Nodes != nil {
 				t.Errorf("names mode answered with Nodes")
 			}
@@ -116,7 +116,7 @@ func TestFilterFullNodes(t *testing.T) {
 	l := newTestLedger([]*v1.Node{node("full", "1"), node("room", "")}, []*v1.Pod{pod("f", "full", 1)})
 	// "late" is not in the node informer yet: its object's annotation rules.
 	args := nodesArgs(pod("new", "", 1), node("full", "1"), node("room", ""), node("late", "12"), node("latezero", "0"))
-	res := l.Filter(args)
+	res := oracleFilter(l, args)
 	if res.NodeNames != nil {
 		t.Errorf("Nodes mode answered with NodeNames")
 	}
@@ -126,7 +126,7 @@ func TestFilterFullNodes(t *testing.T) {
 	if res.Nodes.Items[0].Annotations == nil {
 		t.Errorf("surviving Node objects must be returned whole")
 	}
-	res = l.Filter(nodesArgs(pod("new", "", 1), node("full", "1"), node("latezero", "0")))
+	res = oracleFilter(l, nodesArgs(pod("new", "", 1), node("full", "1"), node("latezero", "0")))
 	if got := resultNames(res); len(got) != 0 {
 		t.Errorf("kept %v, want none", got)
 	}
@@ -168,7 +168,7 @@ func TestPrioritize(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := l.Prioritize(tc.args); !reflect.DeepEqual(got, tc.want) {
+			if got := oraclePrioritize(l, tc.args); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Prioritize = %v, want %v", got, tc.want)
 			}
 		})
@@ -236,7 +236,7 @@ func TestPreempt(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := l.Preempt(tc.args)
+			res := verbsOf(l).preempt(tc.args)
 			if got := keys(res); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("kept %v, want %v", got, tc.want)
 			}
@@ -254,7 +254,7 @@ func TestPreempt(t *testing.T) {
 		})
 	}
 	// Victims are passed back unchanged.
-	res := l.Preempt(&extenderv1.ExtenderPreemptionArgs{Pod: pod("hi", "", 2), NodeNameToVictims: map[string]*extenderv1.Victims{
+	res := verbsOf(l).preempt(&extenderv1.ExtenderPreemptionArgs{Pod: pod("hi", "", 2), NodeNameToVictims: map[string]*extenderv1.Victims{
 		"b": {Pods: []*v1.Pod{pod("b1", "b", 2)}, NumPDBViolations: 1},
 	}})
 	want := &extenderv1.MetaVictims{Pods: []*extenderv1.MetaPod{{UID: "uid-b1"}}, NumPDBViolations: 1}
@@ -268,7 +268,7 @@ func TestPreempt(t *testing.T) {
 // buffer is new (a nil slice).
 func TestFilterAllFullStaysInNamesMode(t *testing.T) {
 	l := newTestLedger([]*v1.Node{node("a", "1")}, []*v1.Pod{pod("held", "a", 1)})
-	res := l.filter(namesArgs(pod("p", "", 1), "a"), new(Scratch))
+	res := verbsOf(l).filter(namesArgs(pod("p", "", 1), "a"), new(Scratch))
 	var b strings.Builder
 	if _, err := res.WriteTo(&b); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package extender
+package wire
 
 import (
 	"encoding/json"

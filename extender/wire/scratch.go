@@ -1,15 +1,17 @@
-package extender
+package wire
 
 import (
 	"bytes"
 	"io"
 	"sync"
+
+	"github.com/capscale/capscale/extender"
 )
 
 // Scratch owns every per-call buffer of one filter or prioritize call: the
 // request body, the decoder's element list, the candidates' usages, the
 // kept and rejected nodes, the scores and the response. The handler takes
-// one from the ledger and Releases it once the response is written; nothing
+// one from the pool and Releases it once the response is written; nothing
 // the call returned may be used after that. At 5000 nodes a call's buffers
 // are a few hundred kilobytes, and allocating them per call costs more in
 // GC than the call itself.
@@ -20,12 +22,14 @@ import (
 type Scratch struct {
 	body   []byte
 	elems  []element
-	usages []NodeUsage
-	names  []string
-	failed []failedNode
-	scores []int64
-	w      jsonWriter
-	resp   bytes.Buffer
+	usages []extender.NodeUsage
+	// filtered holds extender.Filter's kept, rejected and cause lists.
+	filtered extender.Filtered
+	names    []string
+	failed   []failedNode
+	scores   []int64
+	w        jsonWriter
+	resp     bytes.Buffer
 }
 
 // maxPooledLen bounds the per-node slices kept for reuse: a cluster's
@@ -43,8 +47,8 @@ const jsonWriterBuf = 32 << 10
 
 var scratchPool = sync.Pool{New: func() any { return new(Scratch) }}
 
-// Scratch hands out the buffers of one call.
-func (l *Ledger) Scratch() *Scratch { return scratchPool.Get().(*Scratch) }
+// getScratch hands out the buffers of one call.
+func getScratch() *Scratch { return scratchPool.Get().(*Scratch) }
 
 // Release gives every buffer back at once.
 func (s *Scratch) Release() {
@@ -61,6 +65,7 @@ func (s *Scratch) reset() {
 	s.body = keepBytes(s.body)
 	s.elems = keep(s.elems)
 	s.usages = keep(s.usages)
+	s.filtered = extender.Filtered{Kept: keep(s.filtered.Kept), Rejected: keep(s.filtered.Rejected), Causes: s.filtered.Causes[:0]}
 	s.names = keep(s.names)
 	s.failed = keep(s.failed)
 	s.scores = keep(s.scores)

@@ -1,4 +1,4 @@
-package extender
+package wire
 
 import (
 	"bytes"
@@ -8,12 +8,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/internal/underlay"
 )
 
 // fuzzLedger is a small cluster the decoded arguments are run against, so
 // that the fuzzers cover the logic behind each decoder too.
-func fuzzLedger() *Ledger {
+func fuzzLedger() *extender.Ledger {
 	return newTestLedger([]*v1.Node{node("a", ""), node("b", "1"), node("c", "x")},
 		[]*v1.Pod{pod("a1", "a", 3), pod("b1", "b", 1)})
 }
@@ -50,12 +51,12 @@ func FuzzDecodeExtenderArgs(f *testing.F) {
 			t.Fatalf("invalid args accepted: %s", data)
 		}
 		n := len(candidateNames(args))
-		res := l.Filter(args)
+		res := oracleFilter(l, args)
 		kept := len(resultNames(res))
 		if underlay.PodNeed(args.Pod) > 0 && args.NodeNames != nil && kept > n {
 			t.Fatalf("filter kept %d of %d nodes", kept, n)
 		}
-		prio := l.Prioritize(args)
+		prio := oraclePrioritize(l, args)
 		if len(prio) != n {
 			t.Fatalf("prioritize scored %d of %d nodes", len(prio), n)
 		}
@@ -114,7 +115,7 @@ func FuzzDecodePreemptionArgs(f *testing.F) {
 		if err != nil {
 			return
 		}
-		res := l.Preempt(args)
+		res := verbsOf(l).preempt(args)
 		for name, mv := range res.NodeNameToMetaVictims {
 			_, inMeta := args.NodeNameToMetaVictims[name]
 			_, inFull := args.NodeNameToVictims[name]

@@ -1,4 +1,4 @@
-package extender
+package wire
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/underlay"
 )
@@ -25,9 +26,14 @@ const DefaultMaxRequestBytes int64 = 100 << 20
 // HandlerOptions configure NewHandler.
 type HandlerOptions struct {
 	// Ledger answers filter, prioritize, preempt and /capacity.
-	Ledger *Ledger
+	Ledger *extender.Ledger
 	// Binder answers bind.
-	Binder *Binder
+	Binder *extender.Binder
+	// Waiting, if not nil, learns from filter which pods wait for IPs to
+	// be freed (the requeuer's list).
+	Waiting *extender.Waiting
+	// Metrics receive what the verbs decide; nil: unregistered ones.
+	Metrics *extender.Metrics
 	// Ready reports whether the ledger has been rebuilt from the informers
 	// and still follows them; while not, the verbs answer 503 and /readyz
 	// fails. Nil means ready.
@@ -41,8 +47,8 @@ type HandlerOptions struct {
 }
 
 type server struct {
-	ledger   *Ledger
-	binder   *Binder
+	verbs
+	binder   *extender.Binder
 	ready    func() bool
 	maxBytes int64
 }
@@ -50,7 +56,11 @@ type server struct {
 // NewHandler returns the extender's HTTP API: POST /filter, /prioritize,
 // /bind, /preempt; GET /capacity, /healthz, /readyz, /metrics.
 func NewHandler(o HandlerOptions) http.Handler {
-	s := &server{ledger: o.Ledger, binder: o.Binder, ready: o.Ready, maxBytes: o.MaxRequestBytes}
+	if o.Metrics == nil {
+		o.Metrics = extender.NewMetrics(nil)
+	}
+	s := &server{verbs: verbs{ledger: o.Ledger, waiting: o.Waiting, metrics: o.Metrics},
+		binder: o.Binder, ready: o.Ready, maxBytes: o.MaxRequestBytes}
 	if s.ready == nil {
 		s.ready = func() bool { return true }
 	}
@@ -169,13 +179,13 @@ func (s *server) readArgs(w http.ResponseWriter, r *http.Request, sc *Scratch) (
 }
 
 func (s *server) filter(w http.ResponseWriter, r *http.Request) {
-	sc := s.ledger.Scratch()
+	sc := getScratch()
 	defer sc.Release()
 	args, ok := s.readArgs(w, r, sc)
 	if !ok {
 		return
 	}
-	res := s.ledger.filter(args, sc)
+	res := s.verbs.filter(args, sc)
 	failed, unresolvable := res.failedCounts()
 	logDecision(r.Context(), "Filtered nodes", args, "failed", failed, "unresolvable", unresolvable)
 	if args.Nodes != nil {
@@ -214,13 +224,13 @@ func writeSized(w http.ResponseWriter, r *http.Request, sc *Scratch, verb string
 }
 
 func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
-	sc := s.ledger.Scratch()
+	sc := getScratch()
 	defer sc.Release()
 	args, ok := s.readArgs(w, r, sc)
 	if !ok {
 		return
 	}
-	names, scores := s.ledger.prioritize(args, sc)
+	names, scores := s.verbs.prioritize(args, sc)
 	logDecision(r.Context(), "Prioritized nodes", args)
 	at := func(i int) (string, int64) { return names[i], scores[i] }
 	writeSized(w, r, sc, "prioritize", func(w io.Writer) (int64, error) {
@@ -238,7 +248,7 @@ func (s *server) preempt(w http.ResponseWriter, r *http.Request) {
 		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	res := s.ledger.Preempt(args)
+	res := s.verbs.preempt(args)
 	klog.FromContext(r.Context()).V(4).Info("Preemption candidates", "pod", klog.KObj(args.Pod),
 		"in", len(args.NodeNameToMetaVictims)+len(args.NodeNameToVictims), "kept", len(res.NodeNameToMetaVictims))
 	httpserver.WriteJSON(w, http.StatusOK, res)

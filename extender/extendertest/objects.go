@@ -1,26 +1,57 @@
-package extender
+// Package extendertest builds the Pods and Nodes the extender's tests and
+// benchmarks share.
+package extendertest
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/capscale/capscale/internal/names"
 )
 
-// realisticNode is a full Node as a kube-scheduler without a managedFields
+// Pod returns a pod in namespace "ns" asking for need underlay IPs (as a
+// limit, the way users write it) and bound to node when node is not empty.
+func Pod(name, node string, need int64) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec: v1.PodSpec{
+			NodeName:   node,
+			Containers: []v1.Container{{Name: "app"}},
+		},
+		Status: v1.PodStatus{Phase: v1.PodPending},
+	}
+	if need > 0 {
+		p.Spec.Containers[0].Resources.Limits = v1.ResourceList{
+			v1.ResourceName(names.UnderlayIPResource): *resource.NewQuantity(need, resource.DecimalSI),
+		}
+	}
+	if node != "" {
+		p.Status.Phase = v1.PodRunning
+	}
+	return p
+}
+
+// Node returns a node, with the capacity annotation when capacity is not "".
+func Node(name, capacity string) *v1.Node {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
+	if capacity != "" {
+		n.Annotations = map[string]string{names.UnderlayIPCapacityAnnotation: capacity}
+	}
+	return n
+}
+
+// RealisticNode is a full Node as a kube-scheduler without a managedFields
 // transform sends it: labels, annotations, conditions, the kubelet's 50
 // images and the managedFields of kubelet, kube-controller-manager and the
 // cloud provider, about 17.6 KiB of JSON (5000 nodes: ~86 MiB).
-func realisticNode(i int) v1.Node {
+func RealisticNode(i int) v1.Node {
 	name := fmt.Sprintf("node-%05d.zone-a.example.internal", i)
 	n := v1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -90,7 +121,7 @@ func (f fieldSet) add(path ...string) {
 func (f fieldSet) raw() *metav1.FieldsV1 {
 	b, err := json.Marshal(f)
 	if err != nil {
-		panic(err)
+		panic(err) // a test helper: a map of strings always marshals
 	}
 	return metav1.NewFieldsV1(string(b))
 }
@@ -155,120 +186,7 @@ func realisticManagedFields(n *v1.Node) []metav1.ManagedFieldsEntry {
 	}
 }
 
-// benchServer returns a handler over a ledger of n nodes, a third of them
-// full, and the filter arguments for a pod needing one IP in both modes.
-func benchServer(b *testing.B, n int) (http.Handler, *extenderv1.ExtenderArgs, *extenderv1.ExtenderArgs) {
-	b.Helper()
-	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
-	names := make([]string, n)
-	list := &v1.NodeList{Items: make([]v1.Node, n)}
-	for i := range n {
-		list.Items[i] = realisticNode(i)
-		names[i] = list.Items[i].Name
-		l.SetNode(&list.Items[i])
-		for j := range (i % 3) * 5 {
-			l.SetPod(pod(fmt.Sprintf("p-%d-%d", i, j), names[i], 1))
-		}
-	}
-	// The ledger as Run leaves it after its first tick: compacted.
-	l.Expire()
-	reg := prometheus.NewRegistry()
-	h := NewHandler(HandlerOptions{Ledger: l, Registerer: reg, Gatherer: reg})
-	p := pod("new", "", 1)
-	return h, &extenderv1.ExtenderArgs{Pod: p, NodeNames: &names}, &extenderv1.ExtenderArgs{Pod: p, Nodes: list}
-}
-
-func benchVerb(b *testing.B, path string) {
-	for _, n := range []int{500, 5000} {
-		h, namesArgs, nodesArgs := benchServer(b, n)
-		for _, mode := range []struct {
-			name string
-			args *extenderv1.ExtenderArgs
-		}{{"NodeNames", namesArgs}, {"Nodes", nodesArgs}} {
-			body := mustJSON(b, mode.args)
-			b.Run(fmt.Sprintf("%s-%d", mode.name, n), func(b *testing.B) {
-				b.ReportAllocs()
-				b.SetBytes(int64(len(body)))
-				// One response buffer for all iterations: a server streams
-				// the response to the connection, it does not accumulate it.
-				out := &bytes.Buffer{}
-				for b.Loop() {
-					out.Reset()
-					rec := httptest.NewRecorder()
-					rec.Body = out
-					h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body)))
-					if rec.Code != http.StatusOK {
-						b.Fatalf("%s: %d %s", path, rec.Code, rec.Body.String())
-					}
-				}
-				b.ReportMetric(float64(len(body))/float64(n), "reqB/node")
-			})
-		}
-	}
-}
-
-func BenchmarkFilter(b *testing.B)     { benchVerb(b, "/filter") }
-func BenchmarkPrioritize(b *testing.B) { benchVerb(b, "/prioritize") }
-
-// nodesBody is the /filter body of n realistic full Nodes.
-func nodesBody(b *testing.B, n int) []byte {
-	b.Helper()
-	list := &v1.NodeList{Items: make([]v1.Node, n)}
-	for i := range n {
-		list.Items[i] = realisticNode(i)
-	}
-	return mustJSON(b, &extenderv1.ExtenderArgs{Pod: pod("new", "", 1), Nodes: list})
-}
-
-// BenchmarkDecodeNodesStdlib is the baseline of issue 7: the filter body of
-// 5000 realistic full Nodes decoded into extenderv1.ExtenderArgs with
-// encoding/json, as an extender using the upstream types would.
-func BenchmarkDecodeNodesStdlib(b *testing.B) {
-	body := nodesBody(b, 5000)
-	b.Run("5000", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(int64(len(body)))
-		for b.Loop() {
-			var args extenderv1.ExtenderArgs
-			if err := json.Unmarshal(body, &args); err != nil || len(args.Nodes.Items) != 5000 {
-				b.Fatalf("decoding: %v", err)
-			}
-		}
-	})
-}
-
-// BenchmarkDecodeNodesFast decodes the same body with DecodeExtenderArgs.
-func BenchmarkDecodeNodesFast(b *testing.B) {
-	body := nodesBody(b, 5000)
-	b.Run("5000", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(int64(len(body)))
-		for b.Loop() {
-			args, err := DecodeExtenderArgs(body)
-			if err != nil || len(args.Nodes.Items) != 5000 {
-				b.Fatalf("decoding: %v", err)
-			}
-		}
-	})
-}
-
-// BenchmarkLedgerUsages is the ledger's share of a names-only call: one
-// usage lookup per candidate under one read lock.
-func BenchmarkLedgerUsages(b *testing.B) {
-	_, namesArgs, _ := benchServer(b, 5000)
-	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
-	for i := range 5000 {
-		n := realisticNode(i)
-		l.SetNode(&n)
-	}
-	l.Expire()
-	names := *namesArgs.NodeNames
-	// Names as the decoder makes them: one string per request.
-	b.Run("5000", func(b *testing.B) {
-		b.ReportAllocs()
-		out := make([]NodeUsage, 0, len(names))
-		for b.Loop() {
-			out = l.Usages("uid", names, out[:0])
-		}
-	})
+// BindArgs is kube-scheduler's bind call for p on node.
+func BindArgs(p *v1.Pod, node string) *extenderv1.ExtenderBindingArgs {
+	return &extenderv1.ExtenderBindingArgs{PodName: p.Name, PodNamespace: p.Namespace, PodUID: p.UID, Node: node}
 }

@@ -1,4 +1,4 @@
-package extender
+package wire
 
 import (
 	"bytes"
@@ -153,14 +153,14 @@ func TestHandlerFilterResultMatchesFilter(t *testing.T) {
 		nodesArgs(pod("p", "", 2), node("a", ""), node("late", "4"), node("bad", "-1"), node("c", "")),
 	} {
 		var buf bytes.Buffer
-		if _, err := l.filter(args, new(Scratch)).WriteTo(&buf); err != nil {
+		if _, err := verbsOf(l).filter(args, new(Scratch)).WriteTo(&buf); err != nil {
 			t.Fatal(err)
 		}
 		var got, want extenderv1.ExtenderFilterResult
 		if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 			t.Fatalf("%v: %s", err, buf.Bytes())
 		}
-		if err := json.Unmarshal(mustJSON(t, l.Filter(args)), &want); err != nil {
+		if err := json.Unmarshal(mustJSON(t, oracleFilter(l, args)), &want); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(got, want) {
@@ -184,13 +184,13 @@ func TestHandlerPrioritizeMatchesPrioritize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		names, scores := l.prioritize(decoded, new(Scratch))
+		names, scores := verbsOf(l).prioritize(decoded, new(Scratch))
 		var got, want bytes.Buffer
 		at := func(i int) (string, int64) { return names[i], scores[i] }
 		if _, err := writeScores(&got, nil, len(names), at, decoded.NodeNames != nil && decoded.plainNames); err != nil {
 			t.Fatal(err)
 		}
-		if err := json.NewEncoder(&want).Encode(l.Prioritize(decoded)); err != nil {
+		if err := json.NewEncoder(&want).Encode(oraclePrioritize(l, decoded)); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got.Bytes(), want.Bytes()) {

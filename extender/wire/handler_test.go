@@ -1,4 +1,4 @@
-package extender
+package wire
 
 import (
 	"bytes"
@@ -18,12 +18,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/capscale/capscale/extender"
+	"github.com/capscale/capscale/extender/extendertest/fakecluster"
 	"github.com/capscale/capscale/internal/httpserver"
 )
 
 type testServer struct {
 	*httptest.Server
-	env   *informerEnv
+	env   *fakecluster.Cluster
+	m     *extender.Metrics
 	reg   *prometheus.Registry
 	ready atomic.Bool
 }
@@ -32,13 +35,13 @@ type testServer struct {
 // server holding objs.
 func newTestServer(t *testing.T, maxBytes int64, objs ...runtime.Object) *testServer {
 	t.Helper()
-	ts := &testServer{env: newInformerEnv(t, objs...), reg: prometheus.NewRegistry()}
+	ts := &testServer{reg: prometheus.NewRegistry()}
+	ts.m = extender.NewMetrics(ts.reg)
+	ts.env = fakecluster.New(t, ts.m, objs...)
 	ts.ready.Store(true)
-	ts.env.ledger.metrics = NewMetrics(ts.reg)
-	ts.env.binder.metrics = ts.env.ledger.metrics
 	ts.Server = httptest.NewServer(NewHandler(HandlerOptions{
-		Ledger: ts.env.ledger, Binder: ts.env.binder,
-		Ready:           func() bool { return ts.ready.Load() && ts.env.synced() },
+		Ledger: ts.env.Ledger, Binder: ts.env.Binder, Metrics: ts.m,
+		Ready:           func() bool { return ts.ready.Load() && ts.env.Synced() },
 		MaxRequestBytes: maxBytes, Registerer: ts.reg, Gatherer: ts.reg,
 	}))
 	t.Cleanup(ts.Close)
@@ -190,7 +193,7 @@ func TestHandlerFilterAndPrioritize(t *testing.T) {
 			}
 		})
 	}
-	if got := testutil.ToFloat64(ts.env.ledger.metrics.FilteredNodes.WithLabelValues(CauseExhausted)); got != 4 {
+	if got := testutil.ToFloat64(ts.m.FilteredNodes.WithLabelValues(extender.CauseExhausted)); got != 4 {
 		// full, in each mode's two filter calls: counted whether or not
 		// the answer carries the reason.
 		t.Errorf("filtered_nodes_total{cause=exhausted} = %v, want 4", got)
@@ -212,22 +215,22 @@ func TestHandlerBindAndCapacity(t *testing.T) {
 	if err := json.Unmarshal(body, &res); err != nil || code != http.StatusOK || res.Error != "" {
 		t.Fatalf("bind: code %d, %v, %s", code, err, body)
 	}
-	ts.env.waitSettled(t)
+	ts.env.WaitSettled(t)
 	code, body = ts.get(t, "/capacity")
 	if code != http.StatusOK {
 		t.Fatalf("capacity: %d %s", code, body)
 	}
-	var rep Report
+	var rep extender.Report
 	if err := json.Unmarshal(body, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Totals != (Totals{Nodes: 3, Capacity: 11, Used: 2, Free: 9}) {
+	if rep.Totals != (extender.Totals{Nodes: 3, Capacity: 11, Used: 2, Free: 9}) {
 		t.Errorf("totals %+v", rep.Totals)
 	}
 	if len(rep.Nodes) != 3 || rep.Nodes[1].Name != "room" || len(rep.Nodes[1].Pods) != 1 || rep.Nodes[1].Pods[0].Name != "new" {
 		t.Errorf("nodes %s", body)
 	}
-	if got := testutil.ToFloat64(ts.env.ledger.metrics.BindConflicts.WithLabelValues("no_room")); got != 1 {
+	if got := testutil.ToFloat64(ts.m.BindConflicts.WithLabelValues("no_room")); got != 1 {
 		t.Errorf("bind_conflicts_total{reason=no_room} = %v, want 1", got)
 	}
 }
@@ -431,9 +434,9 @@ func TestHandlerBindHammer(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	ts.env.waitSettled(t)
+	ts.env.WaitSettled(t)
 	capacity := map[string]int64{"a": 4, "b": 2, "c": 10}
-	for n, used := range ts.env.boundPerNode(t) {
+	for n, used := range ts.env.BoundPerNode(t) {
 		if used > capacity[n] {
 			t.Errorf("node %s over capacity: %d/%d", n, used, capacity[n])
 		}

@@ -1,13 +1,15 @@
-package extender
+package wire
 
 import (
 	"bytes"
 	"testing"
+
+	"github.com/capscale/capscale/extender"
 )
 
 // answer runs one filter or prioritize call the way the handler does, with
 // sc's buffers, and returns the bytes it would send.
-func answer(t *testing.T, l *Ledger, verb string, data []byte, sc *Scratch) string {
+func answer(t *testing.T, l *extender.Ledger, verb string, data []byte, sc *Scratch) string {
 	t.Helper()
 	body := sc.bodyBuf(int64(len(data)))
 	copy(body, data)
@@ -18,9 +20,9 @@ func answer(t *testing.T, l *Ledger, verb string, data []byte, sc *Scratch) stri
 	out := sc.response()
 	switch verb {
 	case "filter":
-		_, err = l.filter(args, sc).WriteTo(out)
+		_, err = verbsOf(l).filter(args, sc).WriteTo(out)
 	default:
-		names, scores := l.prioritize(args, sc)
+		names, scores := verbsOf(l).prioritize(args, sc)
 		at := func(i int) (string, int64) { return names[i], scores[i] }
 		_, err = writeScores(out, sc, len(names), at, args.NodeNames != nil && args.plainNames)
 	}
@@ -71,7 +73,7 @@ func TestScratchReuse(t *testing.T) {
 func TestScratchBounds(t *testing.T) {
 	sc := new(Scratch)
 	sc.names = append(sc.names, "a", "b")
-	sc.usages = append(sc.usages, NodeUsage{CapacityError: "bad"})
+	sc.usages = append(sc.usages, extender.NodeUsage{CapacityError: "bad"})
 	sc.failed = append(sc.failed, failedNode{name: "c", reason: "full"})
 	sc.reset()
 	if len(sc.names) != 0 || cap(sc.names) == 0 {

@@ -1,4 +1,4 @@
-package extender
+package wire
 
 import (
 	"encoding/json"
@@ -9,8 +9,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/internal/underlay"
 )
+
+// verbs answer the scheduler's calls: they read the ledger, call the core's
+// decisions (extender.Filter, extender.Scores, extender.Rescues), and count
+// what a request decided: the metrics and the waiting-pod bookkeeping live
+// here, where the request is handled, not in the ledger.
+type verbs struct {
+	ledger  *extender.Ledger
+	waiting *extender.Waiting // nil: not tracked
+	metrics *extender.Metrics
+}
 
 // DecodeBindingArgs decodes and validates the body of /bind.
 func DecodeBindingArgs(data []byte) (*extenderv1.ExtenderBindingArgs, error) {
@@ -57,14 +68,14 @@ func candidateNames(args *Args) []string {
 // usagesFor returns the usage of every candidate, in sc's buffer. With
 // full Node objects, a node the node informer has not delivered yet takes
 // its capacity from the object the scheduler sent.
-func (l *Ledger) usagesFor(args *Args, names []string, sc *Scratch) []NodeUsage {
-	usages := l.Usages(args.Pod.UID, names, sc.usages[:0])
+func (v *verbs) usagesFor(args *Args, names []string, sc *Scratch) []extender.NodeUsage {
+	usages := v.ledger.Usages(args.Pod.UID, names, sc.usages[:0])
 	sc.usages = usages
 	if args.NodeNames == nil {
 		for i := range usages {
 			if !usages[i].Known {
 				usages[i].Known = true
-				c := underlay.NodeCapacity(args.Nodes.Items[i].Annotations, args.Nodes.Items[i].Labels, l.defaultCapacity)
+				c := underlay.NodeCapacity(args.Nodes.Items[i].Annotations, args.Nodes.Items[i].Labels, v.ledger.DefaultCapacity())
 				usages[i].Capacity, usages[i].CapacityError = c.IPs, c.Invalid
 			}
 		}
@@ -72,13 +83,12 @@ func (l *Ledger) usagesFor(args *Args, names []string, sc *Scratch) []NodeUsage 
 	return usages
 }
 
-// filter keeps the candidate nodes with the most free IPs (MostFree) and,
-// when none has room, explains every one, answering in the mode it was
-// asked (NodeNames or Nodes). The rejected nodes are listed in res.failed
-// rather than the maps, which cost more to build than the rest of a
-// names-only call; WriteTo writes both. The result lives in sc's buffers
-// until sc is released.
-func (l *Ledger) filter(args *Args, sc *Scratch) *FilterResult {
+// filter answers /filter with extender.Filter's decision, in the mode it
+// was asked (NodeNames or Nodes). The rejected nodes are listed in
+// res.failed rather than the maps, which cost more to build than the rest
+// of a names-only call; WriteTo writes both. The result lives in sc's
+// buffers until sc is released.
+func (v *verbs) filter(args *Args, sc *Scratch) *FilterResult {
 	need := underlay.PodNeed(args.Pod)
 	res := &FilterResult{
 		FailedNodes:                extenderv1.FailedNodesMap{},
@@ -94,113 +104,68 @@ func (l *Ledger) filter(args *Args, sc *Scratch) *FilterResult {
 		}
 		return res
 	}
-	l.RememberNeed(args.Pod.UID, need)
+	v.ledger.RememberNeed(args.Pod.UID, need)
 	names := candidateNames(args)
-	usages := l.usagesFor(args, names, sc)
+	d := extender.Filter(need, v.usagesFor(args, names, sc), sc.filtered)
+	sc.filtered = d
+	v.count(args.Pod, need, d)
 
-	var (
-		causes    []causeCount
-		keptNames []string
-		keptNodes []NodeItem
-	)
 	res.failed = sc.failed[:0]
-	if args.NodeNames != nil {
-		keptNames = sc.names[:0]
-		if keptNames == nil {
-			// A new buffer is a nil slice, which would answer
-			// "NodeNames":null when every node is full: the reply must
-			// stay in names mode (kube-scheduler and our tests read it so).
-			keptNames = []string{}
-		}
-	} else {
-		keptNodes = make([]NodeItem, 0, len(names))
-	}
-	vs := verdicts{need: need}
-	best := MostFree(need, usages)
-	for i, name := range names {
-		v := vs.of(usages[i])
-		if v.Fit {
-			if usages[i].Free() < best {
-				// Outranked: kept out so that kube-scheduler picks among
-				// the most free only (see MostFree).
-				continue
-			}
-			if args.NodeNames != nil {
-				keptNames = append(keptNames, name)
-			} else {
-				keptNodes = append(keptNodes, args.Nodes.Items[i])
-			}
-			continue
-		}
-		causes = countCause(causes, v.Cause)
-		res.failed = append(res.failed, failedNode{name: name, reason: v.Reason, unresolvable: v.Unresolvable})
-	}
-	for _, c := range causes {
-		l.metrics.FilteredNodes.WithLabelValues(c.cause).Add(float64(c.n))
-	}
-	kept := len(keptNames) + len(keptNodes)
-	l.noteWaiting(args, need, kept, causes)
-	if kept > 0 {
+	if len(d.Kept) == 0 {
 		// The reasons only matter to a pod no node has room for (its
 		// event, and preemption); skipping them keeps the answer small.
-		res.failed = res.failed[:0]
+		for _, r := range d.Rejected {
+			res.failed = append(res.failed, failedNode{name: names[r.Index], reason: r.Verdict.Reason, unresolvable: r.Verdict.Unresolvable})
+		}
 	}
 	sc.failed = res.failed
 	if args.NodeNames != nil {
-		sc.names = keptNames
+		// Never a nil slice, which would answer "NodeNames":null when every
+		// node is full: the reply must stay in names mode (kube-scheduler
+		// and our tests read it so).
+		kept := sc.names[:0]
+		if kept == nil {
+			kept = []string{}
+		}
+		for _, i := range d.Kept {
+			kept = append(kept, names[i])
+		}
+		sc.names = kept
 		res.NodeNames, res.plainNames = &sc.names, args.plainNames
-	} else {
-		res.Nodes = &NodeItems{Items: keptNodes}
+		return res
 	}
+	kept := make([]NodeItem, 0, len(d.Kept))
+	for _, i := range d.Kept {
+		kept = append(kept, args.Nodes.Items[i])
+	}
+	res.Nodes = &NodeItems{Items: kept}
 	return res
 }
 
-// noteWaiting tells Waiting whether the pod now waits for IPs to be freed:
-// no node had room, and on at least one the IPs were used up (not a
-// capacity too small, which no release fixes).
-func (l *Ledger) noteWaiting(args *Args, need int64, kept int, causes []causeCount) {
-	if l.waiting == nil {
-		return
+// count records what filter decided: the rejected nodes by cause, and
+// whether the pod now waits for IPs to be freed (the requeuer's list).
+func (v *verbs) count(pod *v1.Pod, need int64, d extender.Filtered) {
+	for _, c := range d.Causes {
+		v.metrics.FilteredNodes.WithLabelValues(c.Cause).Add(float64(c.N))
 	}
-	if kept > 0 {
-		l.waiting.Fits(args.Pod.UID)
-		return
-	}
-	for _, c := range causes {
-		if c.cause == CauseExhausted {
-			var prio int32
-			if args.Pod.Spec.Priority != nil {
-				prio = *args.Pod.Spec.Priority
-			}
-			l.waiting.Rejected(args.Pod.UID, args.Pod.Namespace, args.Pod.Name, prio, need)
-			return
+	switch {
+	case v.waiting == nil:
+	case len(d.Kept) > 0:
+		v.waiting.Fits(pod.UID)
+	case d.Waits():
+		var prio int32
+		if pod.Spec.Priority != nil {
+			prio = *pod.Spec.Priority
 		}
+		v.waiting.Rejected(pod.UID, pod.Namespace, pod.Name, prio, need)
 	}
-}
-
-// causeCount counts the rejected nodes of one cause.
-type causeCount struct {
-	cause string
-	n     int
-}
-
-// countCause adds one to cause in counts: a handful of causes, so a list
-// beats a map.
-func countCause(counts []causeCount, cause string) []causeCount {
-	for i := range counts {
-		if counts[i].cause == cause {
-			counts[i].n++
-			return counts
-		}
-	}
-	return append(counts, causeCount{cause: cause, n: 1})
 }
 
 // prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,
 // in the order the scheduler sent them, as two parallel slices: the
 // candidates and their scores (in sc's buffer), which the handler writes
 // without building a HostPriorityList.
-func (l *Ledger) prioritize(args *Args, sc *Scratch) ([]string, []int64) {
+func (v *verbs) prioritize(args *Args, sc *Scratch) ([]string, []int64) {
 	names := candidateNames(args)
 	out := sc.scores[:0]
 	defer func() { sc.scores = out }()
@@ -211,27 +176,26 @@ func (l *Ledger) prioritize(args *Args, sc *Scratch) ([]string, []int64) {
 		}
 		return names, out
 	}
-	out = Scores(need, l.usagesFor(args, names, sc), out)
+	out = extender.Scores(need, v.usagesFor(args, names, sc), out)
 	return names, out
 }
 
-// Preempt keeps the candidate nodes where evicting the proposed victims frees
-// enough underlay IPs for the preemptor, with the victims unchanged. Victims
-// count with what the ledger holds for them on that node.
-func (l *Ledger) Preempt(args *extenderv1.ExtenderPreemptionArgs) *extenderv1.ExtenderPreemptionResult {
+// preempt keeps the candidate nodes where evicting the proposed victims
+// frees enough underlay IPs for the preemptor, with the victims unchanged.
+// Victims count with what the ledger holds for them on that node.
+func (v *verbs) preempt(args *extenderv1.ExtenderPreemptionArgs) *extenderv1.ExtenderPreemptionResult {
 	need := underlay.PodNeed(args.Pod)
 	res := &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{}}
-	for node, v := range victimsOf(args) {
+	for node, vs := range victimsOf(args) {
 		if need > 0 {
-			u := l.Usages(args.Pod.UID, []string{node}, make([]NodeUsage, 0, 1))[0]
-			u.Used = max(0, u.Used-l.VictimsFree(node, v.uids))
-			if !Fits(u, need).Fit {
+			u := v.ledger.Usages(args.Pod.UID, []string{node}, make([]extender.NodeUsage, 0, 1))[0]
+			if !extender.Rescues(u, v.ledger.VictimsFree(node, vs.uids), need) {
 				continue
 			}
 		}
 		// Rebuilt so that a null victim never reaches the scheduler.
-		mv := &extenderv1.MetaVictims{Pods: make([]*extenderv1.MetaPod, len(v.uids)), NumPDBViolations: v.pdb}
-		for i, uid := range v.uids {
+		mv := &extenderv1.MetaVictims{Pods: make([]*extenderv1.MetaPod, len(vs.uids)), NumPDBViolations: vs.pdb}
+		for i, uid := range vs.uids {
 			mv.Pods[i] = &extenderv1.MetaPod{UID: string(uid)}
 		}
 		res.NodeNameToMetaVictims[node] = mv
@@ -259,12 +223,12 @@ func victimsOf(args *extenderv1.ExtenderPreemptionArgs) map[string]victimSet {
 		}
 		return out
 	}
-	for node, v := range args.NodeNameToVictims {
-		if v == nil {
+	for node, vs := range args.NodeNameToVictims {
+		if vs == nil {
 			out[node] = victimSet{}
 			continue
 		}
-		out[node] = victimSet{pdb: v.NumPDBViolations, uids: uidsOf(v.Pods, func(p *v1.Pod) types.UID { return p.UID })}
+		out[node] = victimSet{pdb: vs.NumPDBViolations, uids: uidsOf(vs.Pods, func(p *v1.Pod) types.UID { return p.UID })}
 	}
 	return out
 }

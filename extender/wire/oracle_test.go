@@ -1,6 +1,7 @@
-package extender
+package wire
 
 import (
+	"github.com/capscale/capscale/extender"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
@@ -9,8 +10,8 @@ import (
 
 // Filter keeps the candidate nodes with room for the pod and explains every
 // other one. It answers in the mode it was asked: NodeNames or Nodes.
-func (l *Ledger) Filter(args *Args) *FilterResult {
-	res := l.filter(args, new(Scratch))
+func oracleFilter(l *extender.Ledger, args *Args) *FilterResult {
+	res := verbsOf(l).filter(args, new(Scratch))
 	for _, f := range res.failed {
 		if f.unresolvable {
 			res.FailedAndUnresolvableNodes[f.name] = f.reason
@@ -24,8 +25,8 @@ func (l *Ledger) Filter(args *Args) *FilterResult {
 
 // Prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,
 // in the order the scheduler sent them.
-func (l *Ledger) Prioritize(args *Args) extenderv1.HostPriorityList {
-	names, scores := l.prioritize(args, new(Scratch))
+func oraclePrioritize(l *extender.Ledger, args *Args) extenderv1.HostPriorityList {
+	names, scores := verbsOf(l).prioritize(args, new(Scratch))
 	out := make(extenderv1.HostPriorityList, len(names))
 	for i, name := range names {
 		out[i] = extenderv1.HostPriority{Host: name, Score: scores[i]}
