@@ -93,10 +93,9 @@ func Components() ([]Component, error) {
 	}{
 		{"extender", func(reg *recorder) error {
 			m := extender.NewMetrics(reg)
-			wire.NewHandler(wire.HandlerOptions{
-				Ledger:     extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10, Metrics: m}),
-				Registerer: reg, Gatherer: reg,
-			})
+			ledger := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10})
+			extender.RegisterLedger(reg, ledger)
+			wire.NewHandler(wire.HandlerOptions{Ledger: ledger, Metrics: m, Registerer: reg, Gatherer: reg})
 			httpserver.ConnCounter("extender", reg)
 			factory := informers.NewSharedInformerFactory(cs, 0)
 			if _, err := publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{DefaultCapacity: 10, Registerer: reg}); err != nil {

@@ -13,16 +13,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
 // Binder binds pods for kube-scheduler, re-checking the node's capacity under
 // the ledger lock first.
 type Binder struct {
-	client  kubernetes.Interface
-	pods    PodLookup
-	ledger  *Ledger
-	metrics *Metrics
+	client kubernetes.Interface
+	pods   PodLookup
+	ledger *Ledger
 	// Gate, if set, must return nil before any Binding is made: the
 	// binder lease (extender/binderlease) that keeps a second extender,
 	// whose ledger this one cannot see, from binding at the same time.
@@ -32,7 +30,7 @@ type Binder struct {
 // NewBinder returns a Binder that reads pods with pods (IndexerLookup over
 // the pod informer) and creates Bindings with client.
 func NewBinder(client kubernetes.Interface, pods PodLookup, ledger *Ledger) *Binder {
-	return &Binder{client: client, pods: pods, ledger: ledger, metrics: ledger.metrics}
+	return &Binder{client: client, pods: pods, ledger: ledger}
 }
 
 // PodLookup finds a pod in the extender's pod cache.
@@ -57,119 +55,136 @@ func IndexerLookup(idx cache.Indexer) PodLookup {
 	}
 }
 
-// Bind result labels of capscale_extender_binds_total.
+// Bind result labels of capscale_extender_binds_total, and conflict
+// labels of capscale_extender_bind_conflicts_total.
 const (
-	bindBound        = "bound"
-	bindAlreadyBound = "already_bound"
-	bindNoRoom       = "no_room"
-	bindNotBinder    = "not_binder"
-	bindError        = "error"
+	BindBound        = "bound"
+	BindAlreadyBound = "already_bound"
+	BindNoRoom       = "no_room"
+	BindNotBinder    = "not_binder"
+	BindError        = "error"
+
+	ConflictBoundElsewhere = "bound_elsewhere"
+	ConflictInFlight       = "in_flight"
+	ConflictNoRoom         = "no_room"
 )
 
-// Bind binds the pod in args to args.Node if the node still has room for it.
-// A pod already bound to that node is a success: a bind that timed out on the
-// scheduler's side may have landed. The returned error is meant for
-// ExtenderBindingResult.Error; kube-scheduler then retries the pod.
-func (b *Binder) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) error {
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node)
-	result, err := b.bind(ctx, logger, args)
-	b.metrics.Binds.WithLabelValues(result).Inc()
-	if err != nil {
-		logger.V(2).Info("Bind refused", "result", result, "err", err)
-		return err
-	}
-	logger.V(4).Info("Bound", "result", result)
-	return nil
+// BindRequest is kube-scheduler's bind call: a pod (UID optional) and the
+// node it chose.
+type BindRequest struct {
+	Namespace, Name string
+	UID             types.UID
+	Node            string
 }
 
-func (b *Binder) bind(ctx context.Context, logger klog.Logger, args *extenderv1.ExtenderBindingArgs) (string, error) {
-	pod, err := b.lookup(ctx, args)
-	if err != nil {
-		return bindError, err
+// BindOutcome is what Bind did, for the caller to answer, count and tell
+// Waiting.
+type BindOutcome struct {
+	// Result is a BindBound... label; Conflict, if set, a Conflict... one.
+	Result, Conflict string
+	// Freed is the room given back by a reservation the Binding refused.
+	Freed int64
+	// Err is nil when the pod is bound to the node (now or before); else
+	// it is meant for ExtenderBindingResult.Error, and kube-scheduler
+	// retries the pod.
+	Err error
+}
+
+// Bind binds the pod to req.Node if the node still has room for it. A pod
+// already bound to that node is a success: a bind that timed out on the
+// scheduler's side may have landed.
+func (b *Binder) Bind(ctx context.Context, req BindRequest) BindOutcome {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(req.Namespace, req.Name), "node", req.Node)
+	out := b.bind(ctx, logger, req)
+	if out.Err != nil {
+		logger.V(2).Info("Bind refused", "result", out.Result, "err", out.Err)
+		return out
 	}
-	uid := args.PodUID
+	logger.V(4).Info("Bound", "result", out.Result)
+	return out
+}
+
+func (b *Binder) bind(ctx context.Context, logger klog.Logger, req BindRequest) BindOutcome {
+	pod, err := b.lookup(ctx, req)
+	if err != nil {
+		return BindOutcome{Result: BindError, Err: err}
+	}
+	uid := req.UID
 	if uid != "" && pod.UID != uid {
-		return bindError, fmt.Errorf("pod %s/%s has UID %s, not %s: it was recreated", args.PodNamespace, args.PodName, pod.UID, uid)
+		return BindOutcome{Result: BindError, Err: fmt.Errorf("pod %s/%s has UID %s, not %s: it was recreated", req.Namespace, req.Name, pod.UID, uid)}
 	}
 	uid = pod.UID
-	if pod.NodeName == args.Node {
-		return bindAlreadyBound, nil
+	if pod.NodeName == req.Node {
+		return BindOutcome{Result: BindAlreadyBound}
 	}
 	if pod.NodeName != "" {
-		b.metrics.BindConflicts.WithLabelValues("bound_elsewhere").Inc()
-		return bindError, fmt.Errorf("pod %s/%s is already bound to node %s", args.PodNamespace, args.PodName, pod.NodeName)
+		return BindOutcome{Result: BindError, Conflict: ConflictBoundElsewhere, Err: fmt.Errorf("pod %s/%s is already bound to node %s", req.Namespace, req.Name, pod.NodeName)}
 	}
-	need := pod.Need
 	if b.Gate != nil {
 		if err := b.Gate(); err != nil {
-			return bindNotBinder, fmt.Errorf("binding pod %s/%s: %w", args.PodNamespace, args.PodName, err)
+			return BindOutcome{Result: BindNotBinder, Err: fmt.Errorf("binding pod %s/%s: %w", req.Namespace, req.Name, err)}
 		}
 	}
 
-	res := b.ledger.Reserve(uid, args.PodNamespace, args.PodName, args.Node, need)
+	res := b.ledger.Reserve(uid, req.Namespace, req.Name, req.Node, pod.Need)
 	switch {
 	case res.AlreadyBound:
-		return bindAlreadyBound, nil
+		return BindOutcome{Result: BindAlreadyBound}
 	case res.BoundElsewhere != "":
-		b.metrics.BindConflicts.WithLabelValues("bound_elsewhere").Inc()
-		return bindError, fmt.Errorf("binding pod %s/%s: %s", args.PodNamespace, args.PodName, res.Verdict.Reason)
+		return BindOutcome{Result: BindError, Conflict: ConflictBoundElsewhere, Err: fmt.Errorf("binding pod %s/%s: %s", req.Namespace, req.Name, res.Verdict.Reason)}
 	case res.InFlightElsewhere != "":
-		b.metrics.BindConflicts.WithLabelValues("in_flight").Inc()
-		return bindError, fmt.Errorf("binding pod %s/%s to node %s: %s", args.PodNamespace, args.PodName, args.Node, res.Verdict.Reason)
+		return BindOutcome{Result: BindError, Conflict: ConflictInFlight, Err: fmt.Errorf("binding pod %s/%s to node %s: %s", req.Namespace, req.Name, req.Node, res.Verdict.Reason)}
 	case !res.Verdict.Fit:
-		b.metrics.BindConflicts.WithLabelValues("no_room").Inc()
-		return bindNoRoom, fmt.Errorf("binding pod %s/%s to node %s: %s", args.PodNamespace, args.PodName, args.Node, res.Verdict.Reason)
+		return BindOutcome{Result: BindNoRoom, Conflict: ConflictNoRoom, Err: fmt.Errorf("binding pod %s/%s to node %s: %s", req.Namespace, req.Name, req.Node, res.Verdict.Reason)}
 	}
 
 	binding := &v1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: args.PodNamespace, Name: args.PodName, UID: uid},
-		Target:     v1.ObjectReference{Kind: "Node", Name: args.Node},
+		ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name, UID: uid},
+		Target:     v1.ObjectReference{Kind: "Node", Name: req.Node},
 	}
-	err = b.client.CoreV1().Pods(args.PodNamespace).Bind(ctx, binding, metav1.CreateOptions{})
+	err = b.client.CoreV1().Pods(req.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
 	if err == nil {
 		// The reservation stays until the informer shows the pod bound, or
 		// the reconciler finds it gone from the node.
 		b.ledger.Confirmed(uid, res.Token)
-		return bindBound, nil
+		return BindOutcome{Result: BindBound}
 	}
+	failed := fmt.Errorf("binding pod %s/%s to node %s: %w", req.Namespace, req.Name, req.Node, err)
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-		if b.boundTo(ctx, args.PodNamespace, args.PodName, uid) == args.Node {
+		if b.boundTo(ctx, req.Namespace, req.Name, uid) == req.Node {
 			// An earlier attempt landed; the reservation (if any) ends when
 			// the informer delivers the bound pod, or the reconciler finds
 			// it gone from the node.
 			b.ledger.Confirmed(uid, res.Token)
-			return bindAlreadyBound, nil
+			return BindOutcome{Result: BindAlreadyBound}
 		}
-		b.ledger.Release(uid, res.Token)
-		b.metrics.BindConflicts.WithLabelValues("bound_elsewhere").Inc()
-		return bindError, fmt.Errorf("binding pod %s/%s to node %s: %w", args.PodNamespace, args.PodName, args.Node, err)
+		return BindOutcome{Result: BindError, Conflict: ConflictBoundElsewhere, Freed: b.ledger.Release(uid, res.Token), Err: failed}
 	}
 	if ambiguous(err) {
 		// The Binding may still land: keep the IPs reserved for a while.
 		b.ledger.Unconfirmed(uid, res.Token)
 		logger.Info("Binding outcome unknown, keeping the reservation", "err", err)
-	} else {
-		b.ledger.Release(uid, res.Token)
+		return BindOutcome{Result: BindError, Err: failed}
 	}
-	return bindError, fmt.Errorf("binding pod %s/%s to node %s: %w", args.PodNamespace, args.PodName, args.Node, err)
+	return BindOutcome{Result: BindError, Freed: b.ledger.Release(uid, res.Token), Err: failed}
 }
 
 // lookup finds the pod's UID, node and need. The cache holds bound pods
 // only; for a pending pod, the need its filter call recorded is used, and
 // when there is none (the extender restarted between filter and bind), one
 // GET reads the pod.
-func (b *Binder) lookup(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (*CachedPod, error) {
-	if pod, ok := b.pods(args.PodNamespace, args.PodName); ok {
+func (b *Binder) lookup(ctx context.Context, req BindRequest) (*CachedPod, error) {
+	if pod, ok := b.pods(req.Namespace, req.Name); ok {
 		return pod, nil
 	}
-	if args.PodUID != "" {
-		if need, ok := b.ledger.RememberedNeed(args.PodUID); ok {
-			return &CachedPod{ObjectMeta: metav1.ObjectMeta{Namespace: args.PodNamespace, Name: args.PodName, UID: args.PodUID}, Need: need}, nil
+	if req.UID != "" {
+		if need, ok := b.ledger.RememberedNeed(req.UID); ok {
+			return &CachedPod{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name, UID: req.UID}, Need: need}, nil
 		}
 	}
-	pod, err := b.client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
+	pod, err := b.client.CoreV1().Pods(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("reading pod %s/%s: %w", args.PodNamespace, args.PodName, err)
+		return nil, fmt.Errorf("reading pod %s/%s: %w", req.Namespace, req.Name, err)
 	}
 	return Compact(pod), nil
 }

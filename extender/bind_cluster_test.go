@@ -14,15 +14,15 @@ import (
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/extendertest"
 	"github.com/capscale/capscale/extender/extendertest/fakecluster"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 var (
-	pod      = extendertest.Pod
-	node     = extendertest.Node
-	bindArgs = extendertest.BindArgs
+	pod  = extendertest.Pod
+	node = extendertest.Node
 )
 
 // TestBindConcurrentNoOvercommit hammers Bind from many goroutines with far
@@ -63,7 +63,7 @@ func TestBindConcurrentNoOvercommit(t *testing.T) {
 				p := pod(fmt.Sprintf("p%02d", i), "", 1)
 				// Like kube-scheduler retrying: every node, in a random order.
 				for _, j := range rng.Perm(len(nodeNames)) {
-					if err := env.Binder.Bind(context.Background(), bindArgs(p, nodeNames[j])); err == nil {
+					if err := env.Binder.Bind(context.Background(), bindArgs(p, nodeNames[j])).Err; err == nil {
 						mu.Lock()
 						bound++
 						mu.Unlock()
@@ -106,7 +106,7 @@ func TestBindSamePodConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- env.Binder.Bind(context.Background(), bindArgs(pod("p", "", 1), "a"))
+			errs <- env.Binder.Bind(context.Background(), bindArgs(pod("p", "", 1), "a")).Err
 		}()
 	}
 	wg.Wait()
@@ -150,4 +150,8 @@ func TestPodInformerCachesStrippedPods(t *testing.T) {
 	if _, ok := lookup("ns", "missing"); ok {
 		t.Error("binder lookup found a pod that does not exist")
 	}
+}
+
+func bindArgs(p *v1.Pod, node string) extender.BindRequest {
+	return extender.BindRequest{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Node: node}
 }

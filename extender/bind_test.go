@@ -6,13 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
-	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/capscale/capscale/internal/underlay"
 )
@@ -31,7 +29,7 @@ func TestBinder(t *testing.T) {
 		fail       func(*v1.Binding) error
 		// gate is the binder lease's answer.
 		gate       error
-		bind       *extenderv1.ExtenderBindingArgs
+		bind       BindRequest
 		wantErr    string
 		wantCalls  int
 		wantResult string
@@ -41,90 +39,90 @@ func TestBinder(t *testing.T) {
 	}{
 		{
 			name: "binds and keeps the reservation", api: []*v1.Pod{pod("p", "", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
-			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantResult: bindBound, wantReserved: 1,
+			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantResult: BindBound, wantReserved: 1,
 		},
 		{
 			name: "already bound to the node in the cache", api: []*v1.Pod{pod("p", "a", 1)}, cached: []*v1.Pod{pod("p", "a", 1)},
-			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 0, wantResult: bindAlreadyBound,
+			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 0, wantResult: BindAlreadyBound,
 		},
 		{
 			name: "bound elsewhere in the cache", api: []*v1.Pod{pod("p", "b", 1)}, cached: []*v1.Pod{pod("p", "b", 1)},
-			bind: bindArgs(pod("p", "", 1), "a"), wantErr: "already bound to node b", wantResult: bindError,
+			bind: bindArgs(pod("p", "", 1), "a"), wantErr: "already bound to node b", wantResult: BindError,
 		},
 		{
 			name: "no room at the re-check", api: []*v1.Pod{pod("p", "", 3)}, cached: []*v1.Pod{pod("p", "", 3), pod("q", "a", 1)},
-			bind: bindArgs(pod("p", "", 3), "a"), wantErr: "underlay IPs exhausted: 1/3 used, pod needs 3", wantResult: bindNoRoom,
+			bind: bindArgs(pod("p", "", 3), "a"), wantErr: "underlay IPs exhausted: 1/3 used, pod needs 3", wantResult: BindNoRoom,
 		},
 		{
 			name: "conflict but the API shows it on the node: a timed-out bind landed",
 			api:  []*v1.Pod{pod("p", "a", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
-			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantResult: bindAlreadyBound, wantReserved: 1,
+			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantResult: BindAlreadyBound, wantReserved: 1,
 		},
 		{
 			name: "conflict, bound to another node: released",
 			api:  []*v1.Pod{pod("p", "b", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
-			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantErr: "already assigned", wantResult: bindError,
+			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantErr: "already assigned", wantResult: BindError,
 		},
 		{
 			name: "definite failure releases", api: []*v1.Pod{pod("p", "", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
 			fail: func(b *v1.Binding) error {
 				return apierrors.NewForbidden(v1.Resource("pods/binding"), b.Name, fmt.Errorf("no"))
 			},
-			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantErr: "forbidden", wantResult: bindError,
+			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantErr: "forbidden", wantResult: BindError,
 		},
 		{
 			name: "timeout keeps an expiring reservation", api: []*v1.Pod{pod("p", "", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
 			fail: func(b *v1.Binding) error { return apierrors.NewTimeoutError("slow etcd", 1) },
-			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantErr: "slow etcd", wantResult: bindError,
+			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantErr: "slow etcd", wantResult: BindError,
 			wantReserved: 1, wantExpiring: true,
 		},
 		{
 			name: "recreated pod (UID changed)", api: []*v1.Pod{pod("p", "", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
-			bind:    &extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: "ns", PodUID: "old", Node: "a"},
-			wantErr: "recreated", wantResult: bindError,
+			bind:    BindRequest{Name: "p", Namespace: "ns", UID: "old", Node: "a"},
+			wantErr: "recreated", wantResult: BindError,
 		},
 		{
 			name: "informer lags: the need filter saw is used", api: []*v1.Pod{pod("p", "", 1)}, hint: 1,
-			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantResult: bindBound, wantReserved: 1,
+			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantResult: BindBound, wantReserved: 1,
 		},
 		{
 			name: "filter never saw it (restart): the pod is read once", api: []*v1.Pod{pod("p", "", 1)},
-			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantResult: bindBound, wantReserved: 1,
+			bind: bindArgs(pod("p", "", 1), "a"), wantCalls: 1, wantResult: BindBound, wantReserved: 1,
 		},
 		{
 			name: "filter never saw it and it is gone", api: []*v1.Pod{pod("q", "", 1)},
-			bind: bindArgs(pod("p", "", 1), "a"), wantErr: `reading pod ns/p: pods "p" not found`, wantResult: bindError,
+			bind: bindArgs(pod("p", "", 1), "a"), wantErr: `reading pod ns/p: pods "p" not found`, wantResult: BindError,
 		},
 		{
 			name: "filter never saw it and the API shows it recreated", api: []*v1.Pod{pod("p", "", 1)},
-			bind:    &extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: "ns", PodUID: "old", Node: "a"},
-			wantErr: "recreated", wantResult: bindError,
+			bind:    BindRequest{Name: "p", Namespace: "ns", UID: "old", Node: "a"},
+			wantErr: "recreated", wantResult: BindError,
 		},
 		{
 			name: "filter never saw it and the API shows it bound there", api: []*v1.Pod{pod("p", "a", 1)},
-			bind: bindArgs(pod("p", "", 1), "a"), wantResult: bindAlreadyBound,
+			bind: bindArgs(pod("p", "", 1), "a"), wantResult: BindAlreadyBound,
 		},
 		{
 			name: "an unsettled bind to another node blocks", api: []*v1.Pod{pod("p", "", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
-			reservedOn: "b", bind: bindArgs(pod("p", "", 1), "a"), wantErr: "bind of this pod to node b is in flight", wantResult: bindError,
+			reservedOn: "b", bind: bindArgs(pod("p", "", 1), "a"), wantErr: "bind of this pod to node b is in flight", wantResult: BindError,
 		},
 		{
 			name: "a retry to the same node replaces its reservation", api: []*v1.Pod{pod("p", "", 3)}, cached: []*v1.Pod{pod("p", "", 3)},
-			reservedOn: "a", bind: bindArgs(pod("p", "", 3), "a"), wantCalls: 1, wantResult: bindBound, wantReserved: 3,
+			reservedOn: "a", bind: bindArgs(pod("p", "", 3), "a"), wantCalls: 1, wantResult: BindBound, wantReserved: 3,
 		},
 		{
 			name: "another binder holds the lease: refused, nothing reserved", api: []*v1.Pod{pod("p", "", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
 			gate: fmt.Errorf(`another underlay-IP binder, "kube-scheduler", holds the Lease`),
-			bind: bindArgs(pod("p", "", 1), "a"), wantErr: `"kube-scheduler", holds the Lease`, wantResult: bindNotBinder,
+			bind: bindArgs(pod("p", "", 1), "a"), wantErr: `"kube-scheduler", holds the Lease`, wantResult: BindNotBinder,
 		},
 		{
 			name: "another binder holds the lease: an already bound pod is still a success", api: []*v1.Pod{pod("p", "a", 1)}, cached: []*v1.Pod{pod("p", "a", 1)},
 			gate: fmt.Errorf("not the binder"),
-			bind: bindArgs(pod("p", "", 1), "a"), wantResult: bindAlreadyBound,
+			bind: bindArgs(pod("p", "", 1), "a"), wantResult: BindAlreadyBound,
 		},
 		{
 			name: "pod without need binds without reserving", api: []*v1.Pod{pod("p", "", 0)}, cached: []*v1.Pod{pod("p", "", 0)},
-			bind: bindArgs(pod("p", "", 0), "a"), wantCalls: 1, wantResult: bindBound,
+			bind: bindArgs(pod("p", "", 0), "a"), wantCalls: 1, wantResult: BindBound,
 		},
 	}
 	for _, tc := range tests {
@@ -144,18 +142,19 @@ func TestBinder(t *testing.T) {
 				}
 			}
 			if tc.reservedOn != "" {
-				if r := l.Reserve(tc.bind.PodUID, "ns", "p", tc.reservedOn, underlay.PodNeed(tc.api[0])); !r.Verdict.Fit {
+				if r := l.Reserve(tc.bind.UID, "ns", "p", tc.reservedOn, underlay.PodNeed(tc.api[0])); !r.Verdict.Fit {
 					t.Fatalf("setup reservation: %+v", r)
 				}
 			}
 			if tc.hint > 0 {
-				l.RememberNeed(tc.bind.PodUID, tc.hint)
+				l.RememberNeed(tc.bind.UID, tc.hint)
 			}
 			b := NewBinder(cs, IndexerLookup(indexer), l)
 			if tc.gate != nil {
 				b.Gate = func() error { return tc.gate }
 			}
-			err := b.Bind(context.Background(), tc.bind)
+			out := b.Bind(context.Background(), tc.bind)
+			err := out.Err
 			if tc.wantErr == "" && err != nil {
 				t.Fatalf("Bind: %v", err)
 			}
@@ -165,14 +164,14 @@ func TestBinder(t *testing.T) {
 			if api.Calls != tc.wantCalls {
 				t.Errorf("Binding creates = %d, want %d", api.Calls, tc.wantCalls)
 			}
-			if got := testutil.ToFloat64(l.metrics.Binds.WithLabelValues(tc.wantResult)); got != 1 {
-				t.Errorf("binds_total{result=%q} = %v, want 1", tc.wantResult, got)
+			if out.Result != tc.wantResult {
+				t.Errorf("result %q, want %q", out.Result, tc.wantResult)
 			}
 			if u := l.Usage("a"); u.Reserved != tc.wantReserved {
 				t.Errorf("reserved on a = %d, want %d", u.Reserved, tc.wantReserved)
 			}
 			l.mu.RLock()
-			r := l.reservations[tc.bind.PodUID]
+			r := l.reservations[tc.bind.UID]
 			l.mu.RUnlock()
 			if expiring := r != nil && !r.expires.IsZero(); expiring != tc.wantExpiring {
 				t.Errorf("reservation expiring = %v, want %v", expiring, tc.wantExpiring)

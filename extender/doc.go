@@ -5,7 +5,9 @@
 // A node can host only a limited number of underlay IPs. Pods state their need
 // as the extended resource capscale.io/underlay-ip. The Ledger is state: every
 // node's capacity, the IPs held by the pods bound to it and the reservations
-// of binds in flight, fed by the pod and node informers (informers.go).
+// of binds in flight; each change returns the room it freed. The Tracker
+// feeds it from the pod and node informers (informers.go) and tells Waiting
+// and the metrics what each change did.
 // Filter and Rescues are plain decisions over the ledger's NodeUsage values:
 // filter keeps only the candidates with the most free IPs, so that
 // kube-scheduler's own scores break ties among them; preemption keeps a node

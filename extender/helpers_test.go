@@ -10,7 +10,6 @@ var (
 	pod           = extendertest.Pod
 	node          = extendertest.Node
 	realisticNode = extendertest.RealisticNode
-	bindArgs      = extendertest.BindArgs
 )
 
 // newTestLedger returns a ledger with default capacity 10 and the given
@@ -28,3 +27,8 @@ func newTestLedger(nodes []*v1.Node, pods []*v1.Pod) *Ledger {
 
 // bindingAPI is the fake API server's pods/binding (extendertest).
 type bindingAPI = extendertest.BindingAPI
+
+// bindArgs is kube-scheduler's bind call for p on node.
+func bindArgs(p *v1.Pod, node string) BindRequest {
+	return BindRequest{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Node: node}
+}

@@ -1,11 +1,15 @@
 package extender
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -76,23 +80,35 @@ func StripPod(obj any) (any, error) {
 	return obj, nil
 }
 
+// Tracker keeps a Ledger following the cluster: it applies the pod and
+// node informers' events and, every 10 s, expires reservations. What each
+// change did is counted here and told to Waiting, not in the ledger.
+type Tracker struct {
+	Ledger *Ledger
+	// Waiting, if not nil, learns of every release of IPs and of pods that
+	// are bound or gone.
+	Waiting *Waiting
+	// Metrics must not be nil.
+	Metrics *Metrics
+}
+
 // Attach feeds the ledger from the pod and node informers. The returned
 // function reports whether both handlers have received their informer's
 // initial list, i.e. whether the ledger has been rebuilt: only then may the
 // extender answer.
-func (l *Ledger) Attach(pods, nodes cache.SharedIndexInformer) (synced func() bool, err error) {
+func (t *Tracker) Attach(pods, nodes cache.SharedIndexInformer) (synced func() bool, err error) {
 	pr, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { l.onPod(obj) },
-		UpdateFunc: func(_, obj any) { l.onPod(obj) },
-		DeleteFunc: func(obj any) { l.onPodDelete(obj) },
+		AddFunc:    func(obj any) { t.onPod(obj) },
+		UpdateFunc: func(_, obj any) { t.onPod(obj) },
+		DeleteFunc: func(obj any) { t.onPodDelete(obj) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("adding the ledger's pod event handler: %w", err)
 	}
 	nr, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { l.onNode(obj) },
-		UpdateFunc: func(_, obj any) { l.onNode(obj) },
-		DeleteFunc: func(obj any) { l.onNodeDelete(obj) },
+		AddFunc:    func(obj any) { t.onNode(obj) },
+		UpdateFunc: func(_, obj any) { t.onNode(obj) },
+		DeleteFunc: func(obj any) { t.onNodeDelete(obj) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("adding the ledger's node event handler: %w", err)
@@ -100,43 +116,87 @@ func (l *Ledger) Attach(pods, nodes cache.SharedIndexInformer) (synced func() bo
 	return func() bool { return pr.HasSynced() && nr.HasSynced() }, nil
 }
 
-func (l *Ledger) onPod(obj any) {
-	switch pod := obj.(type) {
-	case *CachedPod:
-		l.SetCachedPod(pod)
-	case *v1.Pod:
-		l.SetPod(pod)
+// Run expires stale reservations and hints until ctx is done.
+func (t *Tracker) Run(ctx context.Context) {
+	wait.UntilWithContext(ctx, func(context.Context) { t.expire() }, 10*time.Second)
+}
+
+func (t *Tracker) expire() {
+	n, room := t.Ledger.Expire()
+	t.Metrics.ExpiredReservations.Add(float64(n))
+	t.Waiting.Freed(room)
+}
+
+// SetPod applies a pod add or update (tests and the informer).
+func (t *Tracker) SetPod(pod *CachedPod) {
+	t.Waiting.Freed(t.Ledger.SetCachedPod(pod))
+	switch {
+	case Holds(pod):
+		if d, ok := t.Waiting.Bound(pod.UID); ok {
+			t.Metrics.FreedIPReuse.Observe(d.Seconds())
+		}
+	case pod.Terminal():
+		t.Waiting.Forget(pod.UID)
 	}
 }
 
-func (l *Ledger) onPodDelete(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
+// DeletePod applies a pod deletion.
+func (t *Tracker) DeletePod(uid types.UID) {
+	t.Waiting.Freed(t.Ledger.DeletePod(uid))
+	t.Waiting.Forget(uid)
+}
+
+// SetNode applies a node add or update.
+func (t *Tracker) SetNode(node *v1.Node) {
+	c := t.Ledger.SetNode(node)
+	t.Waiting.Freed(c.Freed)
+	switch {
+	case !c.Changed:
+	case c.Invalid != "":
+		t.Metrics.InvalidCapacityAnnotations.Inc()
+		klog.ErrorS(nil, "Invalid underlay IP capacity annotation, node gets no underlay IPs", "node", klog.KObj(node), "reason", c.Invalid)
+	default:
+		klog.V(2).InfoS("Node underlay IP capacity", "node", klog.KObj(node), "capacity", c.Capacity)
+	}
+}
+
+func (t *Tracker) onPod(obj any) {
+	switch pod := obj.(type) {
+	case *CachedPod:
+		t.SetPod(pod)
+	case *v1.Pod:
+		t.SetPod(Compact(pod))
+	}
+}
+
+func (t *Tracker) onPodDelete(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
 	}
 	switch pod := obj.(type) {
 	case *CachedPod:
-		l.DeletePod(pod.UID)
+		t.DeletePod(pod.UID)
 	case *v1.Pod:
-		l.DeletePod(pod.UID)
+		t.DeletePod(pod.UID)
 	default:
 		klog.ErrorS(nil, "Unexpected object in pod delete event", "type", fmt.Sprintf("%T", obj))
 	}
 }
 
-func (l *Ledger) onNode(obj any) {
+func (t *Tracker) onNode(obj any) {
 	if node, ok := obj.(*v1.Node); ok {
-		l.SetNode(node)
+		t.SetNode(node)
 	}
 }
 
-func (l *Ledger) onNodeDelete(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
+func (t *Tracker) onNodeDelete(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
 	}
 	node, ok := obj.(*v1.Node)
 	if !ok {
 		klog.ErrorS(nil, "Unexpected object in node delete event", "type", fmt.Sprintf("%T", obj))
 		return
 	}
-	l.DeleteNode(node.Name)
+	t.Ledger.DeleteNode(node.Name)
 }

@@ -65,11 +65,12 @@ func TestLedgerReleasesOnTombstoneOfCachedPod(t *testing.T) {
 	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
 	l.SetNode(node("a", ""))
 	cp := Compact(pod("p", "a", 3))
-	l.onPod(cp)
+	tr := &Tracker{Ledger: l, Metrics: NewMetrics(nil)}
+	tr.onPod(cp)
 	if used := l.Report().Totals.Used; used != 3 {
 		t.Fatalf("used %d after add, want 3", used)
 	}
-	l.onPodDelete(cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: cp})
+	tr.onPodDelete(cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: cp})
 	if used := l.Report().Totals.Used; used != 0 {
 		t.Errorf("used %d after a tombstone delete, want 0", used)
 	}

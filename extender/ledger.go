@@ -1,7 +1,6 @@
 package extender
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"sort"
@@ -11,7 +10,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -20,12 +18,13 @@ import (
 
 // Ledger accounts for the underlay IPs of every node: capacity from the node
 // informer, use from the pod informer, and reservations of binds in flight.
+// It is state only: a change returns what it freed, and its callers (the
+// Tracker, the binder's handler, the Reconciler) tell Waiting and count.
 // All methods are safe for concurrent use.
 type Ledger struct {
 	defaultCapacity int64
 	reservationTTL  time.Duration
 	clock           clock.PassiveClock
-	metrics         *Metrics
 
 	mu    sync.RWMutex
 	nodes map[string]*nodeState
@@ -44,9 +43,6 @@ type Ledger struct {
 	// the informer has not delivered yet. Separate lock: filter writes it.
 	hintMu sync.Mutex
 	hints  map[types.UID]hint
-
-	// waiting are the pods rejected for lack of IPs (nil: not tracked).
-	waiting *Waiting
 }
 
 type nodeState struct {
@@ -96,13 +92,8 @@ type LedgerOptions struct {
 	// ReservationTTL bounds how long a bind with an unknown outcome keeps
 	// its reservation; 0 means one minute.
 	ReservationTTL time.Duration
-	// Metrics may be nil (unregistered metrics are created).
-	Metrics *Metrics
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
-	// Waiting, if not nil, learns of pods rejected for lack of IPs and of
-	// every release of IPs, for the requeuer.
-	Waiting *Waiting
 }
 
 const (
@@ -115,9 +106,6 @@ func NewLedger(o LedgerOptions) *Ledger {
 	if o.ReservationTTL <= 0 {
 		o.ReservationTTL = time.Minute
 	}
-	if o.Metrics == nil {
-		o.Metrics = NewMetrics(nil)
-	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -125,12 +113,10 @@ func NewLedger(o LedgerOptions) *Ledger {
 		defaultCapacity: o.DefaultCapacity,
 		reservationTTL:  o.ReservationTTL,
 		clock:           o.Clock,
-		metrics:         o.Metrics,
 		nodes:           map[string]*nodeState{},
 		pods:            map[types.UID]*holder{},
 		reservations:    map[types.UID]*reservation{},
 		hints:           map[types.UID]hint{},
-		waiting:         o.Waiting,
 	}
 }
 
@@ -155,13 +141,8 @@ func (l *Ledger) freeOf(names ...string) int64 {
 	return sum
 }
 
-// freed tells Waiting that room grew by after-before, if it did; called
-// without mu.
-func (l *Ledger) freed(before, after int64) {
-	if after > before {
-		l.waiting.Freed(after - before)
-	}
-}
+// freed is how much room grew from before to after, never negative.
+func freed(before, after int64) int64 { return max(0, after-before) }
 
 // placeOf is where uid holds or reserves IPs; callers hold mu.
 func (l *Ledger) placeOf(uid types.UID) (held, reserved string) {
@@ -231,14 +212,27 @@ func (l *Ledger) gc(name string) {
 	}
 }
 
-// SetNode records node's capacity from its annotation.
-func (l *Ledger) SetNode(node *v1.Node) {
+// NodeChange is what SetNode did.
+type NodeChange struct {
+	// Freed is the room the node gained: a node that appears or grows frees
+	// room as much as a deleted pod.
+	Freed int64
+	// Changed is true when the node is new or its capacity changed.
+	Changed bool
+	// Capacity and Invalid are the node's capacity now and, for an invalid
+	// annotation or label (capacity 0), why.
+	Capacity int64
+	Invalid  string
+}
+
+// SetNode records node's capacity from its annotation or label.
+func (l *Ledger) SetNode(node *v1.Node) NodeChange {
 	c := underlay.NodeCapacity(node.Annotations, node.Labels, l.defaultCapacity)
-	capacity, reason := c.IPs, c.Invalid
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	before := l.freeLocked(node.Name)
 	n := l.node(node.Name)
-	changed := !n.known || n.capacity != capacity || n.capacityErr != reason
+	changed := !n.known || n.capacity != c.IPs || n.capacityErr != c.Invalid
 	if n.known {
 		l.totals.Capacity -= n.capacity
 		if n.capacityErr != "" {
@@ -247,26 +241,12 @@ func (l *Ledger) SetNode(node *v1.Node) {
 	} else {
 		l.totals.Nodes++
 	}
-	n.known, n.capacity, n.capacityErr = true, capacity, reason
-	l.totals.Capacity += capacity
-	if reason != "" {
+	n.known, n.capacity, n.capacityErr = true, c.IPs, c.Invalid
+	l.totals.Capacity += c.IPs
+	if c.Invalid != "" {
 		l.invalidNodes++
 	}
-	l.publishLocked()
-	after := l.freeLocked(node.Name)
-	l.mu.Unlock()
-	// A node that appears or grows frees room as much as a deleted pod.
-	l.freed(before, after)
-
-	if !changed {
-		return
-	}
-	if reason != "" {
-		l.metrics.InvalidCapacityAnnotations.Inc()
-		klog.ErrorS(nil, "Invalid underlay IP capacity annotation, node gets no underlay IPs", "node", klog.KObj(node), "reason", reason)
-		return
-	}
-	klog.V(2).InfoS("Node underlay IP capacity", "node", klog.KObj(node), "capacity", capacity)
+	return NodeChange{Freed: freed(before, l.freeLocked(node.Name)), Changed: changed, Capacity: c.IPs, Invalid: c.Invalid}
 }
 
 // DeleteNode forgets a node's capacity; pods still bound to it keep counting
@@ -285,96 +265,97 @@ func (l *Ledger) DeleteNode(name string) {
 	}
 	n.known, n.capacity, n.capacityErr = false, 0, ""
 	l.gc(name)
-	l.publishLocked()
 }
 
 // SetPod accounts for pod after an informer add or update: a bound,
 // non-terminal pod holds its need on its node; any reservation for it ends,
-// because from now on the informer is the source of truth.
-func (l *Ledger) SetPod(pod *v1.Pod) { l.SetCachedPod(Compact(pod)) }
+// because from now on the informer is the source of truth. It returns the
+// room freed on the nodes involved.
+func (l *Ledger) SetPod(pod *v1.Pod) int64 { return l.SetCachedPod(Compact(pod)) }
 
 // SetCachedPod is SetPod for the pod cache's compact form.
-func (l *Ledger) SetCachedPod(pod *CachedPod) {
-	need := pod.Need
+func (l *Ledger) SetCachedPod(pod *CachedPod) int64 {
 	settled := pod.NodeName != "" || pod.Terminal()
-	holds := pod.NodeName != "" && !pod.Terminal() && need > 0
+	if settled {
+		// No bind will ask for this pod's need any more.
+		l.forgetNeed(pod.UID)
+	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	held, reserved := l.placeOf(pod.UID)
 	before := l.freeOf(held, reserved, pod.NodeName)
 	if settled {
 		l.dropReservationLocked(pod.UID)
 	}
 	l.removePodLocked(pod.UID)
-	if holds {
-		h := &holder{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, need: need}
+	if Holds(pod) {
+		h := &holder{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, need: pod.Need}
 		l.pods[pod.UID] = h
-		l.node(h.node).used += need
-		l.totals.Used += need
+		l.takeLocked(h, false)
 	}
-	l.publishLocked()
-	after := l.freeOf(held, reserved, pod.NodeName)
-	l.mu.Unlock()
-	l.freed(before, after)
-	if holds {
-		if d, ok := l.waiting.Bound(pod.UID); ok {
-			l.metrics.FreedIPReuse.Observe(d.Seconds())
-		}
-	} else if pod.Terminal() {
-		l.waiting.Forget(pod.UID)
-	}
-	if settled {
-		// No bind will ask for this pod's need any more.
-		l.hintMu.Lock()
-		delete(l.hints, pod.UID)
-		l.hintMu.Unlock()
-	}
+	return freed(before, l.freeOf(held, reserved, pod.NodeName))
 }
 
-// DeletePod releases everything pod held or reserved.
-func (l *Ledger) DeletePod(uid types.UID) {
+// Holds reports whether pod holds IPs: bound, not terminal, needing some.
+func Holds(pod *CachedPod) bool {
+	return pod.NodeName != "" && !pod.Terminal() && pod.Need > 0
+}
+
+// DeletePod releases everything pod held or reserved and returns the room
+// freed.
+func (l *Ledger) DeletePod(uid types.UID) int64 {
+	l.forgetNeed(uid)
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	held, reserved := l.placeOf(uid)
 	before := l.freeOf(held, reserved)
 	l.dropReservationLocked(uid)
 	l.removePodLocked(uid)
-	l.publishLocked()
-	after := l.freeOf(held, reserved)
-	l.mu.Unlock()
-	l.freed(before, after)
-	l.waiting.Forget(uid)
-	l.hintMu.Lock()
-	delete(l.hints, uid)
-	l.hintMu.Unlock()
+	return freed(before, l.freeOf(held, reserved))
 }
 
+// removePodLocked and dropReservationLocked end what uid holds (pods) or
+// has reserved; callers hold mu.
 func (l *Ledger) removePodLocked(uid types.UID) {
-	h := l.pods[uid]
-	if h == nil {
-		return
+	if h := l.pods[uid]; h != nil {
+		delete(l.pods, uid)
+		l.giveBackLocked(h, false)
 	}
-	delete(l.pods, uid)
-	l.node(h.node).used -= h.need
-	l.totals.Used -= h.need
-	l.gc(h.node)
 }
 
 func (l *Ledger) dropReservationLocked(uid types.UID) {
-	r := l.reservations[uid]
-	if r == nil {
-		return
+	if r := l.reservations[uid]; r != nil {
+		delete(l.reservations, uid)
+		l.giveBackLocked(&r.holder, true)
 	}
-	delete(l.reservations, uid)
-	l.node(r.node).reserved -= r.need
-	l.totals.Reserved -= r.need
-	l.gc(r.node)
 }
 
-func (l *Ledger) publishLocked() {
-	l.metrics.Nodes.Set(float64(l.totals.Nodes))
-	l.metrics.CapacityIPs.Set(float64(l.totals.Capacity))
-	l.metrics.UsedIPs.Set(float64(l.totals.Used))
-	l.metrics.ReservedIPs.Set(float64(l.totals.Reserved))
-	l.metrics.InvalidCapacityNodes.Set(float64(l.invalidNodes))
+// takeLocked counts h's need on its node and in the totals, as used or as
+// reserved; giveBackLocked undoes it. Callers hold mu.
+func (l *Ledger) takeLocked(h *holder, reserved bool) { l.countLocked(h, reserved, h.need) }
+
+func (l *Ledger) giveBackLocked(h *holder, reserved bool) {
+	l.countLocked(h, reserved, -h.need)
+	l.gc(h.node)
+}
+
+func (l *Ledger) countLocked(h *holder, reserved bool, delta int64) {
+	n := l.node(h.node)
+	if reserved {
+		n.reserved += delta
+		l.totals.Reserved += delta
+	} else {
+		n.used += delta
+		l.totals.Used += delta
+	}
+}
+
+// Totals returns the cluster sums (Free is left 0: Report computes it)
+// and the number of nodes whose capacity is invalid, for the gauges.
+func (l *Ledger) Totals() (Totals, int) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.totals, l.invalidNodes
 }
 
 // usageLocked is the usage of name, not counting the reservation of the pod
@@ -490,25 +471,23 @@ func (l *Ledger) Reserve(uid types.UID, namespace, name, node string, need int64
 	l.nextToken++
 	r := &reservation{holder: holder{namespace: namespace, name: name, node: node, need: need}, token: l.nextToken}
 	l.reservations[uid] = r
-	l.node(node).reserved += need
-	l.totals.Reserved += need
-	l.publishLocked()
+	l.takeLocked(&r.holder, true)
 	return ReserveResult{Verdict: v, Token: r.token}
 }
 
-// Release gives back the reservation identified by token: the Binding was
-// refused. A newer reservation of the same pod is left alone.
-func (l *Ledger) Release(uid types.UID, token uint64) {
+// Release gives back the reservation identified by token (the Binding was
+// refused) and returns the room freed. A newer reservation of the same pod
+// is left alone.
+func (l *Ledger) Release(uid types.UID, token uint64) int64 {
 	l.mu.Lock()
-	var before, after int64
-	if r := l.reservations[uid]; r != nil && r.token == token {
-		before = l.freeLocked(r.node)
-		l.dropReservationLocked(uid)
-		l.publishLocked()
-		after = l.freeLocked(r.node)
+	defer l.mu.Unlock()
+	r := l.reservations[uid]
+	if r == nil || r.token != token {
+		return 0
 	}
-	l.mu.Unlock()
-	l.freed(before, after)
+	before := l.freeLocked(r.node)
+	l.dropReservationLocked(uid)
+	return freed(before, l.freeLocked(r.node))
 }
 
 // Unconfirmed marks a reservation whose Binding outcome is unknown (a
@@ -535,6 +514,12 @@ func (l *Ledger) RememberNeed(uid types.UID, need int64) {
 	l.hints[uid] = hint{need: need, seen: l.clock.Now()}
 }
 
+func (l *Ledger) forgetNeed(uid types.UID) {
+	l.hintMu.Lock()
+	delete(l.hints, uid)
+	l.hintMu.Unlock()
+}
+
 // RememberedNeed returns the need RememberNeed recorded for uid.
 func (l *Ledger) RememberedNeed(uid types.UID) (int64, bool) {
 	l.hintMu.Lock()
@@ -543,27 +528,25 @@ func (l *Ledger) RememberedNeed(uid types.UID) (int64, bool) {
 	return h.need, ok
 }
 
-// Expire drops unconfirmed reservations past their TTL and old hints. Run
-// calls it periodically.
-func (l *Ledger) Expire() {
+// Expire drops unconfirmed reservations past their TTL and old hints, and
+// returns how many reservations it dropped and the room that freed. The
+// Tracker calls it periodically.
+func (l *Ledger) Expire() (expired int, room int64) {
 	now := l.clock.Now()
 	l.mu.Lock()
 	if l.scattered > 0 {
 		l.compactLocked()
 	}
-	var before, after int64
 	for uid, r := range l.reservations {
 		if !r.expires.IsZero() && now.After(r.expires) {
 			klog.InfoS("Dropping unconfirmed underlay IP reservation", "pod", klog.KRef(r.namespace, r.name), "node", r.node, "ips", r.need)
-			before += l.freeLocked(r.node)
+			before := l.freeLocked(r.node)
 			l.dropReservationLocked(uid)
-			after += l.freeLocked(r.node)
-			l.metrics.ExpiredReservations.Inc()
+			room += freed(before, l.freeLocked(r.node))
+			expired++
 		}
 	}
-	l.publishLocked()
 	l.mu.Unlock()
-	l.freed(before, after)
 
 	l.hintMu.Lock()
 	for uid, h := range l.hints {
@@ -572,11 +555,7 @@ func (l *Ledger) Expire() {
 		}
 	}
 	l.hintMu.Unlock()
-}
-
-// Run expires stale reservations and hints until ctx is done.
-func (l *Ledger) Run(ctx context.Context) {
-	wait.UntilWithContext(ctx, func(context.Context) { l.Expire() }, 10*time.Second)
+	return expired, room
 }
 
 // PodIPs is one pod holding or reserving IPs on a node.

@@ -77,9 +77,7 @@ func TestLedgerCapacityLabel(t *testing.T) {
 
 func TestLedgerReservations(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
-	l := NewLedger(LedgerOptions{DefaultCapacity: 2, ReservationTTL: time.Minute, Metrics: m, Clock: clk})
+	l := NewLedger(LedgerOptions{DefaultCapacity: 2, ReservationTTL: time.Minute, Clock: clk})
 	l.SetNode(node("a", ""))
 	p1, p2, p3 := pod("p1", "", 1), pod("p2", "", 1), pod("p3", "", 1)
 
@@ -99,8 +97,8 @@ func TestLedgerReservations(t *testing.T) {
 	if r3 := l.Reserve(p3.UID, "ns", "p3", "a", 1); r3.Verdict.Fit || r3.Verdict.Cause != CauseExhausted {
 		t.Fatalf("third reserve = %+v, want exhausted", r3)
 	}
-	if got := testutil.ToFloat64(m.ReservedIPs); got != 2 {
-		t.Errorf("reserved gauge = %v, want 2", got)
+	if got, _ := l.Totals(); got.Reserved != 2 {
+		t.Errorf("reserved total = %v, want 2", got.Reserved)
 	}
 
 	// While p1's bind to a is unsettled, it cannot reserve on another node.
@@ -132,12 +130,11 @@ func TestLedgerReservations(t *testing.T) {
 		t.Errorf("reservation expired early: %+v", u)
 	}
 	clk.Step(31 * time.Second)
-	l.Expire()
+	if n, room := l.Expire(); n != 1 || room != 1 {
+		t.Errorf("Expire = %d dropped, %d freed; want 1, 1", n, room)
+	}
 	if u := l.Usage("a"); u.Reserved != 0 {
 		t.Errorf("reservation did not expire: %+v", u)
-	}
-	if got := testutil.ToFloat64(m.ExpiredReservations); got != 1 {
-		t.Errorf("expired counter = %v, want 1", got)
 	}
 
 	// Confirmed reservations never expire by time.
@@ -186,36 +183,55 @@ func TestLedgerHints(t *testing.T) {
 	}
 }
 
+// TestLedgerMetrics: the totals gauges read the ledger when scraped, and
+// the Tracker counts an invalid annotation once per change.
 func TestLedgerMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	l := NewLedger(LedgerOptions{DefaultCapacity: 10, Metrics: m})
-	l.SetNode(node("a", ""))
-	l.SetNode(node("b", "3"))
-	l.SetNode(node("c", "x"))
-	l.SetNode(node("c", "x")) // unchanged: counted once
-	l.SetPod(pod("p", "a", 2))
+	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
+	RegisterLedger(reg, l)
+	tr := &Tracker{Ledger: l, Metrics: m}
+	tr.SetNode(node("a", ""))
+	tr.SetNode(node("b", "3"))
+	tr.SetNode(node("c", "x"))
+	tr.SetNode(node("c", "x")) // unchanged: counted once
+	tr.SetPod(Compact(pod("p", "a", 2)))
 	l.Reserve("r", "ns", "r", "b", 1)
-	for _, tc := range []struct {
-		name string
-		c    prometheus.Collector
-		want float64
-	}{
-		{"nodes", m.Nodes, 3},
-		{"capacity", m.CapacityIPs, 13},
-		{"used", m.UsedIPs, 2},
-		{"reserved", m.ReservedIPs, 1},
-		{"invalid nodes", m.InvalidCapacityNodes, 1},
-		{"invalid annotations", m.InvalidCapacityAnnotations, 1},
-	} {
-		if got := testutil.ToFloat64(tc.c); got != tc.want {
-			t.Errorf("%s = %v, want %v", tc.name, got, tc.want)
+	want := map[string]float64{
+		"capscale_extender_nodes": 3, "capscale_extender_capacity_ips": 13, "capscale_extender_used_ips": 2,
+		"capscale_extender_reserved_ips": 1, "capscale_extender_invalid_capacity_annotation_nodes": 1,
+		"capscale_extender_invalid_capacity_annotations_total": 1,
+	}
+	for name, w := range want {
+		if got := gathered(t, reg, name); got != w {
+			t.Errorf("%s = %v, want %v", name, got, w)
 		}
 	}
-	l.SetNode(node("c", "4"))
-	if got := testutil.ToFloat64(m.InvalidCapacityNodes); got != 0 {
+	tr.SetNode(node("c", "4"))
+	if got := gathered(t, reg, "capscale_extender_invalid_capacity_annotation_nodes"); got != 0 {
 		t.Errorf("invalid nodes after fix = %v, want 0", got)
 	}
+}
+
+// gathered is the value of the unlabelled metric name in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if m.GetGauge() != nil {
+			return m.GetGauge().GetValue()
+		}
+		return m.GetCounter().GetValue()
+	}
+	t.Fatalf("metric %s not gathered", name)
+	return 0
 }
 
 func TestLedgerReport(t *testing.T) {
@@ -245,11 +261,13 @@ func TestLedgerReport(t *testing.T) {
 // TestLedgerMetricsGolden pins names, help and values of the ledger's series.
 func TestLedgerMetricsGolden(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	l := NewLedger(LedgerOptions{DefaultCapacity: 10, Metrics: NewMetrics(reg)})
-	l.SetNode(node("a", ""))
-	l.SetNode(node("b", "0"))
-	l.SetNode(node("c", "many"))
-	l.SetPod(pod("p", "a", 3))
+	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
+	RegisterLedger(reg, l)
+	tr := &Tracker{Ledger: l, Metrics: NewMetrics(reg)}
+	tr.SetNode(node("a", ""))
+	tr.SetNode(node("b", "0"))
+	tr.SetNode(node("c", "many"))
+	tr.SetPod(Compact(pod("p", "a", 3)))
 	l.Reserve("uid-q", "ns", "q", "a", 1)
 	const want = `
 # HELP capscale_extender_capacity_ips Underlay IP capacity summed over known nodes.

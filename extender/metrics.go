@@ -22,9 +22,6 @@ type Metrics struct {
 	// InvalidCapacityAnnotations counts every invalid capacity annotation
 	// value seen on a node add or change.
 	InvalidCapacityAnnotations prometheus.Counter
-	// InvalidCapacityNodes is the number of nodes whose annotation is
-	// currently invalid (their capacity is 0).
-	InvalidCapacityNodes prometheus.Gauge
 	// ExpiredReservations counts reservations dropped because a bind's
 	// outcome stayed unknown past the reservation TTL.
 	ExpiredReservations prometheus.Counter
@@ -42,8 +39,6 @@ type Metrics struct {
 	// WaitingPods is the number of pods rejected for lack of IPs that wait
 	// for a release.
 	WaitingPods prometheus.Gauge
-	// Cluster totals over the nodes the extender knows.
-	Nodes, CapacityIPs, UsedIPs, ReservedIPs prometheus.Gauge
 }
 
 // NewMetrics creates the extender metrics and registers them on reg when reg
@@ -67,10 +62,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "invalid_capacity_annotations_total",
 			Help: "Invalid underlay IP capacity annotation values seen on node adds and changes.",
 		}),
-		InvalidCapacityNodes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "invalid_capacity_annotation_nodes",
-			Help: "Nodes whose underlay IP capacity annotation is invalid (capacity treated as 0).",
-		}),
 		ExpiredReservations: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "expired_reservations_total",
 			Help: "Reservations dropped after a bind with an unknown outcome was never confirmed.",
@@ -92,27 +83,32 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "waiting_pods",
 			Help: "Pods rejected for lack of underlay IPs that wait for IPs to be freed.",
 		}),
-		Nodes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "nodes",
-			Help: "Nodes known to the extender.",
-		}),
-		CapacityIPs: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "capacity_ips",
-			Help: "Underlay IP capacity summed over known nodes.",
-		}),
-		UsedIPs: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "used_ips",
-			Help: "Underlay IPs held by bound, non-terminal pods.",
-		}),
-		ReservedIPs: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "reserved_ips",
-			Help: "Underlay IPs reserved by binds not yet seen by the pod informer.",
-		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.FilteredNodes, m.BindConflicts, m.Binds, m.InvalidCapacityAnnotations,
-			m.InvalidCapacityNodes, m.ExpiredReservations, m.ReconciledReservations, m.FreedIPReuse, m.RequeueWrites, m.WaitingPods,
-			m.Nodes, m.CapacityIPs, m.UsedIPs, m.ReservedIPs)
+			m.ExpiredReservations, m.ReconciledReservations, m.FreedIPReuse, m.RequeueWrites, m.WaitingPods)
 	}
 	return m
+}
+
+// RegisterLedger registers the gauges of l's cluster totals on reg. They
+// are read from the ledger when scraped, so the ledger keeps no metrics.
+func RegisterLedger(reg prometheus.Registerer, l *Ledger) {
+	const ns, sub = "capscale", "extender"
+	gauge := func(name, help string, value func(t Totals, invalid int) int64) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help},
+			func() float64 { return float64(value(l.Totals())) })
+	}
+	reg.MustRegister(
+		gauge("nodes", "Nodes known to the extender.",
+			func(t Totals, _ int) int64 { return int64(t.Nodes) }),
+		gauge("capacity_ips", "Underlay IP capacity summed over known nodes.",
+			func(t Totals, _ int) int64 { return t.Capacity }),
+		gauge("used_ips", "Underlay IPs held by bound, non-terminal pods.",
+			func(t Totals, _ int) int64 { return t.Used }),
+		gauge("reserved_ips", "Underlay IPs reserved by binds not yet seen by the pod informer.",
+			func(t Totals, _ int) int64 { return t.Reserved }),
+		gauge("invalid_capacity_annotation_nodes", "Nodes whose underlay IP capacity annotation is invalid (capacity treated as 0).",
+			func(_ Totals, invalid int) int64 { return int64(invalid) }),
+	)
 }

@@ -88,24 +88,20 @@ func (l *Ledger) StaleConfirmed(grace time.Duration, limit int) []StaleReservati
 	return out
 }
 
-// DropStale ends a stale reservation whose pod is no longer on its node and
-// reports whether it did; a reservation replaced or settled since it was
-// listed (another token, or none) is left alone.
-func (l *Ledger) DropStale(s StaleReservation) bool {
+// DropStale ends a stale reservation whose pod is no longer on its node,
+// reports whether it did and returns the room that freed; a reservation
+// replaced or settled since it was listed (another token, or none) is left
+// alone.
+func (l *Ledger) DropStale(s StaleReservation) (bool, int64) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	r := l.reservations[s.UID]
 	if r == nil || r.token != s.Token {
-		l.mu.Unlock()
-		return false
+		return false, 0
 	}
 	before := l.freeLocked(r.node)
 	l.dropReservationLocked(s.UID)
-	l.publishLocked()
-	after := l.freeLocked(r.node)
-	l.mu.Unlock()
-	// Pods waiting for IPs learn of the room, as after a pod deletion.
-	l.freed(before, after)
-	return true
+	return true, freed(before, l.freeLocked(r.node))
 }
 
 // KeepStale records that a stale reservation's pod was found still bound

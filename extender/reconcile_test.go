@@ -94,14 +94,14 @@ func TestDropStaleToken(t *testing.T) {
 	l.Confirmed("uid-p", first.Token)
 	stale := StaleReservation{UID: "uid-p", Namespace: "ns", Name: "p", Node: "a", Token: first.Token}
 	second := l.Reserve("uid-p", "ns", "p", "a", 2)
-	if l.DropStale(stale) {
+	if dropped, _ := l.DropStale(stale); dropped {
 		t.Error("DropStale dropped a newer reservation")
 	}
 	if u := l.Usage("a"); u.Reserved != 2 {
 		t.Errorf("reserved = %d, want the newer reservation's 2", u.Reserved)
 	}
 	stale.Token = second.Token
-	if !l.DropStale(stale) || l.Usage("a").Reserved != 0 {
+	if dropped, room := l.DropStale(stale); !dropped || room != 2 || l.Usage("a").Reserved != 0 {
 		t.Errorf("DropStale with the current token: reserved %d, want 0", l.Usage("a").Reserved)
 	}
 }
@@ -155,7 +155,7 @@ func TestReconcileVerdict(t *testing.T) {
 func TestReconcilerDropsGonePod(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	waiting := NewWaiting(clk)
-	l := NewLedger(LedgerOptions{DefaultCapacity: 10, Clock: clk, Waiting: waiting})
+	l := NewLedger(LedgerOptions{DefaultCapacity: 10, Clock: clk})
 	l.SetNode(node("a", "2"))
 	cs := fake.NewClientset(runtime.Object(pod("gone", "", 1)), pod("runs", "", 1))
 	api := &bindingAPI{}
@@ -170,7 +170,7 @@ func TestReconcilerDropsGonePod(t *testing.T) {
 	b := NewBinder(cs, IndexerLookup(empty), l)
 	for _, name := range []string{"gone", "runs"} {
 		l.RememberNeed(types.UID("uid-"+name), 1)
-		if err := b.Bind(context.Background(), bindArgs(pod(name, "", 1), "a")); err != nil {
+		if err := b.Bind(context.Background(), bindArgs(pod(name, "", 1), "a")).Err; err != nil {
 			t.Fatalf("binding %s: %v", name, err)
 		}
 	}
@@ -182,7 +182,8 @@ func TestReconcilerDropsGonePod(t *testing.T) {
 		t.Fatalf("free on a after two binds = %d, want 0", got)
 	}
 
-	r := NewReconciler(l, cs, ReconcilerOptions{Grace: 5 * time.Second})
+	m := NewMetrics(nil)
+	r := NewReconciler(l, cs, ReconcilerOptions{Grace: 5 * time.Second, Metrics: m, Waiting: waiting})
 	r.Reconcile(context.Background())
 	if gets != 0 || l.Usage("a").Free() != 0 {
 		t.Fatalf("within the grace: %d reads, free %d; want none and 0", gets, l.Usage("a").Free())
@@ -192,10 +193,10 @@ func TestReconcilerDropsGonePod(t *testing.T) {
 	if got := l.Usage("a"); got.Free() != 1 || got.Reserved != 1 {
 		t.Errorf("after reconciling: free %d, reserved %d; want the deleted pod's IP free and the running pod's reserved", got.Free(), got.Reserved)
 	}
-	if got := testutil.ToFloat64(l.metrics.ReconciledReservations.WithLabelValues(reconcileGone)); got != 1 {
+	if got := testutil.ToFloat64(m.ReconciledReservations.WithLabelValues(reconcileGone)); got != 1 {
 		t.Errorf("reservations_reconciled_total{result=gone} = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(l.metrics.ReconciledReservations.WithLabelValues(reconcileBound)); got != 1 {
+	if got := testutil.ToFloat64(m.ReconciledReservations.WithLabelValues(reconcileBound)); got != 1 {
 		t.Errorf("reservations_reconciled_total{result=bound} = %v, want 1", got)
 	}
 	if got := waiting.Next(); !reflect.DeepEqual(got, []Touch{{UID: "uid-w", Namespace: "ns", Name: "w"}}) {
@@ -234,14 +235,15 @@ func TestReconcilerBoundsReads(t *testing.T) {
 		return true, nil, apierrors.NewServiceUnavailable("apiserver away")
 	})
 	clk.Step(time.Minute)
-	NewReconciler(l, cs, ReconcilerOptions{MaxGets: 3}).Reconcile(context.Background())
+	m := NewMetrics(nil)
+	NewReconciler(l, cs, ReconcilerOptions{MaxGets: 3, Metrics: m}).Reconcile(context.Background())
 	if gets != 3 {
 		t.Errorf("reads in one round = %d, want MaxGets 3", gets)
 	}
 	if got := l.Usage("a").Reserved; got != 5 {
 		t.Errorf("reserved after failed reads = %d, want all 5 kept", got)
 	}
-	if got := testutil.ToFloat64(l.metrics.ReconciledReservations.WithLabelValues(reconcileReadFailed)); got != 3 {
+	if got := testutil.ToFloat64(m.ReconciledReservations.WithLabelValues(reconcileReadFailed)); got != 3 {
 		t.Errorf("reservations_reconciled_total{result=error} = %v, want 3", got)
 	}
 }

@@ -21,16 +21,20 @@ type ReconcilerOptions struct {
 	// reads a second with the default Interval: a tenth of the default
 	// --kube-api-qps, which the Binding POSTs share.
 	MaxGets int
+	// Metrics count the results; nil: unregistered ones.
+	Metrics *Metrics
+	// Waiting, if not nil, learns of the room a dropped reservation frees,
+	// as after a pod deletion.
+	Waiting *Waiting
 }
 
 // Reconciler ends the reservations of binds that succeeded but whose pod the
 // informer never showed bound, once a GET shows the pod is no longer on the
 // node (see reconcile.go).
 type Reconciler struct {
-	ledger  *Ledger
-	client  kubernetes.Interface
-	opts    ReconcilerOptions
-	metrics *Metrics
+	ledger *Ledger
+	client kubernetes.Interface
+	opts   ReconcilerOptions
 }
 
 // NewReconciler returns a reconciler of l's confirmed reservations that
@@ -45,7 +49,10 @@ func NewReconciler(l *Ledger, client kubernetes.Interface, o ReconcilerOptions) 
 	if o.MaxGets <= 0 {
 		o.MaxGets = 10
 	}
-	return &Reconciler{ledger: l, client: client, opts: o, metrics: l.metrics}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	return &Reconciler{ledger: l, client: client, opts: o}
 }
 
 // Run reconciles every Interval until ctx is done.
@@ -63,14 +70,16 @@ func (r *Reconciler) Reconcile(ctx context.Context) {
 		pod, err := r.client.CoreV1().Pods(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
 		result, drop := reconcileVerdict(s, pod, err)
 		if drop {
-			if !r.ledger.DropStale(s) {
+			dropped, room := r.ledger.DropStale(s)
+			if !dropped {
 				// The informer or a new bind settled it meanwhile.
 				continue
 			}
+			r.opts.Waiting.Freed(room)
 		} else {
 			r.ledger.KeepStale(s)
 		}
-		r.metrics.ReconciledReservations.WithLabelValues(result).Inc()
+		r.opts.Metrics.ReconciledReservations.WithLabelValues(result).Inc()
 		logStale(s, result, drop, err)
 	}
 }

@@ -36,10 +36,13 @@ type Requeuer struct {
 }
 
 // NewRequeuer returns a requeuer writing at most qps pod updates a second
-// (burst as many).
-func NewRequeuer(w *Waiting, l *Ledger, client kubernetes.Interface, qps float64, burst int) *Requeuer {
+// (burst as many), counting them in m (nil: unregistered metrics).
+func NewRequeuer(w *Waiting, l *Ledger, client kubernetes.Interface, qps float64, burst int, m *Metrics) *Requeuer {
+	if m == nil {
+		m = NewMetrics(nil)
+	}
 	return &Requeuer{waiting: w, ledger: l, client: client, limiter: rate.NewLimiter(rate.Limit(qps), burst),
-		metrics: l.metrics, clock: w.clock}
+		metrics: m, clock: w.clock}
 }
 
 // Run touches pods until ctx is done.

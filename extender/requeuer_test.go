@@ -101,9 +101,10 @@ func TestRequeuerRecreatedPod(t *testing.T) {
 			cs := fake.NewClientset(stored)
 			uidCheckingAPI(cs)
 			w := NewWaiting(nil)
-			l := NewLedger(LedgerOptions{DefaultCapacity: 10, Waiting: w})
+			l := NewLedger(LedgerOptions{DefaultCapacity: 10})
 			w.Rejected("uid-w", "ns", "w", 0, 1)
-			r := NewRequeuer(w, l, cs, 100, 100)
+			m := NewMetrics(nil)
+			r := NewRequeuer(w, l, cs, 100, 100, m)
 			r.touch(context.Background(), Touch{UID: "uid-w", Namespace: "ns", Name: "w"})
 
 			got, err := cs.CoreV1().Pods("ns").Get(context.Background(), "w", metav1.GetOptions{})
@@ -116,7 +117,7 @@ func TestRequeuerRecreatedPod(t *testing.T) {
 			if c := hasFreedCondition(got); c != tc.wantCondition {
 				t.Errorf("pod w (UID %s) has the %s condition: %v, want %v", got.UID, FreedConditionType, c, tc.wantCondition)
 			}
-			if n := testutil.ToFloat64(l.metrics.RequeueWrites.WithLabelValues(tc.wantResult)); n != 1 {
+			if n := testutil.ToFloat64(m.RequeueWrites.WithLabelValues(tc.wantResult)); n != 1 {
 				t.Errorf("requeue_writes_total{result=%q} = %v, want 1", tc.wantResult, n)
 			}
 			if n := w.Len(); n != tc.wantWaiting {

@@ -267,7 +267,7 @@ func (s *server) bind(w http.ResponseWriter, r *http.Request) {
 	var res extenderv1.ExtenderBindingResult
 	if s.binder == nil {
 		res.Error = "this extender does not bind"
-	} else if err := s.binder.Bind(r.Context(), args); err != nil {
+	} else if err := s.verbs.bind(r.Context(), s.binder, args); err != nil {
 		// kube-scheduler reads the error from the result and retries the pod.
 		res.Error = err.Error()
 	}

@@ -38,6 +38,7 @@ func newTestServer(t *testing.T, maxBytes int64, objs ...runtime.Object) *testSe
 	ts := &testServer{reg: prometheus.NewRegistry()}
 	ts.m = extender.NewMetrics(ts.reg)
 	ts.env = fakecluster.New(t, ts.m, objs...)
+	extender.RegisterLedger(ts.reg, ts.env.Ledger)
 	ts.ready.Store(true)
 	ts.Server = httptest.NewServer(NewHandler(HandlerOptions{
 		Ledger: ts.env.Ledger, Binder: ts.env.Binder, Metrics: ts.m,

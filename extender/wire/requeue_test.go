@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -8,8 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/capscale/capscale/extender"
+	"github.com/capscale/capscale/extender/extendertest/fakecluster"
 )
 
 // TestLedgerFeedsWaiting: filter (the wire) records a pod rejected for exhausted IPs;
@@ -18,11 +21,12 @@ import (
 func TestLedgerFeedsWaiting(t *testing.T) {
 	w := extender.NewWaiting(nil)
 	m := extender.NewMetrics(nil)
-	l := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10, Waiting: w, Metrics: m})
+	l := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10})
 	v := &verbs{ledger: l, waiting: w, metrics: m}
-	l.SetNode(node("a", "1"))
+	tr := &extender.Tracker{Ledger: l, Waiting: w, Metrics: m}
+	tr.SetNode(node("a", "1"))
 	held := pod("held", "a", 1)
-	l.SetPod(held)
+	tr.SetPod(extender.Compact(held))
 	tooBig := pod("big", "", 5)
 	v.filter(namesArgs(tooBig, "a"), new(Scratch))
 	if w.Len() != 0 {
@@ -36,20 +40,20 @@ func TestLedgerFeedsWaiting(t *testing.T) {
 	if got := w.Next(); len(got) != 0 {
 		t.Fatalf("touched %v before any release", touched(got))
 	}
-	l.DeletePod(held.UID)
+	tr.DeletePod(held.UID)
 	if got := touched(w.Next()); fmt.Sprint(got) != "[p5]" {
 		t.Fatalf("after the delete touched %v, want [p5]", got)
 	}
 	// Its retry fits: it is touched no more, and once bound it is gone and
 	// its reuse time observed.
 	v.filter(namesArgs(waiting, "a"), new(Scratch))
-	l.DeletePod("uid-nobody") // no release: nothing to touch
+	tr.DeletePod("uid-nobody") // no release: nothing to touch
 	if got := w.Next(); len(got) != 0 {
 		t.Fatalf("touched %v after the pod fit", touched(got))
 	}
 	boundP5 := waiting.DeepCopy()
 	boundP5.Spec.NodeName, boundP5.Status.Phase = "a", v1.PodRunning
-	l.SetPod(boundP5)
+	tr.SetPod(extender.Compact(boundP5))
 	if w.Len() != 0 {
 		t.Fatalf("a bound pod still waits")
 	}
@@ -61,17 +65,17 @@ func TestLedgerFeedsWaiting(t *testing.T) {
 	}
 
 	// A node's capacity growing frees room too.
-	l.SetPod(pod("held2", "a", 1))
+	tr.SetPod(extender.Compact(pod("held2", "a", 1)))
 	other := pod("p6", "", 1)
 	v.filter(namesArgs(other, "a"), new(Scratch))
-	l.SetNode(node("a", "3"))
+	tr.SetNode(node("a", "3"))
 	if got := touched(w.Next()); fmt.Sprint(got) != "[p6]" {
 		t.Fatalf("after the node grew touched %v, want [p6]", got)
 	}
 	// Bound through the informer: forgotten.
 	bound := other.DeepCopy()
 	bound.Spec.NodeName, bound.Status.Phase = "a", v1.PodRunning
-	l.SetPod(bound)
+	tr.SetPod(extender.Compact(bound))
 	if w.Len() != 0 {
 		t.Fatalf("a bound pod still waits")
 	}
@@ -92,4 +96,24 @@ func touched(ts []extender.Touch) []string {
 		out[i] = t.Name
 	}
 	return out
+}
+
+// TestRefusedBindTellsWaiting: a Binding the API server refuses gives its
+// reservation back, and the wire tells Waiting of that room, as the ledger
+// itself no longer does.
+func TestRefusedBindTellsWaiting(t *testing.T) {
+	env := fakecluster.New(t, nil, node("a", "1"), pod("p", "", 1))
+	env.API.Fail = func(*v1.Binding) error { return apierrors.NewForbidden(v1.Resource("pods/binding"), "p", nil) }
+	w := extender.NewWaiting(nil)
+	v := &verbs{ledger: env.Ledger, waiting: w, metrics: extender.NewMetrics(nil)}
+	w.Rejected("uid-w", "ns", "w", 0, 1)
+	if err := v.bind(context.Background(), env.Binder, bindArgs(pod("p", "", 1), "a")); err == nil {
+		t.Fatal("bind succeeded against a refusing API server")
+	}
+	if got := touched(w.Next()); fmt.Sprint(got) != "[w]" {
+		t.Errorf("after the refused bind touched %v, want [w]", got)
+	}
+	if got := testutil.ToFloat64(v.metrics.Binds.WithLabelValues(extender.BindError)); got != 1 {
+		t.Errorf("binds_total{result=error} = %v, want 1", got)
+	}
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -159,6 +160,18 @@ func (v *verbs) count(pod *v1.Pod, need int64, d extender.Filtered) {
 		}
 		v.waiting.Rejected(pod.UID, pod.Namespace, pod.Name, prio, need)
 	}
+}
+
+// bind asks b to bind the pod of args, counts the outcome, and tells
+// Waiting of the room a refused Binding gave back.
+func (v *verbs) bind(ctx context.Context, b *extender.Binder, args *extenderv1.ExtenderBindingArgs) error {
+	out := b.Bind(ctx, extender.BindRequest{Namespace: args.PodNamespace, Name: args.PodName, UID: args.PodUID, Node: args.Node})
+	v.metrics.Binds.WithLabelValues(out.Result).Inc()
+	if out.Conflict != "" {
+		v.metrics.BindConflicts.WithLabelValues(out.Conflict).Inc()
+	}
+	v.waiting.Freed(out.Freed)
+	return out.Err
 }
 
 // prioritize scores every candidate on 0..MaxExtenderPriority by free IPs,

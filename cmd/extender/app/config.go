@@ -23,6 +23,8 @@ type Config struct {
 	Registry  *prometheus.Registry
 	Factory   informers.SharedInformerFactory
 	Ledger    *extender.Ledger
+	Tracker   *extender.Tracker
+	Metrics   *extender.Metrics
 	Waiting   *extender.Waiting // nil when --requeue-qps is 0
 	Publisher *publisher.Publisher
 	// BinderLease gates every bind (extender/binderlease).
@@ -87,10 +89,10 @@ func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Co
 	ledger := extender.NewLedger(extender.LedgerOptions{
 		DefaultCapacity: o.DefaultCapacity,
 		ReservationTTL:  o.ReservationTTL,
-		Metrics:         metrics,
-		Waiting:         waiting,
 	})
-	synced, err := ledger.Attach(podInformer, nodeInformer)
+	extender.RegisterLedger(reg, ledger)
+	tracker := &extender.Tracker{Ledger: ledger, Waiting: waiting, Metrics: metrics}
+	synced, err := tracker.Attach(podInformer, nodeInformer)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +130,7 @@ func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Co
 		Gatherer:        reg,
 	})
 	return &Config{
-		Options: o, Client: cs, Registry: reg, Factory: factory, Ledger: ledger,
+		Options: o, Client: cs, Registry: reg, Factory: factory, Ledger: ledger, Tracker: tracker, Metrics: metrics,
 		Waiting: waiting, Publisher: pub, BinderLease: lease, Handler: handler, Synced: synced,
 	}, nil
 }

@@ -55,13 +55,13 @@ func (c *Config) Run(ctx context.Context) error {
 		cancel()
 		factory.Shutdown()
 	}()
-	go ledger.Run(ctx)
+	go c.Tracker.Run(ctx)
 	go c.BinderLease.Run(ctx)
 	// Ends the reservations of bound pods that left while the pod watch was
 	// down and that a relist never shows (extender/reconcile.go).
-	go extender.NewReconciler(ledger, cs, extender.ReconcilerOptions{}).Run(ctx)
+	go extender.NewReconciler(ledger, cs, extender.ReconcilerOptions{Metrics: c.Metrics, Waiting: waiting}).Run(ctx)
 	if waiting != nil {
-		go extender.NewRequeuer(waiting, ledger, cs, o.RequeueQPS, max(1, int(o.RequeueQPS))).Run(ctx)
+		go extender.NewRequeuer(waiting, ledger, cs, o.RequeueQPS, max(1, int(o.RequeueQPS)), c.Metrics).Run(ctx)
 	}
 	if pub != nil {
 		id := o.LeaderElectIdentity

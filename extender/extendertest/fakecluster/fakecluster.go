@@ -43,8 +43,12 @@ func New(t testing.TB, m *extender.Metrics, objs ...runtime.Object) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10, Metrics: m})
-	synced, err := l.Attach(podInformer, factory.Core().V1().Nodes().Informer())
+	if m == nil {
+		m = extender.NewMetrics(nil)
+	}
+	l := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10})
+	tracker := &extender.Tracker{Ledger: l, Metrics: m}
+	synced, err := tracker.Attach(podInformer, factory.Core().V1().Nodes().Informer())
 	if err != nil {
 		t.Fatal(err)
 	}
