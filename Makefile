@@ -41,6 +41,10 @@ build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, co
 control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl and kwok into _output/bin.
 	@bash e2e/tools/build.sh $(BIN) etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok
 
+.PHONY: keda
+keda: ## Build (or link from ~/.cache/capscale) KEDA's operator and metrics server, at the version capscale requires, into _output/bin.
+	@bash e2e/tools/build.sh $(BIN) keda-operator keda-adapter
+
 .PHONY: deploy-tools
 deploy-tools: ## Build (or link from ~/.cache/capscale) helm and kubectl, which deploy/'s unit tests run, into _output/bin.
 	@bash e2e/tools/build.sh $(BIN) helm kubectl
@@ -67,7 +71,7 @@ fuzz: ## Run every fuzz target for FUZZTIME (20000 executions) each, so that a d
 	done
 
 .PHONY: e2e
-e2e: deps control-plane ## End-to-end tests against a real local control plane.
+e2e: deps control-plane keda ## End-to-end tests against a real local control plane.
 	CAPSCALE_BIN_DIR=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -timeout 50m -v $(E2E_FLAGS) ./e2e/
 
 .PHONY: bench

@@ -2,7 +2,8 @@
 # Usage: build.sh OUTPUT_DIR [TOOL...]
 #
 # Builds the tools capscale's checks and the demo run — etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok and helm; all of them
+# kube-controller-manager, kube-scheduler, kubectl, kwok, helm and KEDA's
+# operator and metrics server; all of them
 # unless TOOLs are named — from the Go module proxy, caches each tool module's
 # binaries under ~/.cache/capscale keyed by its pinned versions, and links
 # them into OUTPUT_DIR (with kwok's stage definitions when kwok is named). A
@@ -14,7 +15,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: build.sh OUTPUT_DIR [TOOL...]}
 shift
-all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl)
+all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl keda-operator keda-adapter)
 tools=("$@")
 [ ${#tools[@]} -gt 0 ] || tools=("${all[@]}")
 for t in "${tools[@]}"; do
@@ -89,6 +90,8 @@ build() {
 build etcd etcd=go.etcd.io/etcd/server/v3
 build kwok kwok=sigs.k8s.io/kwok/cmd/kwok
 build helm helm=helm.sh/helm/v3/cmd/helm
+# KEDA's own operator and metrics server, for the tests next to a real KEDA.
+build keda keda-operator=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
 build k8s kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
   kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl
