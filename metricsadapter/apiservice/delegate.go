@@ -82,7 +82,27 @@ func PlanDelegate(api *apiregv1.APIService, o DelegateOptions) (Plan, error) {
 		up.Spec.InsecureSkipTLSVerify = false
 		msg += fmt.Sprintf(", and routed %s to %s", Name, o.Ours)
 	}
+	if isKEDA(api) {
+		msg += fmt.Sprintf("\nwarning: %s/%s is KEDA's metrics server. KEDA's operator, with its certificate rotation on "+
+			"(its chart's default), writes its CA into this APIService's caBundle and would write it over capscale's: "+
+			"the aggregator then cannot verify capscale and every external metric fails. Run keda-operator with "+
+			"--enable-apiservice-patching=false (it keeps rotating its own certificates) before capscale is installed in front of it",
+			svc.Namespace, svc.Name)
+	}
 	return Plan{Update: up, Message: msg}, nil
+}
+
+// isKEDA reports whether api routes to KEDA's metrics server, as KEDA's
+// chart and its config/ name and label it.
+func isKEDA(api *apiregv1.APIService) bool {
+	switch {
+	case api.Labels["app.kubernetes.io/part-of"] == "keda-operator":
+		return true
+	case api.Spec.Service == nil:
+		return false
+	}
+	n := api.Spec.Service.Name
+	return n == "keda-operator-metrics-apiserver" || n == "keda-metrics-apiserver"
 }
 
 // PlanRestore decides how to give api back to its recorded delegate. Without

@@ -145,3 +145,38 @@ func TestPlanRestoreLeavesOthersAlone(t *testing.T) {
 		t.Errorf("PlanRestore = %+v, %v", p, err)
 	}
 }
+
+// TestDelegateWarnsOfKEDARotation: recording KEDA's metrics server warns
+// that KEDA's operator writes its CA over capscale's caBundle unless its
+// APIService patching is off (TestRealKEDACertRotation shows both); another
+// owner gets no such warning.
+func TestDelegateWarnsOfKEDARotation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		api  *apiregv1.APIService
+		warn bool
+	}{
+		{name: "KEDA's chart", api: kedaAPIService(), warn: true},
+		{name: "KEDA's config/, by label", api: func() *apiregv1.APIService {
+			a := kedaAPIService()
+			a.Spec.Service.Name = "metrics"
+			a.Labels = map[string]string{"app.kubernetes.io/part-of": "keda-operator"}
+			return a
+		}(), warn: true},
+		{name: "prometheus-adapter", api: func() *apiregv1.APIService {
+			a := kedaAPIService()
+			a.Spec.Service.Namespace, a.Spec.Service.Name = "monitoring", "prometheus-adapter"
+			return a
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := PlanDelegate(tc.api, DelegateOptions{Ours: capscale})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(p.Message, "--enable-apiservice-patching=false"); got != tc.warn {
+				t.Errorf("warning given = %v, want %v:\n%s", got, tc.warn, p.Message)
+			}
+		})
+	}
+}
