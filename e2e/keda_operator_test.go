@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	externalmetrics "k8s.io/metrics/pkg/apis/external_metrics/v1beta1"
 
@@ -107,6 +109,26 @@ func watchHPA(ctx context.Context, t *testing.T, s *stack.Stack, name string) *h
 	return h
 }
 
+// waitHPAActive waits until the HPA reports ScalingActive=True.
+func waitHPAActive(ctx context.Context, t *testing.T, s *stack.Stack, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		hpa, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range hpa.Status.Conditions {
+			if c.Type == autoscalingv2.ScalingActive {
+				return c.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("HPA %s never reported ScalingActive=True", name)
+	}
+}
+
 func (h *hpaWatch) report() (int, []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -131,7 +153,7 @@ func TestRealKEDADelegation(t *testing.T) {
 	srv := httptest.NewServer(src)
 	t.Cleanup(srv.Close)
 
-	k, err := s.StartKEDA(ctx, kedaBinDir(t, s))
+	k, err := s.StartKEDA(ctx, kedaBinDir(t, s), stack.KEDAOptions{})
 	if err != nil {
 		t.Fatalf("starting KEDA: %v", err)
 	}
@@ -333,8 +355,10 @@ func externalScaledObject(name, typ, addr string, min, max int64, md map[string]
 //     holds, below 0.5 removes 1, within [4, 7]);
 //   - idle, on the load index with an activation threshold over
 //     external-push (StreamIsActive), goes from zero to active and back;
-//   - with capscale's scaler killed, gpu holds KEDA's fallback replicas, and
-//     follows the policy again once it returns.
+//   - with capscale's source stale, its errors put gpu on KEDA's fallback
+//     replicas; with capscale's scaler killed, gpu holds (KEDA applies no
+//     fallback to an unreachable external scaler: kedacore/keda#8056); once
+//     either returns, gpu follows the policy again.
 func TestRealKEDAExternalScaler(t *testing.T) {
 	port, err := plane.FreePort()
 	if err != nil {
@@ -350,7 +374,7 @@ func TestRealKEDAExternalScaler(t *testing.T) {
 	})
 	ctx := testContext(t, 12*time.Minute)
 	// KEDA owns the APIService; capscale serves only the scaler.
-	if _, err := s.StartKEDA(ctx, kedaBinDir(t, s)); err != nil {
+	if _, err := s.StartKEDA(ctx, kedaBinDir(t, s), stack.KEDAOptions{}); err != nil {
 		t.Fatalf("starting KEDA: %v", err)
 	}
 	dyn, err := dynamic.NewForConfig(s.Config)
@@ -389,14 +413,148 @@ func TestRealKEDAExternalScaler(t *testing.T) {
 	waitReplicas(ctx, t, s, "gpu", 4, 3*time.Minute, nil, nil)
 	waitReplicas(ctx, t, s, "idle", 0, 2*time.Minute, nil, nil)
 
-	// capscale's scaler gone: after three failed polls KEDA holds gpu at
-	// its fallback (6), never at 0.
-	s.KillAdapter(0)
+	// capscale's source stale: GetMetrics answers Unavailable (never 0),
+	// and after three failed polls KEDA holds gpu at its fallback (6).
+	src.SetDown(true)
 	waitReplicas(ctx, t, s, "gpu", 6, 2*time.Minute, nil, nil)
 	holdReplicas(ctx, t, s, "gpu", 6, 6*time.Second)
-	// Back: the policy rules again, stepping down to its floor.
+	// The source back: the policy rules again, stepping down to its floor.
+	src.SetDown(false)
+	waitReplicas(ctx, t, s, "gpu", 4, 3*time.Minute, nil, nil)
+
+	// capscale's scaler gone altogether: KEDA v2.20.2 never counts a
+	// failed GetMetricSpec towards fallback (kedacore/keda#8056), so its
+	// HPA holds gpu where it is; then capscale returns and gpu follows
+	// the policy again.
+	s.KillAdapter(0)
+	holdReplicas(ctx, t, s, "gpu", 4, 10*time.Second)
 	if err := s.RestartAdapter(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	waitReplicas(ctx, t, s, "gpu", 4, 3*time.Minute, nil, nil)
+	src.Set(0.9)
+	waitReplicas(ctx, t, s, "gpu", 7, 2*time.Minute, nil, nil)
+}
+
+// apiServiceState is the external-metrics APIService's routing, caBundle
+// and Available condition.
+func apiServiceState(ctx context.Context, t *testing.T, ac aggregator.Interface) (svc string, caBundle []byte, available bool, msg string) {
+	t.Helper()
+	a, err := ac.ApiregistrationV1().APIServices().Get(ctx, "v1beta1.external.metrics.k8s.io", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range a.Status.Conditions {
+		if c.Type == apiregv1.Available {
+			available, msg = c.Status == apiregv1.ConditionTrue, c.Message
+		}
+	}
+	return a.Spec.Service.Namespace + "/" + a.Spec.Service.Name, a.Spec.CABundle, available, msg
+}
+
+// TestRealKEDACertRotation (issue 27, test 2): KEDA's operator as its chart
+// ships it, rotating its own certificates and writing its CA into the
+// APIService's caBundle. With capscale in front, the operator writes its CA
+// over capscale's, and the aggregator can no longer verify capscale: the
+// APIService turns unavailable. The docs' answer, the operator with
+// --enable-apiservice-patching=false (it still rotates its own
+// certificates), keeps capscale's caBundle in place, and KEDA's HPA scales
+// through capscale, which verifies KEDA's server with the CA it recorded.
+func TestRealKEDACertRotation(t *testing.T) {
+	ctx := testContext(t, 12*time.Minute)
+	s := startStack(t, stack.Options{Plane: plane.Options{Nodes: 2, Logf: t.Logf, HPASyncPeriod: 2 * time.Second}})
+	if err := s.WaitForNamespace(ctx, adapterNS); err != nil {
+		t.Fatal(err)
+	}
+	src := &loadsource.Source{}
+	src.Set(30)
+	srv := httptest.NewServer(src)
+	t.Cleanup(srv.Close)
+	bin := kedaBinDir(t, s)
+	k, err := s.StartKEDA(ctx, bin, stack.KEDAOptions{CertRotation: true})
+	if err != nil {
+		t.Fatalf("starting KEDA: %v", err)
+	}
+	kedaCA, err := k.CA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	capscaleCA := s.PKI.ClusterCA.CAData()
+	ac, err := aggregator.NewForConfig(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kedaSvc := stack.KEDANamespace + "/" + stack.KEDAMetricsService
+	capscaleSvc := stack.Namespace + "/" + stack.AdapterService
+	waitAPIService := func(what string, timeout time.Duration, ok func(svc string, ca []byte, available bool) bool) {
+		t.Helper()
+		var svc, msg string
+		var available bool
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+			var ca []byte
+			svc, ca, available, msg = apiServiceState(ctx, t, ac)
+			return ok(svc, ca, available), nil
+		})
+		if err != nil {
+			t.Fatalf("APIService never %s: routes to %s, available %v (%s)", what, svc, available, msg)
+		}
+	}
+	// KEDA's operator writes its own CA into the APIService.
+	waitAPIService("held KEDA's CA and was available", time.Minute, func(svc string, ca []byte, available bool) bool {
+		return svc == kedaSvc && bytes.Equal(ca, kedaCA) && available
+	})
+	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, SimpleDeployment(adapterNS, "queue", 1, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(scaledObjects).Namespace(adapterNS).Create(ctx, metricsAPIScaledObject("queue", srv.URL, 10), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicas(ctx, t, s, "queue", 3, 2*time.Minute, nil, nil)
+
+	// capscale in front with the operator as shipped: it writes KEDA's CA
+	// over capscale's, and the aggregator cannot verify capscale.
+	if out, err := preflight(ctx, s.Plane, "--delegate"); err != nil {
+		t.Fatalf("preflight --delegate: %v\n%s", err, out)
+	}
+	if err := s.StartAdapter(ctx); err != nil {
+		t.Logf("capscale's APIService did not turn available: %v", err)
+	}
+	waitAPIService("routed to capscale with KEDA's CA written back, unavailable", time.Minute, func(svc string, ca []byte, available bool) bool {
+		return svc == capscaleSvc && bytes.Equal(ca, kedaCA) && !available
+	})
+
+	// The answer: the operator stops writing the APIService (it still
+	// rotates its own certificates), and the install puts capscale's
+	// caBundle back.
+	k.Operator.Kill()
+	k.Adapter.Kill()
+	k.Opts.NoAPIServicePatching = true
+	if err := s.RestartKEDA(ctx, k, bin); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := k.CA(); err != nil || !bytes.Equal(again, kedaCA) {
+		t.Fatalf("KEDA's CA changed across the restart (%v): the recorded caBundle would no longer verify it", err)
+	}
+	if err := s.RouteAPIService(ctx, stack.Namespace, stack.AdapterService); err != nil {
+		t.Fatal(err)
+	}
+	// From the HPA's first active sync after the fix on, it stays active.
+	waitHPAActive(ctx, t, s, "keda-hpa-queue")
+	watch := watchHPA(ctx, t, s, "keda-hpa-queue")
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if svc, ca, available, msg := apiServiceState(ctx, t, ac); svc != capscaleSvc || !bytes.Equal(ca, capscaleCA) || !available {
+			t.Fatalf("with patching off the APIService routes to %s, capscale's caBundle %v, available %v (%s)", svc, bytes.Equal(ca, capscaleCA), available, msg)
+		}
+	}
+	src.Set(50)
+	waitReplicas(ctx, t, s, "queue", 5, 2*time.Minute, nil, nil)
+	if n := forwarded(ctx, t, s, 200); n < 1 {
+		t.Errorf("capscale_adapter_delegate_requests_total{code=200} = %v, want KEDA's metric forwarded", n)
+	}
+	if _, inactive := watch.report(); len(inactive) > 0 {
+		t.Errorf("KEDA's HPA reported ScalingActive=False with patching off: %v", inactive)
+	}
 }

@@ -9,6 +9,7 @@ package stack
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -267,6 +268,11 @@ func (s *Stack) waitReady(ctx context.Context, proc *plane.Process, url string) 
 	if err != nil {
 		return err
 	}
+	return waitReadyWith(ctx, proc, url, c)
+}
+
+// waitReadyWith polls url with c until it answers 200, for 60s at most.
+func waitReadyWith(ctx context.Context, proc *plane.Process, url string, c *http.Client) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if exited, err := proc.Exited(); exited {
