@@ -112,10 +112,14 @@ lint: ## gofmt, go vet and staticcheck (unit and e2e builds).
 	$(GO) run $(STATICCHECK) -tags e2e ./...
 	cd $(SCHED_MOD) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
+# Scheduling mode of local-up and demo: plugin (capscale-scheduler as the
+# plane's scheduler), extender or native (docs/scheduling.md).
+MODE       ?= plugin
+
 .PHONY: local-up
-local-up: build control-plane ## Start the local plane with capscale wired in (NODES=5); writes _output/local/{kubeconfig,env}.
+local-up: build control-plane ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native); writes _output/local/{kubeconfig,env}.
 	$(GO) build -o $(BIN)/localplane ./e2e/cmd/localplane
-	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
+	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) --mode $(MODE) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
 	@echo "source $(OUT)/local/env   # then: kubectl get nodes"
 
 .PHONY: local-down
@@ -123,8 +127,8 @@ local-down: ## Stop everything local-up started.
 	@if [ -x $(BIN)/localplane ]; then $(BIN)/localplane down --dir $(OUT)/local; else $(GO) run ./e2e/cmd/localplane down --dir $(OUT)/local; fi
 
 .PHONY: demo
-demo: ## Build capscale and the control plane (not helm), start the local plane and walk through what capscale does.
-	@bash hack/demo.sh
+demo: ## Build capscale and the control plane (not helm), start the local plane (MODE=plugin|extender|native) and walk through what capscale does.
+	@MODE=$(MODE) bash hack/demo.sh
 
 IMAGE ?= ghcr.io/capscale/capscale:$(VERSION)
 
