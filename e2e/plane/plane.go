@@ -455,6 +455,16 @@ func (p *Plane) RestartScheduler(ctx context.Context, config string) error {
 	return p.startScheduler(ctx, port)
 }
 
+// RestartSchedulerWith is RestartScheduler with another scheduler binary
+// (kube-scheduler or capscale-scheduler), as an operator switching a
+// running cluster between scheduling modes would.
+func (p *Plane) RestartSchedulerWith(ctx context.Context, binary, config string) error {
+	p.mu.Lock()
+	p.Opts.SchedulerBinary = binary
+	p.mu.Unlock()
+	return p.RestartScheduler(ctx, config)
+}
+
 // schedulerConfig points the given KubeSchedulerConfiguration at the
 // scheduler's kubeconfig; with --config, kube-scheduler ignores the flags.
 func schedulerConfig(in, kubeconfig string) ([]byte, error) {
