@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
@@ -131,14 +132,19 @@ func TestModeSwitchPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	watch := watchOverCommit(ctx, s, ns, capacity)
+	// The Deployment controller writes the object too: retry a conflict.
 	scale := func(n int32) {
 		t.Helper()
-		sc, err := s.Client.AppsV1().Deployments(ns).GetScale(ctx, "app", metav1.GetOptions{})
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			sc, err := s.Client.AppsV1().Deployments(ns).GetScale(ctx, "app", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			sc.Spec.Replicas = n
+			_, err = s.Client.AppsV1().Deployments(ns).UpdateScale(ctx, "app", sc, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		sc.Spec.Replicas = n
-		if _, err := s.Client.AppsV1().Deployments(ns).UpdateScale(ctx, "app", sc, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
