@@ -30,12 +30,23 @@ deps: ## Install the Debian packages the tests need, if any is missing (apt-get)
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing; \
 	fi
 
+# capscale-scheduler (kube-scheduler + the UnderlayIP plugin) is its own Go
+# module: k8s.io/kubernetes needs replace directives the main module must not
+# carry. Built with the control plane's flags (-trimpath, CGO_ENABLED=0, the
+# same module versions as e2e/tools/k8s) so Go reuses its compiled packages,
+# and stamped with the Kubernetes version it is.
+SCHED_MOD  := cmd/capscale-scheduler
+K8S_STAMP  := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=v1.37.2 -X $(p).gitMajor=1 -X $(p).gitMinor=37 -X $(p).gitTreeState=clean)
+STALE      := -f '{{if and .Stale (ne .StaleReason "not installed but available in build cache")}}{{.ImportPath}}{{end}}'
+
 .PHONY: build
-build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, controller) into _output/bin.
+build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, controller, capscale-scheduler) into _output/bin.
 	@mkdir -p $(BIN)
 	@echo "building capscale's binaries into $(BIN)"
-	@total=$$($(GO) list -deps -trimpath -f '{{if and .Stale (ne .StaleReason "not installed but available in build cache")}}{{.ImportPath}}{{end}}' ./cmd/... | grep -c .) || true; \
+	@total=$$($(GO) list -deps -trimpath $(STALE) ./cmd/... | grep -c .) || true; \
 	$(GO) build -v -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/... 2>&1 | bash e2e/tools/progress.sh capscale "$$total"
+	@cd $(SCHED_MOD) && total=$$($(GO) list -deps -trimpath $(STALE) . | grep -c .) || true; \
+	$(GO) build -v -trimpath -ldflags '$(LDFLAGS) $(K8S_STAMP)' -o $(abspath $(BIN))/ . 2>&1 | bash $(abspath e2e/tools/progress.sh) capscale-scheduler "$$total"
 
 .PHONY: control-plane
 control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl and kwok into _output/bin.
@@ -55,6 +66,10 @@ test: test-unit fuzz e2e ## Unit tests with -race, every fuzz target briefly, th
 .PHONY: test-unit
 test-unit: deps deploy-tools ## Unit tests: go test -race ./... (deploy/'s run helm and kubectl on the chart and manifests).
 	CGO_ENABLED=1 CAPSCALE_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 ./...
+	@# Without -race, with the build's flags: race-instrumenting kube-scheduler's
+	@# whole dependency graph would be a second cold compile; the plugin's own
+	@# decisions run under -race in the main module (schedplugin/).
+	cd $(SCHED_MOD) && CGO_ENABLED=0 $(GO) test -trimpath -count=1 ./...
 
 # An execution count, not a duration: with a duration, Go <1.27's fuzz
 # coordinator can report its own deadline as a failure on a loaded machine
@@ -99,11 +114,16 @@ lint: ## gofmt, go vet and staticcheck (unit and e2e builds).
 	$(GO) vet -tags e2e ./e2e/...
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(STATICCHECK) -tags e2e ./...
+	cd $(SCHED_MOD) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+
+# Scheduling mode of local-up and demo: plugin (capscale-scheduler as the
+# plane's scheduler), extender or native (docs/scheduling.md).
+MODE       ?= plugin
 
 .PHONY: local-up
-local-up: build control-plane ## Start the local plane with capscale wired in (NODES=5); writes _output/local/{kubeconfig,env}.
+local-up: build control-plane ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native); writes _output/local/{kubeconfig,env}.
 	$(GO) build -o $(BIN)/localplane ./e2e/cmd/localplane
-	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
+	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) --mode $(MODE) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
 	@echo "source $(OUT)/local/env   # then: kubectl get nodes"
 
 .PHONY: local-down
@@ -111,8 +131,8 @@ local-down: ## Stop everything local-up started.
 	@if [ -x $(BIN)/localplane ]; then $(BIN)/localplane down --dir $(OUT)/local; else $(GO) run ./e2e/cmd/localplane down --dir $(OUT)/local; fi
 
 .PHONY: demo
-demo: ## Build capscale and the control plane (not helm), start the local plane and walk through what capscale does.
-	@bash hack/demo.sh
+demo: ## Build capscale and the control plane (not helm), start the local plane (MODE=plugin|extender|native) and walk through what capscale does.
+	@MODE=$(MODE) bash hack/demo.sh
 
 IMAGE ?= ghcr.io/capscale/capscale:$(VERSION)
 

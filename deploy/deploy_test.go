@@ -138,8 +138,8 @@ func checkHPA(t *testing.T, hpa *autoscalingv2.HorizontalPodAutoscaler) {
 func TestSecondSchedulerMatchesE2EConfig(t *testing.T) {
 	tested := schedulerConfig(t, mustRead(t, "scheduler/kube-scheduler-config.yaml"))
 	var cm corev1.ConfigMap
-	for _, doc := range documents(t) {
-		if bytes.Contains(doc, []byte("name: capscale-scheduler-config")) {
+	for path, doc := range documents(t) {
+		if strings.HasPrefix(path, "scheduler/") && bytes.Contains(doc, []byte("name: capscale-scheduler-config")) {
 			if err := yaml.Unmarshal(doc, &cm); err != nil {
 				t.Fatal(err)
 			}

@@ -15,8 +15,10 @@ import (
 	"github.com/capscale/capscale/e2e/plane"
 )
 
-// TestLocalUpDown is `make local-up` then `make local-down`: the env file
-// names the kubeconfig and every component's URL, the cluster answers, and
+// TestLocalUpDown is `make local-up` then `make local-down`, in the default
+// mode (plugin: capscale-scheduler is the plane's scheduler, no extender):
+// the env file names the mode, the kubeconfig and every component's URL,
+// the cluster answers, and
 // deploy/'s caller Roles are installed, and after down no process that up
 // started is left.
 func TestLocalUpDown(t *testing.T) {
@@ -68,6 +70,7 @@ func TestLocalUpDown(t *testing.T) {
 		Processes []struct {
 			Name string `json:"name"`
 			Pid  int    `json:"pid"`
+			Exe  string `json:"exe"`
 		} `json:"processes"`
 	}
 	b, err := os.ReadFile(filepath.Join(out, "state.json"))
@@ -78,22 +81,33 @@ func TestLocalUpDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := map[string]int{}
+	exe := map[string]string{}
 	for _, p := range st.Processes {
 		started[p.Name] = p.Pid
+		exe[p.Name] = p.Exe
 	}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "extender", "metrics-adapter", "workload-api", "controller", "load-source"} {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "metrics-adapter", "workload-api", "controller", "load-source"} {
 		if started[name] == 0 {
 			t.Errorf("local-up did not start %s (state: %s)", name, b)
 		}
+	}
+	if started["extender"] != 0 {
+		t.Errorf("plugin mode started an extender (state: %s)", b)
+	}
+	if filepath.Base(exe["kube-scheduler"]) != "capscale-scheduler" {
+		t.Errorf("the plane's scheduler runs %q, want capscale-scheduler", exe["kube-scheduler"])
 	}
 	env, err := os.ReadFile(filepath.Join(out, "env"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range []string{"KUBECONFIG=", "EXTENDER_URL=", "ADAPTER_URL=", "WORKLOAD_API_URL=", "LOAD_SOURCE_URL=", "CAPSCALE_CA_FILE="} {
+	for _, v := range []string{"KUBECONFIG=", `MODE="plugin"`, "ADAPTER_URL=", "WORKLOAD_API_URL=", "LOAD_SOURCE_URL=", "CAPSCALE_CA_FILE="} {
 		if !strings.Contains(string(env), "export "+v) {
 			t.Errorf("env file lacks %s:\n%s", v, env)
 		}
+	}
+	if strings.Contains(string(env), "EXTENDER_URL") {
+		t.Errorf("env file names an extender in plugin mode:\n%s", env)
 	}
 	kubectl := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), "--kubeconfig", filepath.Join(out, "kubeconfig"), "get", "--raw", "/apis/external.metrics.k8s.io/v1beta1")
 	if b, err := kubectl.CombinedOutput(); err != nil || !strings.Contains(string(b), "capscale-load-index") {

@@ -5,10 +5,12 @@ package e2e
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
@@ -110,4 +112,108 @@ func restartExtender(ctx context.Context, t *testing.T, s *stack.Stack, publish 
 	if err := s.StartExtender(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestModeSwitchPlugin moves a running cluster extender → plugin → native
+// → plugin → extender (docs/scheduling.md "Plugin mode"), with pods bound
+// all along: the bound count stays exact in every mode and no node is over
+// capacity at any poll.
+func TestModeSwitchPlugin(t *testing.T) {
+	s := startReuseStack(t, 6, "3")
+	ctx := testContext(t, 8*time.Minute)
+	capacity := map[string]int{}
+	published := map[string]int64{}
+	for i := range 6 {
+		capacity[plane.NodeName(i)] = 3
+		published[plane.NodeName(i)] = 3
+	}
+	const ns = "switch-plugin"
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	watch := watchOverCommit(ctx, s, ns, capacity)
+	// The Deployment controller writes the object too: retry a conflict.
+	scale := func(n int32) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			sc, err := s.Client.AppsV1().Deployments(ns).GetScale(ctx, "app", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			sc.Spec.Replicas = n
+			_, err = s.Client.AppsV1().Deployments(ns).UpdateScale(ctx, "app", sc, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(rel string) string {
+		t.Helper()
+		b, err := os.ReadFile(stack.DeployFile(rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	kubeScheduler := filepath.Join(s.Plane.Opts.BinDir, "kube-scheduler")
+	capscaleScheduler := filepath.Join(s.Opts.BinDir, "capscale-scheduler")
+	plugin := read("plugin/kube-scheduler-config.yaml")
+
+	// Extender mode: 20 pods on 18 IPs.
+	if _, err := s.Client.AppsV1().Deployments(ns).Create(ctx, SimpleDeployment(ns, "app", 20, underlayRequest(1)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUnderlay(ctx, t, s, ns, capacity, 18, 2)
+
+	// extender → plugin: the pods the extender bound count at once.
+	if err := s.RestartSchedulerWith(ctx, capscaleScheduler, plugin); err != nil {
+		t.Fatal(err)
+	}
+	scale(25)
+	waitUnderlay(ctx, t, s, ns, capacity, 18, 7)
+	waitPendingMessage(ctx, t, s, ns, "underlay IPs exhausted: 3/3 used")
+	scale(15)
+	waitUnderlay(ctx, t, s, ns, capacity, 15, 0)
+	scale(22)
+	waitUnderlay(ctx, t, s, ns, capacity, 18, 4)
+
+	// plugin → native: the publisher first (the plugin ignores what it
+	// publishes), then kube-scheduler with the native configuration.
+	restartExtender(ctx, t, s, true)
+	waitAllocatable(ctx, t, s, published, time.Minute)
+	if err := s.RestartSchedulerWith(ctx, kubeScheduler, read("native/kube-scheduler-config.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	scale(14)
+	waitUnderlay(ctx, t, s, ns, capacity, 14, 0)
+	scale(24)
+	waitUnderlay(ctx, t, s, ns, capacity, 18, 6)
+	waitPendingMessage(ctx, t, s, ns, "Insufficient "+names.UnderlayIPResource)
+
+	// native → plugin: the scheduler first, then the publisher off; the
+	// published capacity stays on the Nodes, ignored.
+	if err := s.RestartSchedulerWith(ctx, capscaleScheduler, plugin); err != nil {
+		t.Fatal(err)
+	}
+	restartExtender(ctx, t, s, false)
+	scale(13)
+	waitUnderlay(ctx, t, s, ns, capacity, 13, 0)
+	scale(21)
+	waitUnderlay(ctx, t, s, ns, capacity, 18, 3)
+
+	// plugin → extender.
+	ext, err := stack.SchedulerConfigWithExtender(stack.DeployFile("scheduler/kube-scheduler-config.yaml"), s.ExtenderURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RestartSchedulerWith(ctx, kubeScheduler, ext); err != nil {
+		t.Fatal(err)
+	}
+	scale(12)
+	waitUnderlay(ctx, t, s, ns, capacity, 12, 0)
+	scale(20)
+	waitUnderlay(ctx, t, s, ns, capacity, 18, 2)
+	assertNeverOver(ctx, t, s, ns, capacity, 3*time.Second)
+	watch.check(t)
 }

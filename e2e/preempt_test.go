@@ -51,7 +51,14 @@ func preemptionSetup(ctx context.Context, t *testing.T, s *stack.Stack, ns strin
 func TestPreemptionNative(t *testing.T) {
 	s := startNativeReuseStack(t, 2, "2")
 	ctx := testContext(t, 4*time.Minute)
-	const ns = "preempt-native"
+	preemptionTakesIP(ctx, t, s, "preempt-native")
+}
+
+// preemptionTakesIP runs preemptionSetup and expects kube-scheduler's own
+// preemption to evict one low-priority pod for the high-priority one, no
+// node over capacity at any poll.
+func preemptionTakesIP(ctx context.Context, t *testing.T, s *stack.Stack, ns string) {
+	t.Helper()
 	capacity := preemptionSetup(ctx, t, s, ns)
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		perNode, _, _, err := underlayUsage(ctx, s, ns)

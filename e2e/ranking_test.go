@@ -32,6 +32,13 @@ func TestExtenderMostFreeFirst(t *testing.T) {
 		}},
 		Extender: true,
 	})
+	mostFreeFirst(t, s, capacity)
+}
+
+// mostFreeFirst places 12 pods one at a time, each preferring the last of
+// three nodes, and checks each lands on a node with the most free IPs.
+func mostFreeFirst(t *testing.T, s *stack.Stack, capacity map[string]int) {
+	t.Helper()
 	ctx := testContext(t, 3*time.Minute)
 	const ns = "ranking"
 	if err := s.WaitForNamespace(ctx, ns); err != nil {

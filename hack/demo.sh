@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 
 BIN=_output/bin
 LOCAL=_output/local
+# Scheduling mode: plugin (capscale-scheduler is the plane's scheduler),
+# extender or native; make demo MODE=... passes it.
+MODE=${MODE:-plugin}
 bold() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 say() { printf '   %s\n' "$*"; }
 run() { printf '\033[36m$ %s\033[0m\n' "$*"; "$@"; }
@@ -31,8 +34,8 @@ if [ -f "$LOCAL/state.json" ]; then
   bold "A local plane is already running; restarting it"
   make --no-print-directory local-down
 fi
-bold "Starting a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (5 nodes), and capscale"
-make --no-print-directory local-up NODES=5
+bold "Starting a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (5 nodes), and capscale ($MODE mode)"
+make --no-print-directory local-up NODES=5 MODE="$MODE"
 # shellcheck disable=SC1091
 source "$LOCAL/env"
 export KUBECONFIG
@@ -68,9 +71,13 @@ say "Pods per node (never above capacity):"
 k -n demo get pods -l app=underlay -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep . | sort | uniq -c | sed 's/^/   /'
 say "The 6 pods that do not fit stay Pending, and say why:"
 k -n demo get events --field-selector reason=FailedScheduling -o jsonpath='{.items[-1:].message}{"\n"}' | sed 's/^/   /'
-say "The extender's own view (GET \$EXTENDER_URL/capacity, totals; per-node detail and pods follow in the full answer):"
-capacity=$(curl -fsS "$EXTENDER_URL/capacity")
-printf '   %s\n' "$(grep -o '"totals":{[^}]*}' <<<"$capacity")"
+if [ -n "${EXTENDER_URL:-}" ]; then
+  say "The extender's own view (GET \$EXTENDER_URL/capacity, totals; per-node detail and pods follow in the full answer):"
+  capacity=$(curl -fsS "$EXTENDER_URL/capacity")
+  printf '   %s\n' "$(grep -o '"totals":{[^}]*}' <<<"$capacity")"
+else
+  say "Plugin mode: no extender ran; capscale-scheduler (kube-scheduler with the UnderlayIP plugin) placed them."
+fi
 
 bold "2. Autoscaling on a third-party load index (step policy)"
 say "A load source answers {\"data\":{\"load_balance\":V}} at \$LOAD_SOURCE_URL; the adapter polls it every 2s."
@@ -226,9 +233,8 @@ api -X PUT -H 'Content-Type: application/json' -d '{"image":"registry.example/ca
 
 bold "Explore"
 cat <<EOT
-   source $LOCAL/env              # KUBECONFIG, EXTENDER_URL, ADAPTER_URL, WORKLOAD_API_URL, LOAD_SOURCE_URL
+   source $LOCAL/env              # KUBECONFIG, MODE, ADAPTER_URL, WORKLOAD_API_URL, LOAD_SOURCE_URL (EXTENDER_URL but in plugin mode)
    $BIN/kubectl get pods -A -o wide
-   curl -s \$EXTENDER_URL/capacity
    curl -s --cacert \$CAPSCALE_CA_FILE -X PUT --data 0.95 \$LOAD_SOURCE_URL    # drive the load index
    TOKEN=$TOKEN
    curl -s --cacert \$CAPSCALE_CA_FILE -H "Authorization: Bearer \$TOKEN" \$WORKLOAD_API_URL/v1/namespaces/demo/deployments/web/rollout
@@ -240,7 +246,7 @@ EOT
 bold "Read next"
 cat <<EOT
    README.md                 what capscale is, which scheduling mode to choose, how to install
-   docs/scheduling.md        the capacity rule, the two modes, no over-commit, the binder Lease
+   docs/scheduling.md        the capacity rule, the three modes, no over-commit, the binder Lease
    docs/metrics-adapter.md   sources, step policies and the HPAs that read them
    docs/workload-api.md      restart, stop, start, scale as the caller
    docs/architecture.md      the packages, and the path a request takes through each

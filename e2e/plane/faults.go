@@ -43,7 +43,7 @@ func (p *Plane) StartScheduler(ctx context.Context, name, config, kubeconfig str
 	if err != nil {
 		return nil, err
 	}
-	proc, err := p.StartProcess(name, p.bin("kube-scheduler"),
+	proc, err := p.StartProcess(name, p.schedulerBin(),
 		"--config="+cfgFile,
 		"--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
 		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),

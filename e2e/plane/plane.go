@@ -42,6 +42,9 @@ type Options struct {
 	// SchedulerConfig is a KubeSchedulerConfiguration in YAML; the harness
 	// sets clientConnection.kubeconfig and disables leader election.
 	SchedulerConfig string
+	// SchedulerBinary replaces BinDir/kube-scheduler as the plane's
+	// scheduler and StartScheduler's (plugin mode: capscale-scheduler).
+	SchedulerBinary string
 	// HPASyncPeriod is kube-controller-manager's HPA sync period.
 	HPASyncPeriod time.Duration
 	// NodeLeaseDuration is the kwok nodes' Lease duration (default 40s, the
@@ -197,6 +200,14 @@ func RepoRoot() string {
 }
 
 func (p *Plane) bin(name string) string { return filepath.Join(p.Opts.BinDir, name) }
+
+// schedulerBin is Opts.SchedulerBinary, else BinDir/kube-scheduler.
+func (p *Plane) schedulerBin() string {
+	if p.Opts.SchedulerBinary != "" {
+		return p.Opts.SchedulerBinary
+	}
+	return p.bin("kube-scheduler")
+}
 
 // StartProcess starts any binary as part of the plane (capscale's own
 // components); it is stopped with the plane and its log is part of LogTails.
@@ -415,7 +426,7 @@ func (p *Plane) startScheduler(ctx context.Context, port int) error {
 		"--tls-cert-file=" + serving.CertFile, "--tls-private-key-file=" + serving.KeyFile,
 		"--profiling=false",
 	}
-	proc, err := p.StartProcess("kube-scheduler", p.bin("kube-scheduler"), append(args, p.Opts.ExtraSchedulerFlags...)...)
+	proc, err := p.StartProcess("kube-scheduler", p.schedulerBin(), append(args, p.Opts.ExtraSchedulerFlags...)...)
 	if err != nil {
 		return err
 	}
@@ -442,6 +453,16 @@ func (p *Plane) RestartScheduler(ctx context.Context, config string) error {
 		return err
 	}
 	return p.startScheduler(ctx, port)
+}
+
+// RestartSchedulerWith is RestartScheduler with another scheduler binary
+// (kube-scheduler or capscale-scheduler), as an operator switching a
+// running cluster between scheduling modes would.
+func (p *Plane) RestartSchedulerWith(ctx context.Context, binary, config string) error {
+	p.mu.Lock()
+	p.Opts.SchedulerBinary = binary
+	p.mu.Unlock()
+	return p.RestartScheduler(ctx, config)
 }
 
 // schedulerConfig points the given KubeSchedulerConfiguration at the

@@ -28,7 +28,41 @@ type SchedulerReplica struct {
 // Kill ends both processes with SIGKILL, as the loss of the pod's node would.
 func (r *SchedulerReplica) Kill() {
 	r.Scheduler.Kill()
-	r.Extender.Kill()
+	if r.Extender != nil {
+		r.Extender.Kill()
+	}
+}
+
+// StartPluginSchedulerReplica applies deploy/plugin/capscale-scheduler.yaml
+// without its Deployment and starts one replica of plugin mode's
+// capscale-scheduler named name, as ServiceAccount capscale-scheduler with
+// that RBAC alone, leader election as the ConfigMap has it. The stack must
+// be in plugin mode (its scheduler binary is capscale-scheduler).
+func (s *Stack) StartPluginSchedulerReplica(ctx context.Context, name string) (*SchedulerReplica, error) {
+	if !s.Opts.Plugin {
+		return nil, fmt.Errorf("StartPluginSchedulerReplica: the stack is not in plugin mode")
+	}
+	file := DeployFile("plugin/capscale-scheduler.yaml")
+	docs, config, err := schedulerManifests(file)
+	if err != nil {
+		return nil, err
+	}
+	rbac := filepath.Join(s.Dir, "capscale-scheduler-plugin-rbac.yaml")
+	if err := os.WriteFile(rbac, docs, 0o600); err != nil {
+		return nil, err
+	}
+	if _, err := s.Kubectl(ctx, "apply", "-f", rbac); err != nil {
+		return nil, err
+	}
+	kc, err := s.ServiceAccountKubeconfig(ctx, Namespace, "capscale-scheduler")
+	if err != nil {
+		return nil, err
+	}
+	r := &SchedulerReplica{Name: name}
+	if r.Scheduler, err = s.StartScheduler(ctx, name, config, kc); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // leaseAcquired is what kube-scheduler's leader election logs on winning.

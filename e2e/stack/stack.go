@@ -44,6 +44,11 @@ type Options struct {
 	// counts the resource itself (deploy/native/kube-scheduler-config.yaml
 	// unless SchedulerConfigFile says otherwise). Implies Extender.
 	Native bool
+	// Plugin runs plugin mode: the plane's scheduler is capscale-scheduler
+	// (BinDir/capscale-scheduler: kube-scheduler with the UnderlayIP
+	// plugin) with deploy/plugin/kube-scheduler-config.yaml unless
+	// SchedulerConfigFile says otherwise; no extender runs.
+	Plugin bool
 	// SchedulerConfigFile is the KubeSchedulerConfiguration with the
 	// extender; default deploy/scheduler/kube-scheduler-config.yaml.
 	SchedulerConfigFile string
@@ -126,6 +131,21 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			s.extenderTLS.remove()
 			return nil, err
 		}
+	}
+	if o.Plugin {
+		if o.Extender || o.Native {
+			return nil, fmt.Errorf("stack: plugin mode runs no extender")
+		}
+		file := o.SchedulerConfigFile
+		if file == "" {
+			file = DeployFile("plugin/kube-scheduler-config.yaml")
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		o.Plane.SchedulerConfig = string(b)
+		o.Plane.SchedulerBinary = filepath.Join(o.BinDir, "capscale-scheduler")
 	}
 	s.Opts = o
 	if s.Plane, err = plane.Start(ctx, o.Plane); err != nil {

@@ -9,6 +9,10 @@
 // advertise (capscale.io/underlay-ip-native: 10; kube-scheduler alone).
 // --mode native: the same with capscale's native mode (the published
 // capacity, deploy/native's scheduler configuration) as side (a). --mode
+// plugin: the plane's scheduler is capscale-scheduler (kube-scheduler with
+// the UnderlayIP plugin, deploy/plugin's configuration, no extender); side
+// (a) is underlay pods through the plugin, side (b) the plain extended
+// resource, both on that one binary. --mode
 // tax: pods that request no underlay IP, scheduled with the configuration
 // capscale ships and with kube-scheduler's defaults.
 //
@@ -46,7 +50,7 @@ func main() {
 	nodes := flag.Int("nodes", 500, "kwok nodes for the throughput scenario")
 	batch := flag.Int("batch", 500, "throughput: pods per batch")
 	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
-	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), native-prioritize (native mode with the extender as prioritizer only, vs the same) or tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults)")
+	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), native-prioritize (native mode with the extender as prioritizer only, vs the same) or tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults)")
 	nodeLease := flag.Duration("node-lease", 40*time.Second, "throughput: the kwok nodes' Lease duration (they renew every quarter of it); at 5000 nodes the kubelet's 40s means 500 Lease writes a second, which saturate a 2-core plane")
 	extenderFloor := flag.String("extender-floor", "", "throughput, --mode extender: run the null extender (e2e/cmd/nullextender; make bench-e2e builds it) in the extender's place, to read the protocol's floor: 'bind' with filter and bind as deployed, 'filter' with kube-scheduler binding itself")
 	extenderHTTPS := flag.Bool("extender-https", false, "throughput: serve the extender over verified TLS, so that kube-scheduler's client multiplexes its calls on one HTTP/2 connection")
@@ -67,9 +71,9 @@ func main() {
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
 	switch *mode {
-	case "extender", "native", "native-prioritize", "tax":
+	case "extender", "native", "plugin", "native-prioritize", "tax":
 	default:
-		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, native-prioritize or tax, got %q\n", *mode)
+		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, plugin, native-prioritize or tax, got %q\n", *mode)
 		os.Exit(2)
 	}
 	if err := checkFloor(*extenderFloor, *mode, *pprofDir, *extenderHTTPS); err != nil {
@@ -251,8 +255,11 @@ func checkFloor(floor, mode, pprofDir string, https bool) error {
 // binds the resource itself.
 func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error) {
 	file := stack.DeployFile("scheduler/kube-scheduler-config.yaml")
-	if mode == "native" || mode == "native-prioritize" {
+	switch mode {
+	case "native", "native-prioritize":
 		file = stack.DeployFile("native/kube-scheduler-config.yaml")
+	case "plugin":
+		file = stack.DeployFile("plugin/kube-scheduler-config.yaml")
 	}
 	if qps == 0 && mode != "native-prioritize" && !noBind {
 		return file, nil, nil

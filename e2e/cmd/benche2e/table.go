@@ -113,6 +113,8 @@ func throughputRows(rep rigReport, a, b string) []row {
 		rateGoal, cpuGoal = "≥ 0.8 (issue 17)", "extender < 0.8 ms (issue 17)"
 	case rep.Scenario == "native" || rep.Scenario == "native-prioritize":
 		rateGoal = "≥ 0.95 (issue 11)"
+	case rep.Scenario == "plugin":
+		rateGoal, cpuGoal = "≥ 0.98 (issue 26)", "within 5% (issue 26)"
 	case rep.Scenario == "tax":
 		rateGoal, cpuGoal = "within 5% of the default", "within 5% of the default"
 	}

@@ -146,10 +146,12 @@ func throughput(o rigOptions) error {
 	if err != nil {
 		return err
 	}
-	if schedCfg != stack.DeployFile("scheduler/kube-scheduler-config.yaml") && schedCfg != stack.DeployFile("native/kube-scheduler-config.yaml") {
+	if schedCfg != stack.DeployFile("scheduler/kube-scheduler-config.yaml") && schedCfg != stack.DeployFile("native/kube-scheduler-config.yaml") &&
+		schedCfg != stack.DeployFile("plugin/kube-scheduler-config.yaml") {
 		defer os.Remove(schedCfg)
 	}
 	native := o.Mode == "native" || o.Mode == "native-prioritize"
+	plugin := o.Mode == "plugin"
 	var schedFlags []string
 	if o.PprofDir != "" {
 		extArgs = append(extArgs, "--profiling")
@@ -179,9 +181,10 @@ func throughput(o rigOptions) error {
 			ExtraControllerManagerFlags: kcmFlags,
 			NodeLeaseDuration:           o.NodeLease,
 		},
-		Extender:      true,
+		Extender:      !plugin,
 		ExtenderHTTPS: o.ExtenderHTTPS,
 		Native:        native,
+		Plugin:        plugin,
 	})
 	if err != nil {
 		return err
@@ -201,6 +204,10 @@ func throughput(o rigOptions) error {
 		sides = [2]side{{Name: "extender", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
 	case "native", "native-prioritize":
 		sides = [2]side{{Name: "native-mode", Resource: names.UnderlayIPResource}, {Name: "native", Resource: nativeResource}}
+	case "plugin":
+		// One capscale-scheduler, one profile: the plugin is the only
+		// difference (it skips the other side's pods in PreFilter and PreScore).
+		sides = [2]side{{Name: "plugin", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
 	case "tax":
 		// The same client limits on both sides: only the scheduling
 		// configuration differs.
@@ -329,8 +336,10 @@ func (r *rig) scrape(ctx context.Context, pids map[string]int) (scrapes, error) 
 	if sc.sched, err = scrapeHTTP(ctx, r.adminHTTP, r.s.SchedulerURL+"/metrics"); err != nil {
 		return sc, fmt.Errorf("kube-scheduler metrics: %w", err)
 	}
-	if sc.extender, err = scrapeHTTP(ctx, r.extHTTP, r.s.ExtenderURL+"/metrics"); err != nil {
-		return sc, fmt.Errorf("extender metrics: %w", err)
+	if r.s.ExtenderURL != "" { // plugin mode runs none
+		if sc.extender, err = scrapeHTTP(ctx, r.extHTTP, r.s.ExtenderURL+"/metrics"); err != nil {
+			return sc, fmt.Errorf("extender metrics: %w", err)
+		}
 	}
 	if sc.apiSrv, err = scrapeAPIServer(ctx, r.s.Client); err != nil {
 		return sc, fmt.Errorf("kube-apiserver metrics: %w", err)
@@ -420,6 +429,9 @@ func (r *rig) profile(dir, side string, seconds int) func() {
 		"kube-scheduler": {r.adminHTTP, r.s.SchedulerURL},
 		"extender":       {r.extHTTP, r.s.ExtenderURL},
 	} {
+		if c.url == "" {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

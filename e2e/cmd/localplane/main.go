@@ -68,8 +68,14 @@ func up(args []string) error {
 	bin := fs.String("bin-dir", "_output/bin", "directory with the control-plane and capscale binaries")
 	nodes := fs.Int("nodes", 5, "number of kwok nodes")
 	adapterConfig := fs.String("adapter-config", "", "metrics adapter config file; empty: a demo config polling a local load source")
+	mode := fs.String("mode", "plugin", "scheduling mode: extender, native or plugin (docs/scheduling.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	switch *mode {
+	case "extender", "native", "plugin":
+	default:
+		return fmt.Errorf("--mode must be extender, native or plugin, got %q", *mode)
 	}
 	if *nodes < 1 {
 		return fmt.Errorf("--nodes must be at least 1, got %d", *nodes)
@@ -108,10 +114,15 @@ func up(args []string) error {
 			HPASyncPeriod: 5 * time.Second,
 		},
 		BinDir:   binDir,
-		Extender: true, Adapter: true, WorkloadAPI: true, Controller: true,
+		Extender: *mode == "extender", Native: *mode == "native", Plugin: *mode == "plugin",
+		Adapter: true, WorkloadAPI: true, Controller: true,
 		AdapterConfig: *adapterConfig,
 		Prepare: func(ctx context.Context, s *stack.Stack) error {
-			logf("starting capscale: extender, metrics adapter, workload API, controller")
+			if *mode == "plugin" {
+				logf("starting capscale (plugin mode: the plane's scheduler is capscale-scheduler): metrics adapter, workload API, controller")
+			} else {
+				logf("starting capscale (%s mode): extender, metrics adapter, workload API, controller", *mode)
+			}
 			if *adapterConfig != "" {
 				return nil
 			}
@@ -132,7 +143,10 @@ func up(args []string) error {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", proc.Pid()))
 		st.Procs = append(st.Procs, procRef{Name: proc.Name, Pid: proc.Pid(), Exe: exe})
 	}
-	env["EXTENDER_URL"] = s.ExtenderURL
+	env["MODE"] = *mode
+	if s.ExtenderURL != "" {
+		env["EXTENDER_URL"] = s.ExtenderURL
+	}
 	env["ADAPTER_URL"] = s.AdapterURL
 	env["WORKLOAD_API_URL"] = s.WorkloadAPIURL
 	env["CAPSCALE_CA_FILE"] = s.PKI.ClusterCA.CertFile

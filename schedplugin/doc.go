@@ -1,0 +1,23 @@
+// Package schedplugin is capscale's underlay-IP rule as a kube-scheduler
+// framework plugin, UnderlayIP, compiled into capscale-scheduler
+// (cmd/capscale-scheduler: kube-scheduler v1.37 with this plugin registered).
+//
+// It takes a node's capacity and a pod's need from internal/underlay, the
+// rule the extender and the capacity publisher share, and counts the IPs in
+// use from the scheduler's own NodeInfo, so kube-scheduler's cache
+// (assume/forget of binds in flight, nominated pods, preemption's dry run)
+// keeps every decision exact with no cache of the plugin's own:
+//
+//   - PreFilter computes the pod's need once; Skip for a pod that needs none.
+//   - Filter: free ≥ need; Unschedulable when the node is full (preemption
+//     may free IPs), UnschedulableAndUnresolvable when its whole capacity is
+//     too small or invalid.
+//   - PreScore skips pods that need none; Score is the free count, and
+//     NormalizeScore gives the nodes with the most free IPs the top score.
+//   - EventsToRegister's queueing hints requeue a waiting pod when a pod
+//     holding IPs goes, a node is added, or a node's capacity grows.
+//   - SignPod keeps kube-scheduler's opportunistic batching on.
+//
+// The decisions are plain functions (rule.go); plugin.go and hints.go read
+// the framework's objects and call them. docs/scheduling.md "Plugin mode".
+package schedplugin

@@ -1,0 +1,85 @@
+package schedplugin
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+// EventsToRegister lists the events that may make a pod this plugin rejected
+// fit, each with a hint that says whether it does: an assigned pod that held
+// IPs went away (deleted or finished), a node was added, or a node's
+// annotations or labels changed (where its capacity lives). kube-scheduler
+// then moves the waiting pod out of its unschedulable pool at once, with no
+// write to the API and no periodic flush (5 minutes by default) needed.
+func (pl *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.afterPodDeleted},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}, QueueingHintFn: pl.afterNodeAdded},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}, QueueingHintFn: pl.afterNodeUpdated},
+	}, nil
+}
+
+func (pl *Plugin) afterPodDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+	gone, err := as[*v1.Pod](oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if !podFreesIPs(gone) {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("A pod holding underlay IPs went away", "pod", klog.KObj(pod), "gone", klog.KObj(gone), "node", gone.Spec.NodeName)
+	return fwk.Queue, nil
+}
+
+func (pl *Plugin) afterNodeAdded(logger klog.Logger, pod *v1.Pod, _, newObj any) (fwk.QueueingHint, error) {
+	node, err := as[*v1.Node](newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if !nodeAddedFits(underlay.PodNeed(pod), node, pl.defaultCapacity) {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("A node with room for the pod's underlay IPs was added", "pod", klog.KObj(pod), "node", klog.KObj(node))
+	return fwk.Queue, nil
+}
+
+func (pl *Plugin) afterNodeUpdated(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	oldNode, err := as[*v1.Node](oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	newNode, err := as[*v1.Node](newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if !capacityGrew(underlay.PodNeed(pod), oldNode, newNode, pl.defaultCapacity) {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("A node's underlay IP capacity grew", "pod", klog.KObj(pod), "node", klog.KObj(newNode))
+	return fwk.Queue, nil
+}
+
+// as converts an event's object, unwrapping the tombstone of a delete the
+// informer missed. nil stays nil. An unexpected type is an error, which the
+// framework answers with Queue so that no pod is stuck by a bug here.
+func as[T *v1.Pod | *v1.Node](obj any) (T, error) {
+	var zero T
+	if obj == nil {
+		return zero, nil
+	}
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	t, ok := obj.(T)
+	if !ok {
+		return zero, fmt.Errorf("%s queueing hint: want %T, got %T", Name, zero, obj)
+	}
+	return t, nil
+}

@@ -1,0 +1,106 @@
+package schedplugin
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+func TestEventsToRegister(t *testing.T) {
+	pl := &Plugin{defaultCapacity: 10}
+	events, err := pl.EventsToRegister(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[fwk.ClusterEvent]bool{
+		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                              true,
+		{Resource: fwk.Node, ActionType: fwk.Add}:                                        true,
+		{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}: true,
+	}
+	if len(events) != len(want) {
+		t.Fatalf("%d events, want %d: %+v", len(events), len(want), events)
+	}
+	for _, e := range events {
+		if !want[e.Event] {
+			t.Errorf("unexpected event %s", e.Event.Label())
+		}
+		if e.QueueingHintFn == nil {
+			t.Errorf("event %s has no queueing hint: every such event would requeue every pod the plugin rejected", e.Event.Label())
+		}
+	}
+}
+
+// hint runs the plugin's hint for event ev, as the scheduling queue does.
+func hint(t *testing.T, pl *Plugin, ev fwk.ClusterEvent, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	t.Helper()
+	events, _ := pl.EventsToRegister(context.Background())
+	for _, e := range events {
+		if e.Event == ev {
+			return e.QueueingHintFn(klog.Background(), pod, oldObj, newObj)
+		}
+	}
+	t.Fatalf("no hint registered for %s", ev.Label())
+	return 0, nil
+}
+
+func TestQueueingHints(t *testing.T) {
+	podDeleted := fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}
+	nodeAdded := fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}
+	nodeUpdated := fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}
+	waiting := ipPod("waiting", "", 2)
+	tests := []struct {
+		name           string
+		event          fwk.ClusterEvent
+		oldObj, newObj any
+		want           fwk.QueueingHint
+		wantErr        bool
+	}{
+		{name: "pod holding IPs deleted", event: podDeleted, oldObj: ipPod("holder", "n1", 1), want: fwk.Queue},
+		{name: "pod holding IPs deleted, seen late (tombstone)", event: podDeleted,
+			oldObj: cache.DeletedFinalStateUnknown{Key: "default/holder", Obj: ipPod("holder", "n1", 1)}, want: fwk.Queue},
+		{name: "pod without IPs deleted", event: podDeleted, oldObj: ipPod("plain", "n1", 0), want: fwk.QueueSkip},
+		{name: "unbound pod deleted", event: podDeleted, oldObj: ipPod("pending", "", 1), want: fwk.QueueSkip},
+		{name: "not a pod: error, so the queue requeues", event: podDeleted, oldObj: capNode("n1", nil, nil), want: fwk.Queue, wantErr: true},
+
+		{name: "node added with the default capacity", event: nodeAdded, newObj: capNode("n2", nil, nil), want: fwk.Queue},
+		{name: "node added with room for the need", event: nodeAdded, newObj: capNode("n2", annotated("2"), nil), want: fwk.Queue},
+		{name: "node added too small for the need", event: nodeAdded, newObj: capNode("n2", annotated("1"), nil), want: fwk.QueueSkip},
+		{name: "node added with capacity 0", event: nodeAdded, newObj: capNode("n2", annotated("0"), nil), want: fwk.QueueSkip},
+		{name: "node added with an invalid capacity", event: nodeAdded, newObj: capNode("n2", annotated("x"), nil), want: fwk.QueueSkip},
+
+		{name: "capacity annotation raised", event: nodeUpdated,
+			oldObj: capNode("n1", annotated("3"), nil), newObj: capNode("n1", annotated("5"), nil), want: fwk.Queue},
+		{name: "capacity label raised", event: nodeUpdated,
+			oldObj: capNode("n1", nil, annotated("3")), newObj: capNode("n1", nil, annotated("5")), want: fwk.Queue},
+		{name: "invalid capacity fixed", event: nodeUpdated,
+			oldObj: capNode("n1", annotated("x"), nil), newObj: capNode("n1", annotated("3"), nil), want: fwk.Queue},
+		{name: "annotation removed, default is larger", event: nodeUpdated,
+			oldObj: capNode("n1", annotated("3"), nil), newObj: capNode("n1", nil, nil), want: fwk.Queue},
+		{name: "capacity lowered", event: nodeUpdated,
+			oldObj: capNode("n1", annotated("5"), nil), newObj: capNode("n1", annotated("3"), nil), want: fwk.QueueSkip},
+		{name: "capacity raised but still below the need", event: nodeUpdated,
+			oldObj: capNode("n1", annotated("0"), nil), newObj: capNode("n1", annotated("1"), nil), want: fwk.QueueSkip},
+		{name: "capacity made invalid", event: nodeUpdated,
+			oldObj: capNode("n1", annotated("3"), nil), newObj: capNode("n1", annotated("x"), nil), want: fwk.QueueSkip},
+		{name: "another annotation changed", event: nodeUpdated,
+			oldObj: capNode("n1", map[string]string{"a": "1"}, nil), newObj: capNode("n1", map[string]string{"a": "2"}, nil), want: fwk.QueueSkip},
+		{name: "label overridden by the annotation is raised", event: nodeUpdated,
+			oldObj: capNode("n1", annotated("1"), annotated("3")), newObj: capNode("n1", annotated("1"), annotated("9")), want: fwk.QueueSkip},
+	}
+	pl := &Plugin{defaultCapacity: 10}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := hint(t, pl, tc.event, waiting, tc.oldObj, tc.newObj)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Fatalf("hint = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,143 @@
+package schedplugin
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "UnderlayIP"
+
+// SignerName is the key of the plugin's fragment of a pod's scheduling
+// signature (see SignPod).
+const SignerName = "capscale.io/underlay-ip: v1.Pod.Spec.ContainerRequestsAndOverheads()"
+
+// stateKey is where PreFilter leaves the pod's need in the CycleState.
+const stateKey fwk.StateKey = "PreFilter" + Name
+
+// Plugin is the underlay-IP rule as a kube-scheduler framework plugin.
+type Plugin struct {
+	defaultCapacity int64
+}
+
+var (
+	_ fwk.PreFilterPlugin   = (*Plugin)(nil)
+	_ fwk.FilterPlugin      = (*Plugin)(nil)
+	_ fwk.PreScorePlugin    = (*Plugin)(nil)
+	_ fwk.ScorePlugin       = (*Plugin)(nil)
+	_ fwk.ScoreExtensions   = (*Plugin)(nil)
+	_ fwk.EnqueueExtensions = (*Plugin)(nil)
+	_ fwk.SignPlugin        = (*Plugin)(nil)
+)
+
+// New is the plugin's factory (the framework's PluginFactory signature):
+// it decodes the profile's args and needs nothing from the handle.
+func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
+	args, err := DecodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	return &Plugin{defaultCapacity: *args.DefaultCapacity}, nil
+}
+
+// Name returns Name.
+func (pl *Plugin) Name() string { return Name }
+
+// needState is the pod's need, computed once per scheduling cycle. It never
+// changes within the cycle, so Clone shares it.
+type needState int64
+
+// Clone implements fwk.StateData.
+func (s needState) Clone() fwk.StateData { return s }
+
+// PreFilter computes the pod's need once. A pod that needs no underlay IP
+// gets Skip: the framework then skips Filter for it.
+func (pl *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	need := underlay.PodNeed(pod)
+	if need == 0 {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	state.Write(stateKey, needState(need))
+	return nil, nil
+}
+
+// PreFilterExtensions returns nil: the framework adds a nominated pod to,
+// or removes a preemption victim from, the NodeInfo it then hands to Filter,
+// and Filter reads the IPs in use from that NodeInfo, so there is nothing
+// for AddPod or RemovePod to track (docs/scheduling.md "Plugin mode").
+func (pl *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// need is the pod's need from PreFilter, or computed again when the cycle
+// has none (PreFilter skipped the pod, or a caller went straight to Score).
+func need(state fwk.CycleState, pod *v1.Pod) int64 {
+	if state != nil {
+		if s, err := state.Read(stateKey); err == nil {
+			if n, ok := s.(needState); ok {
+				return int64(n)
+			}
+		}
+	}
+	return underlay.PodNeed(pod)
+}
+
+// Filter admits the node when its free IPs cover the pod's need.
+func (pl *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	node := nodeInfo.Node()
+	if node == nil {
+		return fwk.AsStatus(fmt.Errorf("%s filter of pod %s: node not found", Name, klog.KObj(pod)))
+	}
+	v := fit(need(state, pod), pl.capacity(node), usedIPs(nodeInfo.GetRequested()))
+	if v.code == fwk.Success {
+		return nil
+	}
+	return fwk.NewStatus(v.code, v.reason)
+}
+
+// PreScore skips Score for a pod that needs no underlay IP, so that such
+// pods cost nothing more on capscale-scheduler than on kube-scheduler.
+func (pl *Plugin) PreScore(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if need(state, pod) == 0 {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score is the node's free IPs; NormalizeScore ranks them.
+func (pl *Plugin) Score(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	node := nodeInfo.Node()
+	if node == nil {
+		return 0, fwk.AsStatus(fmt.Errorf("%s score of pod %s: node not found", Name, klog.KObj(pod)))
+	}
+	return freeIPs(pl.capacity(node), usedIPs(nodeInfo.GetRequested())), nil
+}
+
+// ScoreExtensions returns the plugin: it normalises its own scores.
+func (pl *Plugin) ScoreExtensions() fwk.ScoreExtensions { return pl }
+
+// NormalizeScore gives the nodes with the most free IPs MaxScore, the
+// others MinScore (see normalize).
+func (pl *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	normalize(scores)
+	return nil
+}
+
+// SignPod makes the plugin batchable (KEP-5598, opportunistic batching,
+// on by default in v1.37): a profile with a Filter or Score plugin that is
+// not a SignPlugin loses batching for every pod. Two pods with the same need
+// get the same Filter and Score from this plugin on the same nodes, so the
+// need is the whole fragment.
+func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	return []fwk.SignFragment{{Key: SignerName, Value: underlay.PodNeed(pod)}}, nil
+}
+
+// capacity is the node's capacity under the one rule.
+func (pl *Plugin) capacity(node *v1.Node) underlay.Capacity {
+	return underlay.NodeCapacity(node.Annotations, node.Labels, pl.defaultCapacity)
+}
