@@ -95,20 +95,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // are read from the ledger when scraped, so the ledger keeps no metrics.
 func RegisterLedger(reg prometheus.Registerer, l *Ledger) {
 	const ns, sub = "capscale", "extender"
-	gauge := func(name, help string, value func(t Totals, invalid int) int64) prometheus.GaugeFunc {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help},
-			func() float64 { return float64(value(l.Totals())) })
+	totals := func(f func(t Totals, invalid int) int64) func() float64 {
+		return func() float64 { return float64(f(l.Totals())) }
 	}
 	reg.MustRegister(
-		gauge("nodes", "Nodes known to the extender.",
-			func(t Totals, _ int) int64 { return int64(t.Nodes) }),
-		gauge("capacity_ips", "Underlay IP capacity summed over known nodes.",
-			func(t Totals, _ int) int64 { return t.Capacity }),
-		gauge("used_ips", "Underlay IPs held by bound, non-terminal pods.",
-			func(t Totals, _ int) int64 { return t.Used }),
-		gauge("reserved_ips", "Underlay IPs reserved by binds not yet seen by the pod informer.",
-			func(t Totals, _ int) int64 { return t.Reserved }),
-		gauge("invalid_capacity_annotation_nodes", "Nodes whose underlay IP capacity annotation is invalid (capacity treated as 0).",
-			func(_ Totals, invalid int) int64 { return int64(invalid) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "nodes",
+			Help: "Nodes known to the extender."},
+			totals(func(t Totals, _ int) int64 { return int64(t.Nodes) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "capacity_ips",
+			Help: "Underlay IP capacity summed over known nodes."},
+			totals(func(t Totals, _ int) int64 { return t.Capacity })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "used_ips",
+			Help: "Underlay IPs held by bound, non-terminal pods."},
+			totals(func(t Totals, _ int) int64 { return t.Used })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "reserved_ips",
+			Help: "Underlay IPs reserved by binds not yet seen by the pod informer."},
+			totals(func(t Totals, _ int) int64 { return t.Reserved })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "invalid_capacity_annotation_nodes",
+			Help: "Nodes whose underlay IP capacity annotation is invalid (capacity treated as 0)."},
+			totals(func(_ Totals, invalid int) int64 { return int64(invalid) })),
 	)
 }
