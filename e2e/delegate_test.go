@@ -62,6 +62,32 @@ func preflight(ctx context.Context, p *plane.Plane, args ...string) (string, err
 	return string(b), err
 }
 
+// createQPSWeb creates Deployment web (500 QPS a pod, 800 in all) and an
+// HPA on capscale's QPS policy for it: 2 replicas.
+func createQPSWeb(ctx context.Context, t *testing.T, s *stack.Stack) {
+	t.Helper()
+	web := SimpleDeployment(adapterNS, "web", 1, nil)
+	web.Annotations = map[string]string{names.SinglePodQPSAnnotation: "500", names.TotalQPSAnnotation: "800"}
+	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, web, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Create(ctx, desiredReplicasHPA("web", names.PolicyQPS, 1, 10), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// uninstall runs hack/uninstall.sh against the plane, which must give the
+// APIService back to the recorded delegate.
+func uninstall(ctx context.Context, t *testing.T, s *stack.Stack) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(plane.RepoRoot(), "hack", "uninstall.sh"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.Kubeconfig, "KUBECTL="+filepath.Join(s.Plane.Opts.BinDir, "kubectl"),
+		"METRICS_ADAPTER="+filepath.Join(capscaleBin, "metrics-adapter"))
+	if b, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(b), "restored:") {
+		t.Fatalf("hack/uninstall.sh: %v\n%s", err, b)
+	}
+}
+
 // adapterGet calls capscale's adapter directly: with a bearer token, or as
 // admin (client certificate) when token is empty.
 func adapterGet(ctx context.Context, s *stack.Stack, path, token string) (int, string, error) {
@@ -210,14 +236,7 @@ func TestAdapterDelegation(t *testing.T) {
 	// Both HPAs scale: the delegate's on a new target (42/14 = 3), capscale's
 	// on QPS annotations (800/500 -> 2).
 	setDelegateTarget(ctx, t, s, "queue", 14)
-	web := SimpleDeployment(adapterNS, "web", 1, nil)
-	web.Annotations = map[string]string{names.SinglePodQPSAnnotation: "500", names.TotalQPSAnnotation: "800"}
-	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, web, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Create(ctx, desiredReplicasHPA("web", names.PolicyQPS, 1, 10), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createQPSWeb(ctx, t, s)
 	waitReplicas(ctx, t, s, "queue", 3, time.Minute, nil, nil)
 	waitReplicas(ctx, t, s, "web", 2, time.Minute, nil, nil)
 	if n := forwarded(ctx, t, s, 200); n < 1 {
@@ -267,12 +286,7 @@ func TestAdapterDelegation(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMetricValue(ctx, t, s, delegateMetric, "foo=bar", 42)
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(plane.RepoRoot(), "hack", "uninstall.sh"))
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.Kubeconfig, "KUBECTL="+filepath.Join(s.Plane.Opts.BinDir, "kubectl"),
-		"METRICS_ADAPTER="+filepath.Join(capscaleBin, "metrics-adapter"))
-	if b, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(b), "restored:") {
-		t.Fatalf("hack/uninstall.sh: %v\n%s", err, b)
-	}
+	uninstall(ctx, t, s)
 	got := apiService()
 	if _, ok := got.Annotations[names.DelegateAnnotation]; ok {
 		t.Errorf("the record outlived the uninstall")

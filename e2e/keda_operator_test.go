@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -73,6 +72,24 @@ func metricsAPIScaledObject(name, url string, target int) *unstructured.Unstruct
 			}},
 		},
 	}}
+}
+
+// scaleQueueWithKEDA creates Deployment queue and a metrics-api
+// ScaledObject on the load source at url (10 per replica), and waits for
+// KEDA to scale it to 3 (the tests set the load to 30).
+func scaleQueueWithKEDA(ctx context.Context, t *testing.T, s *stack.Stack, url string) {
+	t.Helper()
+	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, SimpleDeployment(adapterNS, "queue", 1, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(scaledObjects).Namespace(adapterNS).Create(ctx, metricsAPIScaledObject("queue", url, 10), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicas(ctx, t, s, "queue", 3, 2*time.Minute, nil, nil)
 }
 
 // hpaWatch records every status of an HPA that reports ScalingActive=False.
@@ -167,17 +184,7 @@ func TestRealKEDADelegation(t *testing.T) {
 	}
 
 	// 1. KEDA alone: 30 / 10 per replica = 3 replicas.
-	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, SimpleDeployment(adapterNS, "queue", 1, nil), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(s.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dyn.Resource(scaledObjects).Namespace(adapterNS).Create(ctx, metricsAPIScaledObject("queue", srv.URL, 10), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitReplicas(ctx, t, s, "queue", 3, 2*time.Minute, nil, nil)
+	scaleQueueWithKEDA(ctx, t, s, srv.URL)
 	hpaName := "keda-hpa-queue"
 	kedaHPA, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Get(ctx, hpaName, metav1.GetOptions{})
 	if err != nil {
@@ -204,14 +211,7 @@ func TestRealKEDADelegation(t *testing.T) {
 	}
 	src.Set(50)
 	waitReplicas(ctx, t, s, "queue", 5, 2*time.Minute, nil, nil)
-	web := SimpleDeployment(adapterNS, "web", 1, nil)
-	web.Annotations = map[string]string{names.SinglePodQPSAnnotation: "500", names.TotalQPSAnnotation: "800"}
-	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, web, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Create(ctx, desiredReplicasHPA("web", names.PolicyQPS, 1, 10), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createQPSWeb(ctx, t, s)
 	waitReplicas(ctx, t, s, "web", 2, time.Minute, nil, nil)
 	if n := forwarded(ctx, t, s, 200); n < 1 {
 		t.Errorf("capscale_adapter_delegate_requests_total{code=200} = %v, want KEDA's metric forwarded", n)
@@ -222,12 +222,7 @@ func TestRealKEDADelegation(t *testing.T) {
 
 	// 3. Uninstall: the APIService is KEDA's again, as it was, and KEDA's
 	// HPA still scales (20 / 10 = 2).
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(plane.RepoRoot(), "hack", "uninstall.sh"))
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.Kubeconfig, "KUBECTL="+filepath.Join(s.Plane.Opts.BinDir, "kubectl"),
-		"METRICS_ADAPTER="+filepath.Join(capscaleBin, "metrics-adapter"))
-	if b, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(b), "restored:") {
-		t.Fatalf("hack/uninstall.sh: %v\n%s", err, b)
-	}
+	uninstall(ctx, t, s)
 	got, err := ac.ApiregistrationV1().APIServices().Get(ctx, "v1beta1.external.metrics.k8s.io", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -502,17 +497,7 @@ func TestRealKEDACertRotation(t *testing.T) {
 	waitAPIService("held KEDA's CA and was available", time.Minute, func(svc string, ca []byte, available bool) bool {
 		return svc == kedaSvc && bytes.Equal(ca, kedaCA) && available
 	})
-	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, SimpleDeployment(adapterNS, "queue", 1, nil), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(s.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dyn.Resource(scaledObjects).Namespace(adapterNS).Create(ctx, metricsAPIScaledObject("queue", srv.URL, 10), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitReplicas(ctx, t, s, "queue", 3, 2*time.Minute, nil, nil)
+	scaleQueueWithKEDA(ctx, t, s, srv.URL)
 
 	// capscale in front with the operator as shipped: it writes KEDA's CA
 	// over capscale's, and the aggregator cannot verify capscale.
