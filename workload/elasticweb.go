@@ -120,24 +120,24 @@ func (s *Server) applyElasticWeb(w http.ResponseWriter, r *http.Request, p targe
 		httpserver.WriteError(w, http.StatusUnprocessableEntity, err.Error())
 		return
 	}
-	body, err := elasticWebApply(p.namespace, p.name, spec)
+	body, err := elasticWebApply(p.Namespace, p.Name, spec)
 	if err != nil {
 		httpserver.WriteError(w, http.StatusBadRequest, fmt.Sprintf("encoding the ElasticWeb: %v", err))
 		return
 	}
-	u, err := dc.Resource(v1alpha1.ElasticWebResource).Namespace(p.namespace).Patch(ctx, p.name, types.ApplyPatchType, body, metav1.PatchOptions{
+	u, err := dc.Resource(v1alpha1.ElasticWebResource).Namespace(p.Namespace).Patch(ctx, p.Name, types.ApplyPatchType, body, metav1.PatchOptions{
 		FieldManager: names.WorkloadAPIFieldManager,
 		Force:        &force,
 		// Unknown fields are errors naming them, never silently dropped.
 		FieldValidation: metav1.FieldValidationStrict,
 	})
 	if err != nil {
-		what := fmt.Sprintf("applying ElasticWeb %s/%s", p.namespace, p.name)
+		what := fmt.Sprintf("applying ElasticWeb %s/%s", p.Namespace, p.Name)
 		if apierrors.IsNotFound(err) {
 			// An apply creates what is missing: only the resource can be.
 			what += " (is the ElasticWeb CRD installed? kubectl apply --server-side -f deploy/crd/)"
 		}
-		writeError(w, r, what, err)
+		writeError(w, r, fmt.Errorf("%s: %w", what, err))
 		return
 	}
 	writeElasticWeb(w, r, u)
@@ -150,9 +150,9 @@ func (s *Server) getElasticWeb(w http.ResponseWriter, r *http.Request, p target,
 		httpserver.WriteError(w, http.StatusInternalServerError, "the elastic web routes are not configured")
 		return
 	}
-	u, err := dc.Resource(v1alpha1.ElasticWebResource).Namespace(p.namespace).Get(ctx, p.name, metav1.GetOptions{})
+	u, err := dc.Resource(v1alpha1.ElasticWebResource).Namespace(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 	if err != nil {
-		writeError(w, r, fmt.Sprintf("reading ElasticWeb %s/%s", p.namespace, p.name), err)
+		writeError(w, r, fmt.Errorf("reading ElasticWeb %s/%s: %w", p.Namespace, p.Name, err))
 		return
 	}
 	writeElasticWeb(w, r, u)
@@ -161,7 +161,7 @@ func (s *Server) getElasticWeb(w http.ResponseWriter, r *http.Request, p target,
 func writeElasticWeb(w http.ResponseWriter, r *http.Request, u *unstructured.Unstructured) {
 	var ew v1alpha1.ElasticWeb
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), &ew); err != nil {
-		writeError(w, r, fmt.Sprintf("decoding ElasticWeb %s/%s", u.GetNamespace(), u.GetName()), err)
+		writeError(w, r, fmt.Errorf("decoding ElasticWeb %s/%s: %w", u.GetNamespace(), u.GetName(), err))
 		return
 	}
 	httpserver.WriteJSON(w, http.StatusOK, ElasticWeb{

@@ -38,6 +38,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/capscale/capscale/apis/capscale/v1alpha1"
+	"github.com/capscale/capscale/workload/lifecycle"
 )
 
 // env is a Server over a fake clientset, served on 127.0.0.1. The server's
@@ -131,7 +132,7 @@ func (e *env) clientFor(token string) (kubernetes.Interface, error) {
 			m := obj.(metav1.Object)
 			return true, &autoscalingv1.Scale{
 				ObjectMeta: metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), ResourceVersion: m.GetResourceVersion()},
-				Spec:       autoscalingv1.ScaleSpec{Replicas: replicasOf(*replicasPtr(obj))},
+				Spec:       autoscalingv1.ScaleSpec{Replicas: lifecycle.ReplicasOf(*replicasPtr(obj))},
 			}, nil
 		})
 		c.PrependReactor("update", res, func(a k8stesting.Action) (bool, runtime.Object, error) {

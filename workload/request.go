@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/capscale/capscale/internal/httpserver"
+	"github.com/capscale/capscale/workload/lifecycle"
 )
 
 // errBodyTooLarge is returned by decodeJSON for an oversized body.
@@ -81,18 +82,24 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) bo
 	return false
 }
 
-// writeError answers for a failed apiserver call made while doing what, or
-// for a *conflictError, a refusal of the API's own. The apiserver's 4xx
-// answers reach the caller with the same code and the apiserver's message:
-// the call was made with the caller's own token, so a 401 or 403 is theirs
-// (RBAC or an admission policy), not capscale's.
-func writeError(w http.ResponseWriter, r *http.Request, what string, err error) {
-	var ce *conflictError
-	if errors.As(err, &ce) {
-		httpserver.WriteError(w, http.StatusConflict, ce.msg)
+// writeError answers for a failed lifecycle call: a *lifecycle.Refusal is
+// 409 and a *lifecycle.Invalid 422, each with its own words; the
+// apiserver's 4xx answers reach the caller with the same code and the
+// apiserver's message (err says what was being done): the call was made
+// with the caller's own token, so a 401 or 403 is theirs (RBAC or an
+// admission policy), not capscale's.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var refusal *lifecycle.Refusal
+	var invalid *lifecycle.Invalid
+	switch {
+	case errors.As(err, &refusal):
+		httpserver.WriteError(w, http.StatusConflict, refusal.Reason+remedy[refusal.Remedy])
+		return
+	case errors.As(err, &invalid):
+		httpserver.WriteError(w, http.StatusUnprocessableEntity, invalid.Error())
 		return
 	}
-	msg := fmt.Sprintf("%s: %v", what, err)
+	msg := err.Error()
 	code := http.StatusInternalServerError
 	var st apierrors.APIStatus
 	switch {
@@ -105,7 +112,13 @@ func writeError(w http.ResponseWriter, r *http.Request, what string, err error) 
 		w.Header().Set("WWW-Authenticate", `Bearer realm="capscale", error="invalid_token"`)
 	}
 	if code >= 500 {
-		klog.FromContext(r.Context()).Error(err, "API call failed", "what", what)
+		klog.FromContext(r.Context()).Error(err, "API call failed")
 	}
 	httpserver.WriteError(w, code, msg)
+}
+
+// remedy says in the API's words what a refused caller can add.
+var remedy = map[lifecycle.Remedy]string{
+	lifecycle.RemedyReplicas:  `; start with {"replicas": N}`,
+	lifecycle.RemedyAdjustHPA: `; ask with ?adjustHPA=true (or "adjustHPA": true) to move the HPA's bounds to include the new count`,
 }

@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +27,7 @@ import (
 
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/workload/capacity"
+	"github.com/capscale/capscale/workload/lifecycle"
 )
 
 // DefaultMaxBodyBytes bounds request bodies unless configured otherwise.
@@ -82,7 +81,6 @@ type Server struct {
 	metrics    metricsclient.Interface
 	// inflight holds one token per /v1 request being served.
 	inflight  chan struct{}
-	clock     clock.PassiveClock
 	maxBody   int64
 	defaultIP int64
 
@@ -96,10 +94,9 @@ type Server struct {
 	instr     *httpserver.Instrumenter
 	mutations *prometheus.CounterVec
 
-	// restartMu guards lastRestart, which keeps restart stamps strictly
-	// increasing even when the clock does not move between two calls.
-	restartMu   sync.Mutex
-	lastRestart time.Time
+	// stamps keeps restart stamps strictly increasing even when the clock
+	// does not move between two calls.
+	stamps *lifecycle.Stamper
 
 	router chi.Router
 }
@@ -136,7 +133,7 @@ func New(cfg Config) *Server {
 		connected:  cfg.Connected,
 		metrics:    cfg.Metrics,
 		inflight:   make(chan struct{}, cfg.MaxInflight),
-		clock:      cfg.Clock,
+		stamps:     &lifecycle.Stamper{Clock: cfg.Clock},
 		maxBody:    cfg.MaxBodyBytes,
 		defaultIP:  cfg.DefaultUnderlayIPCapacity,
 		gatherer:   cfg.Gatherer,
@@ -182,7 +179,7 @@ func (s *Server) HasSynced() bool {
 type route struct {
 	method, pattern string
 	// kinds the route serves; nil for an elastic web route.
-	kinds []kind
+	kinds []lifecycle.Kind
 	// action names a mutation for the audit log and metrics; empty for
 	// reads.
 	action string
@@ -220,12 +217,12 @@ func (s *Server) routes() chi.Router {
 	const w = "/v1/namespaces/{namespace}/{resource}/{name}"
 	const ew = "/v1/namespaces/{namespace}/elasticwebs/{name}"
 	for _, rt := range []route{
-		{http.MethodPost, w + "/restart", restartable, "restart", s.restart},
-		{http.MethodGet, w + "/rollout", restartable, "", s.rollout},
-		{http.MethodPost, w + "/stop", scalable, "stop", s.stop},
-		{http.MethodPost, w + "/start", scalable, "start", s.start},
-		{http.MethodPut, w + "/scale", scalable, "scale", s.scale},
-		{http.MethodGet, w + "/capacity", scalable, "", s.capacity},
+		{http.MethodPost, w + "/restart", lifecycle.Restartable, "restart", s.restart},
+		{http.MethodGet, w + "/rollout", lifecycle.Restartable, "", s.rollout},
+		{http.MethodPost, w + "/stop", lifecycle.Scalable, "stop", s.stop},
+		{http.MethodPost, w + "/start", lifecycle.Scalable, "start", s.start},
+		{http.MethodPut, w + "/scale", lifecycle.Scalable, "scale", s.scale},
+		{http.MethodGet, w + "/capacity", lifecycle.Scalable, "", s.capacity},
 		{http.MethodPut, ew, nil, "elasticweb-apply", s.applyElasticWeb},
 		{http.MethodGet, ew, nil, "", s.getElasticWeb},
 	} {
@@ -247,7 +244,7 @@ func (s *Server) endpoint(rt route) http.Handler {
 			return
 		}
 		logger := klog.FromContext(r.Context()).WithValues("route", rt.pattern,
-			"resource", t.resource(), "namespace", t.namespace, "name", t.name)
+			"resource", t.resource(), "namespace", t.Namespace, "name", t.Name)
 		r = r.WithContext(klog.NewContext(r.Context(), logger))
 		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
 		select {
@@ -333,8 +330,8 @@ func (s *Server) audit(action string, t target, sw *httpserver.StatusRecorder, r
 	klog.InfoS("Audit",
 		"verb", action,
 		"resource", t.resource(),
-		"namespace", t.namespace,
-		"name", t.name,
+		"namespace", t.Namespace,
+		"name", t.Name,
 		"code", sw.Code(),
 		"remote", r.RemoteAddr)
 	s.mutations.WithLabelValues(action, strconv.Itoa(sw.Code())).Inc()

@@ -1,9 +1,8 @@
-package workload
+package lifecycle
 
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sort"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -33,12 +32,13 @@ type HPACondition struct {
 	Message string `json:"message,omitempty"`
 }
 
-func hpaInfo(h *autoscalingv2.HorizontalPodAutoscaler) *HPAInfo {
+// Info is what the answers say of h; nil for none.
+func Info(h *autoscalingv2.HorizontalPodAutoscaler) *HPAInfo {
 	if h == nil {
 		return nil
 	}
 	i := &HPAInfo{
-		Name: h.Name, MinReplicas: replicasOf(h.Spec.MinReplicas), MaxReplicas: h.Spec.MaxReplicas,
+		Name: h.Name, MinReplicas: ReplicasOf(h.Spec.MinReplicas), MaxReplicas: h.Spec.MaxReplicas,
 		CurrentReplicas: h.Status.CurrentReplicas, DesiredReplicas: h.Status.DesiredReplicas,
 	}
 	for _, c := range h.Status.Conditions {
@@ -47,32 +47,21 @@ func hpaInfo(h *autoscalingv2.HorizontalPodAutoscaler) *HPAInfo {
 	return i
 }
 
-// hpaFor returns the HPA whose scaleTargetRef is the workload, or nil. With
+// FindHPA returns the HPA whose scaleTargetRef is t, or nil. With
 // several (which the HPA controller itself refuses to act on) it takes the
 // first by name, so the answer is stable.
 // It lists with c, the caller's client: the caller must be allowed to list
 // HPAs in the namespace, and sees only what they could see themselves.
-func hpaFor(ctx context.Context, c kubernetes.Interface, ns, kind, name string) (*autoscalingv2.HorizontalPodAutoscaler, error) {
-	l, err := c.AutoscalingV2().HorizontalPodAutoscalers(ns).List(ctx, metav1.ListOptions{})
+func FindHPA(ctx context.Context, c kubernetes.Interface, t Target) (*autoscalingv2.HorizontalPodAutoscaler, error) {
+	l, err := c.AutoscalingV2().HorizontalPodAutoscalers(t.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("listing HorizontalPodAutoscalers in %s: %w", ns, err)
+		return nil, fmt.Errorf("finding the HorizontalPodAutoscaler of %s: %w", t, err)
 	}
 	all := make([]*autoscalingv2.HorizontalPodAutoscaler, len(l.Items))
 	for i := range l.Items {
 		all[i] = &l.Items[i]
 	}
-	return pickHPA(all, kind, name), nil
-}
-
-// workloadHPA finds the HPA of workload t as the caller c; when that fails
-// it answers the request itself and returns false.
-func workloadHPA(w http.ResponseWriter, r *http.Request, t target, c caller) (*autoscalingv2.HorizontalPodAutoscaler, bool) {
-	hpa, err := hpaFor(r.Context(), c.client, t.namespace, t.kind.kind(), t.name)
-	if err != nil {
-		writeError(w, r, "finding the workload's HPA", err)
-		return nil, false
-	}
-	return hpa, true
+	return pickHPA(all, t.Kind.Kind(), t.Name), nil
 }
 
 // pickHPA returns the HPA of all whose scaleTargetRef is the apps/v1

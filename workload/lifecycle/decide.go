@@ -1,4 +1,4 @@
-package workload
+package lifecycle
 
 import (
 	"fmt"
@@ -23,20 +23,16 @@ func boundsOf(h *autoscalingv2.HorizontalPodAutoscaler) *hpaBounds {
 	if h == nil {
 		return nil
 	}
-	return &hpaBounds{name: h.Name, min: replicasOf(h.Spec.MinReplicas), max: h.Spec.MaxReplicas}
+	return &hpaBounds{name: h.Name, min: ReplicasOf(h.Spec.MinReplicas), max: h.Spec.MaxReplicas}
 }
 
-func replicasOf(p *int32) int32 {
+// ReplicasOf is a replica count as the API defaults it.
+func ReplicasOf(p *int32) int32 {
 	if p == nil {
 		return 1 // the API default
 	}
 	return *p
 }
-
-// conflictError is a refusal to act that answers 409 with its message.
-type conflictError struct{ msg string }
-
-func (e *conflictError) Error() string { return e.msg }
 
 // stopRefusal says why a stop must not happen: an HPA with minReplicas 0
 // keeps scaling at 0 replicas and would undo it at its next sync. Empty
@@ -72,7 +68,7 @@ func decideStop(current int32, annotations map[string]string, h *hpaBounds) stop
 			p.remembered = &n32
 			p.message = fmt.Sprintf("already stopped; start will restore %d replicas", n)
 		} else {
-			p.message = "already at 0 replicas with no remembered count; start needs {\"replicas\": N}"
+			p.message = "already at 0 replicas with no remembered count; start needs a replica count"
 		}
 	} else {
 		// Remember the current count, even over a stale annotation left by a
@@ -111,7 +107,7 @@ type startPlan struct {
 }
 
 // decideStart plans a start: the asked count, else the remembered one,
-// else the HPA's floor; never above the HPA's max. A *conflictError means
+// else the HPA's floor; never above the HPA's max. A *Refusal means
 // there is no count to start with.
 func decideStart(in startInput) (startPlan, error) {
 	var p startPlan
@@ -128,7 +124,7 @@ func decideStart(in startInput) (startPlan, error) {
 			// the current one wins.
 			n, p.source = in.current, "current"
 		case err != nil || v < 1:
-			return p, &conflictError{fmt.Sprintf("annotation %s=%q is not a replica count; start with {\"replicas\": N}", names.ReplicasBeforeStopAnnotation, remembered)}
+			return p, &Refusal{Reason: fmt.Sprintf("annotation %s=%q is not a replica count", names.ReplicasBeforeStopAnnotation, remembered), Remedy: RemedyReplicas}
 		default:
 			n, p.source = int32(v), "annotation"
 		}
@@ -142,7 +138,7 @@ func decideStart(in startInput) (startPlan, error) {
 		// own floor is the count its owner asked for.
 		n, p.source = max(in.hpa.min, 1), "hpa"
 	default:
-		return p, &conflictError{fmt.Sprintf("%s %s is at 0 replicas and no count was remembered (no %s annotation); start with {\"replicas\": N}", in.kind, in.name, names.ReplicasBeforeStopAnnotation)}
+		return p, &Refusal{Reason: fmt.Sprintf("%s %s is at 0 replicas and no count was remembered (no %s annotation)", in.kind, in.name, names.ReplicasBeforeStopAnnotation), Remedy: RemedyReplicas}
 	}
 	p.requested = n
 	if in.hpa != nil && n > in.hpa.max {
@@ -170,7 +166,7 @@ func scaleRefusal(h *hpaBounds, adjustHPA bool, kind, name string, n int32) stri
 	if h == nil || adjustHPA {
 		return ""
 	}
-	return fmt.Sprintf("%s %s is managed by HorizontalPodAutoscaler %s (replicas %d..%d), which would undo a direct scale at its next sync; ask with ?adjustHPA=true (or \"adjustHPA\": true) to move the HPA's bounds to include %d",
+	return fmt.Sprintf("%s %s is managed by HorizontalPodAutoscaler %s (replicas %d..%d), which would undo a direct scale to %d at its next sync",
 		kind, name, h.name, h.min, h.max, n)
 }
 

@@ -1,15 +1,14 @@
-package workload
+package lifecycle
 
 import (
+	"context"
 	"fmt"
-	"net/http"
 
 	appsv1 "k8s.io/api/apps/v1"
-
-	"github.com/capscale/capscale/internal/httpserver"
+	"k8s.io/client-go/kubernetes"
 )
 
-// RolloutStatus is the answer of GET .../rollout.
+// RolloutStatus is how far a workload's rollout is.
 type RolloutStatus struct {
 	Namespace          string `json:"namespace"`
 	Resource           string `json:"resource"`
@@ -27,16 +26,15 @@ type RolloutStatus struct {
 	Message string `json:"message"`
 }
 
-func (s *Server) rollout(w http.ResponseWriter, r *http.Request, t target, c caller) {
-	// Read as the caller: the answer shows only what they may get.
-	o, err := t.kind.get(r.Context(), c.client, t.namespace, t.name)
+// Rollout reads t with c and says how far its rollout is.
+func Rollout(ctx context.Context, c kubernetes.Interface, t Target) (RolloutStatus, error) {
+	o, err := t.Kind.Get(ctx, c, t.Namespace, t.Name)
 	if err != nil {
-		writeError(w, r, fmt.Sprintf("reading %s %s/%s", t.resource(), t.namespace, t.name), err)
-		return
+		return RolloutStatus{}, fmt.Errorf("reading %s: %w", t, err)
 	}
 	st := o.rollout()
-	st.Namespace, st.Resource, st.Name = t.namespace, t.resource(), t.name
-	httpserver.WriteJSON(w, http.StatusOK, st)
+	st.Namespace, st.Resource, st.Name = t.Namespace, t.Resource(), t.Name
+	return st, nil
 }
 
 // deploymentRollout judges a Deployment's rollout the way `kubectl rollout
@@ -44,7 +42,7 @@ func (s *Server) rollout(w http.ResponseWriter, r *http.Request, t target, c cal
 func deploymentRollout(d *appsv1.Deployment) RolloutStatus {
 	st := RolloutStatus{
 		Generation: d.Generation, ObservedGeneration: d.Status.ObservedGeneration,
-		Desired: replicasOf(d.Spec.Replicas), Updated: d.Status.UpdatedReplicas,
+		Desired: ReplicasOf(d.Spec.Replicas), Updated: d.Status.UpdatedReplicas,
 		Ready: d.Status.ReadyReplicas, Available: d.Status.AvailableReplicas,
 	}
 	for _, c := range d.Status.Conditions {
@@ -75,7 +73,7 @@ func deploymentRollout(d *appsv1.Deployment) RolloutStatus {
 func statefulSetRollout(o *appsv1.StatefulSet) RolloutStatus {
 	st := RolloutStatus{
 		Generation: o.Generation, ObservedGeneration: o.Status.ObservedGeneration,
-		Desired: replicasOf(o.Spec.Replicas), Updated: o.Status.UpdatedReplicas,
+		Desired: ReplicasOf(o.Spec.Replicas), Updated: o.Status.UpdatedReplicas,
 		Ready: o.Status.ReadyReplicas, Available: o.Status.AvailableReplicas,
 	}
 	switch {

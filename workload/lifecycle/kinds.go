@@ -1,4 +1,11 @@
-package workload
+// Package lifecycle is what the workload API and kubectl-capscale do to a
+// Deployment or StatefulSet (stop remembering replicas, start, scale, scale
+// to the computed maximum, restart), as functions over a client that
+// carries the caller's own identity. The decisions are plain functions
+// (decide.go); the functions here read, decide and write, and return plain
+// results, so that the HTTP handler and the kubectl command are thin edges
+// over the same code.
+package lifecycle
 
 import (
 	"context"
@@ -15,34 +22,36 @@ import (
 	"github.com/capscale/capscale/internal/names"
 )
 
-// workloadObject is what the API reads and writes of one workload, whatever its
+// Object is what lifecycle reads and writes of one workload, whatever its
 // kind. The pointers alias the typed object, so a change made through them
 // is what update sends.
-type workloadObject struct {
-	meta *metav1.ObjectMeta
-	// replicas is nil for a kind without a replica count (DaemonSet).
-	replicas **int32
-	template *corev1.PodTemplateSpec
+type Object struct {
+	Meta *metav1.ObjectMeta
+	// Replicas is nil for a kind without a replica count (DaemonSet).
+	Replicas **int32
+	Template *corev1.PodTemplateSpec
 	paused   bool
 	rollout  func() RolloutStatus
 	// update writes the object back with the client it was read with,
-	// guarded by its resourceVersion; nil for a cached object.
+	// guarded by its resourceVersion; nil for an object not read by Get.
 	update func(ctx context.Context) error
 }
 
-// kind is one workload resource the API serves. Its methods hide the typed
-// clients, so that the handlers have no per-kind switch.
-type kind interface {
-	// resource is the URL and RBAC name, e.g. "deployments"; kind the Kind,
+// Kind is one workload resource. Its methods hide the typed clients, so
+// that callers have no per-kind switch.
+type Kind interface {
+	// Resource is the URL and RBAC name, e.g. "deployments"; Kind the Kind,
 	// as an HPA's scaleTargetRef names it.
-	resource() string
-	kind() string
-	// scalable kinds have a replica count and a scale subresource.
-	scalable() bool
-	get(ctx context.Context, c kubernetes.Interface, ns, name string) (*workloadObject, error)
-	patch(ctx context.Context, c kubernetes.Interface, ns, name string, pt types.PatchType, data []byte) (*workloadObject, error)
-	// cached reads the object from the API's informers.
-	cached(s *Server, ns, name string) (*workloadObject, error)
+	Resource() string
+	Kind() string
+	// Scalable kinds have a replica count and a scale subresource.
+	Scalable() bool
+	// Get reads the object with c.
+	Get(ctx context.Context, c kubernetes.Interface, ns, name string) (*Object, error)
+	// View wraps an object of this kind read elsewhere (an informer's
+	// cache): it can be read, not updated.
+	View(obj any) (*Object, error)
+	patch(ctx context.Context, c kubernetes.Interface, ns, name string, pt types.PatchType, data []byte) (*Object, error)
 	getScale(ctx context.Context, c kubernetes.Interface, ns, name string) (*autoscalingv1.Scale, error)
 	updateScale(ctx context.Context, c kubernetes.Interface, ns string, sc *autoscalingv1.Scale) (*autoscalingv1.Scale, error)
 }
@@ -66,19 +75,24 @@ type kindOf[T any] struct {
 	client   func(c kubernetes.Interface, ns string) typedClient[T]
 	// scales is nil for a kind without the scale subresource.
 	scales func(c kubernetes.Interface, ns string) scaleClient
-	// lister reads the API's own informer cache; nil for a kind it does
-	// not cache.
-	lister func(s *Server, ns, name string) (T, error)
 	// view returns the parts of an object the API reads and writes; it must
 	// not copy, so that writes through them reach the object.
-	view func(T) *workloadObject
+	view func(T) *Object
 }
 
-func (k *kindOf[T]) resource() string { return k.res }
-func (k *kindOf[T]) kind() string     { return k.knd }
-func (k *kindOf[T]) scalable() bool   { return k.scales != nil }
+func (k *kindOf[T]) Resource() string { return k.res }
+func (k *kindOf[T]) Kind() string     { return k.knd }
+func (k *kindOf[T]) Scalable() bool   { return k.scales != nil }
 
-func (k *kindOf[T]) wrap(c typedClient[T], o T) *workloadObject {
+func (k *kindOf[T]) View(obj any) (*Object, error) {
+	o, ok := obj.(T)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a %s", obj, k.knd)
+	}
+	return k.view(o), nil
+}
+
+func (k *kindOf[T]) wrap(c typedClient[T], o T) *Object {
 	v := k.view(o)
 	v.update = func(ctx context.Context) error {
 		_, err := c.Update(ctx, o, metav1.UpdateOptions{FieldManager: names.FieldManager})
@@ -87,7 +101,7 @@ func (k *kindOf[T]) wrap(c typedClient[T], o T) *workloadObject {
 	return v
 }
 
-func (k *kindOf[T]) get(ctx context.Context, c kubernetes.Interface, ns, name string) (*workloadObject, error) {
+func (k *kindOf[T]) Get(ctx context.Context, c kubernetes.Interface, ns, name string) (*Object, error) {
 	tc := k.client(c, ns)
 	o, err := tc.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -96,24 +110,13 @@ func (k *kindOf[T]) get(ctx context.Context, c kubernetes.Interface, ns, name st
 	return k.wrap(tc, o), nil
 }
 
-func (k *kindOf[T]) patch(ctx context.Context, c kubernetes.Interface, ns, name string, pt types.PatchType, data []byte) (*workloadObject, error) {
+func (k *kindOf[T]) patch(ctx context.Context, c kubernetes.Interface, ns, name string, pt types.PatchType, data []byte) (*Object, error) {
 	tc := k.client(c, ns)
 	o, err := tc.Patch(ctx, name, pt, data, metav1.PatchOptions{FieldManager: names.FieldManager})
 	if err != nil {
 		return nil, err
 	}
 	return k.wrap(tc, o), nil
-}
-
-func (k *kindOf[T]) cached(s *Server, ns, name string) (*workloadObject, error) {
-	if k.lister == nil {
-		return nil, fmt.Errorf("the API does not cache %s", k.res)
-	}
-	o, err := k.lister(s, ns, name)
-	if err != nil {
-		return nil, err
-	}
-	return k.view(o), nil
 }
 
 func (k *kindOf[T]) getScale(ctx context.Context, c kubernetes.Interface, ns, name string) (*autoscalingv1.Scale, error) {
@@ -131,56 +134,55 @@ func (k *kindOf[T]) updateScale(ctx context.Context, c kubernetes.Interface, ns 
 }
 
 var (
-	deploymentKind kind = &kindOf[*appsv1.Deployment]{
+	// Deployments, StatefulSets and DaemonSets are the kinds served.
+	Deployments Kind = &kindOf[*appsv1.Deployment]{
 		res: "deployments", knd: "Deployment",
 		client: func(c kubernetes.Interface, ns string) typedClient[*appsv1.Deployment] {
 			return c.AppsV1().Deployments(ns)
 		},
 		scales: func(c kubernetes.Interface, ns string) scaleClient { return c.AppsV1().Deployments(ns) },
-		lister: func(s *Server, ns, name string) (*appsv1.Deployment, error) {
-			return s.deployments.Deployments(ns).Get(name)
-		},
-		view: func(d *appsv1.Deployment) *workloadObject {
-			return &workloadObject{meta: &d.ObjectMeta, replicas: &d.Spec.Replicas, template: &d.Spec.Template, paused: d.Spec.Paused,
+		view: func(d *appsv1.Deployment) *Object {
+			return &Object{Meta: &d.ObjectMeta, Replicas: &d.Spec.Replicas, Template: &d.Spec.Template, paused: d.Spec.Paused,
 				rollout: func() RolloutStatus { return deploymentRollout(d) }}
 		},
 	}
-	statefulSetKind kind = &kindOf[*appsv1.StatefulSet]{
+	StatefulSets Kind = &kindOf[*appsv1.StatefulSet]{
 		res: "statefulsets", knd: "StatefulSet",
 		client: func(c kubernetes.Interface, ns string) typedClient[*appsv1.StatefulSet] {
 			return c.AppsV1().StatefulSets(ns)
 		},
 		scales: func(c kubernetes.Interface, ns string) scaleClient { return c.AppsV1().StatefulSets(ns) },
-		lister: func(s *Server, ns, name string) (*appsv1.StatefulSet, error) {
-			return s.statefulsets.StatefulSets(ns).Get(name)
-		},
-		view: func(o *appsv1.StatefulSet) *workloadObject {
-			return &workloadObject{meta: &o.ObjectMeta, replicas: &o.Spec.Replicas, template: &o.Spec.Template,
+		view: func(o *appsv1.StatefulSet) *Object {
+			return &Object{Meta: &o.ObjectMeta, Replicas: &o.Spec.Replicas, Template: &o.Spec.Template,
 				rollout: func() RolloutStatus { return statefulSetRollout(o) }}
 		},
 	}
-	daemonSetKind kind = &kindOf[*appsv1.DaemonSet]{
+	DaemonSets Kind = &kindOf[*appsv1.DaemonSet]{
 		res: "daemonsets", knd: "DaemonSet",
 		client: func(c kubernetes.Interface, ns string) typedClient[*appsv1.DaemonSet] {
 			return c.AppsV1().DaemonSets(ns)
 		},
-		view: func(o *appsv1.DaemonSet) *workloadObject {
-			return &workloadObject{meta: &o.ObjectMeta, template: &o.Spec.Template,
+		view: func(o *appsv1.DaemonSet) *Object {
+			return &Object{Meta: &o.ObjectMeta, Template: &o.Spec.Template,
 				rollout: func() RolloutStatus { return daemonSetRollout(o) }}
 		},
 	}
 
-	restartable = []kind{deploymentKind, statefulSetKind, daemonSetKind}
-	scalable    = []kind{deploymentKind, statefulSetKind}
+	// Restartable kinds can be restarted and report a rollout; Scalable
+	// ones also stop, start and scale.
+	Restartable = []Kind{Deployments, StatefulSets, DaemonSets}
+	Scalable    = []Kind{Deployments, StatefulSets}
 )
 
-func lookupKind(resource string, allowed []kind) (kind, error) {
+// Lookup returns the kind of allowed whose Resource is resource, or an
+// error naming the ones there are.
+func Lookup(resource string, allowed []Kind) (Kind, error) {
 	names := make([]string, len(allowed))
 	for i, k := range allowed {
-		if k.resource() == resource {
+		if k.Resource() == resource {
 			return k, nil
 		}
-		names[i] = k.resource()
+		names[i] = k.Resource()
 	}
 	return nil, fmt.Errorf("resource %q is not served here; use one of %s", resource, strings.Join(names, ", "))
 }

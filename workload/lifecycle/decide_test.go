@@ -1,4 +1,4 @@
-package workload
+package lifecycle
 
 import (
 	"errors"
@@ -80,7 +80,7 @@ func TestDecideStart(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := decideStart(tc.in)
-			var ce *conflictError
+			var ce *Refusal
 			if tc.wantConflict {
 				if !errors.As(err, &ce) {
 					t.Fatalf("decideStart = %+v, %v; want a conflict", p, err)
@@ -104,7 +104,7 @@ func TestDecideStart(t *testing.T) {
 
 func TestScaleRefusal(t *testing.T) {
 	h := &hpaBounds{name: "h", min: 1, max: 4}
-	if msg := scaleRefusal(h, false, "Deployment", "web", 6); !strings.Contains(msg, "adjustHPA") {
+	if msg := scaleRefusal(h, false, "Deployment", "web", 6); !strings.Contains(msg, "would undo a direct scale to 6") {
 		t.Errorf("HPA without adjustHPA: %q, want a refusal", msg)
 	}
 	if msg := scaleRefusal(h, true, "Deployment", "web", 6); msg != "" {
