@@ -298,7 +298,7 @@ func (l *Ledger) SetCachedPod(pod *CachedPod) int64 {
 
 // Holds reports whether pod holds IPs: bound, not terminal, needing some.
 func Holds(pod *CachedPod) bool {
-	return pod.NodeName != "" && !pod.Terminal() && pod.Need > 0
+	return pod.Need > 0 && underlay.Holds(pod.NodeName, pod.Phase)
 }
 
 // DeletePod releases everything pod held or reserved and returns the room

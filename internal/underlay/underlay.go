@@ -149,3 +149,10 @@ func clamp(v int64) int64 {
 	}
 	return min(v, MaxCapacity)
 }
+
+// Holds reports whether a pod bound to nodeName in phase holds its need on
+// that node: it is bound and has not finished. A pod being deleted still
+// holds its IPs until it is gone.
+func Holds(nodeName string, phase v1.PodPhase) bool {
+	return nodeName != "" && phase != v1.PodSucceeded && phase != v1.PodFailed
+}

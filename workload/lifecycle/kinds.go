@@ -48,6 +48,8 @@ type Kind interface {
 	Scalable() bool
 	// Get reads the object with c.
 	Get(ctx context.Context, c kubernetes.Interface, ns, name string) (*Object, error)
+	// List names the objects of this kind in ns that c may list.
+	List(ctx context.Context, c kubernetes.Interface, ns string) ([]string, error)
 	// View wraps an object of this kind read elsewhere (an informer's
 	// cache): it can be read, not updated.
 	View(obj any) (*Object, error)
@@ -78,6 +80,21 @@ type kindOf[T any] struct {
 	// view returns the parts of an object the API reads and writes; it must
 	// not copy, so that writes through them reach the object.
 	view func(T) *Object
+	// list names the objects in ns.
+	list func(ctx context.Context, c kubernetes.Interface, ns string) ([]string, error)
+}
+
+func (k *kindOf[T]) List(ctx context.Context, c kubernetes.Interface, ns string) ([]string, error) {
+	return k.list(ctx, c, ns)
+}
+
+// namesOf returns the names of items.
+func namesOf[T any](items []T, meta func(*T) *metav1.ObjectMeta) []string {
+	out := make([]string, len(items))
+	for i := range items {
+		out[i] = meta(&items[i]).Name
+	}
+	return out
 }
 
 func (k *kindOf[T]) Resource() string { return k.res }
@@ -137,6 +154,13 @@ var (
 	// Deployments, StatefulSets and DaemonSets are the kinds served.
 	Deployments Kind = &kindOf[*appsv1.Deployment]{
 		res: "deployments", knd: "Deployment",
+		list: func(ctx context.Context, c kubernetes.Interface, ns string) ([]string, error) {
+			l, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return namesOf(l.Items, func(o *appsv1.Deployment) *metav1.ObjectMeta { return &o.ObjectMeta }), nil
+		},
 		client: func(c kubernetes.Interface, ns string) typedClient[*appsv1.Deployment] {
 			return c.AppsV1().Deployments(ns)
 		},
@@ -148,6 +172,13 @@ var (
 	}
 	StatefulSets Kind = &kindOf[*appsv1.StatefulSet]{
 		res: "statefulsets", knd: "StatefulSet",
+		list: func(ctx context.Context, c kubernetes.Interface, ns string) ([]string, error) {
+			l, err := c.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return namesOf(l.Items, func(o *appsv1.StatefulSet) *metav1.ObjectMeta { return &o.ObjectMeta }), nil
+		},
 		client: func(c kubernetes.Interface, ns string) typedClient[*appsv1.StatefulSet] {
 			return c.AppsV1().StatefulSets(ns)
 		},
@@ -159,6 +190,13 @@ var (
 	}
 	DaemonSets Kind = &kindOf[*appsv1.DaemonSet]{
 		res: "daemonsets", knd: "DaemonSet",
+		list: func(ctx context.Context, c kubernetes.Interface, ns string) ([]string, error) {
+			l, err := c.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return namesOf(l.Items, func(o *appsv1.DaemonSet) *metav1.ObjectMeta { return &o.ObjectMeta }), nil
+		},
 		client: func(c kubernetes.Interface, ns string) typedClient[*appsv1.DaemonSet] {
 			return c.AppsV1().DaemonSets(ns)
 		},

@@ -1,0 +1,209 @@
+package kubectl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/capscale/capscale/internal/ipreport"
+	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+// run runs the command line against client and returns stdout, stderr
+// and the error main would print.
+func run(t *testing.T, client kubernetes.Interface, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
+	s := &session{flags: genericclioptions.NewConfigFlags(false), streams: streams, newClient: func() (kubernetes.Interface, error) {
+		if client == nil {
+			t.Fatalf("%v: reached the apiserver; want the flags refused first", args)
+		}
+		return client, nil
+	}}
+	err := execute(context.Background(), newCommand(s), streams, append(args, "--namespace", "shop"))
+	return out.String(), errOut.String(), err
+}
+
+func TestFlagValidation(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ips", "--min-free", "-1"}, "--min-free must be 0 or more"},
+		{[]string{"ips", "--full", "--min-free", "2"}, "cannot both hold"},
+		{[]string{"ips", "--sort-by", "age"}, `--sort-by="age": must be one of name, free, used, capacity`},
+		{[]string{"ips", "-o", "xml"}, `--output="xml": must be one of wide, json, yaml`},
+		{[]string{"ips", "--default-capacity", "-3"}, "--default-capacity must be within"},
+		{[]string{"ips", "--min-free", "many"}, `invalid argument "many"`},
+		{[]string{"stop", "deployment"}, "name the workload as TYPE/NAME or TYPE NAME"},
+		{[]string{"stop", "pods/web"}, `resource "pods" is not served here; use one of deployments, statefulsets`},
+		{[]string{"stop", "daemonset/agent"}, `resource "daemonsets" is not served here`},
+		{[]string{"stop", "deploy/web", "-o", "wide"}, `--output="wide": must be one of json, yaml`},
+		{[]string{"scale", "deploy/web"}, `required flag(s) "replicas" not set`},
+		{[]string{"scale", "deploy/web", "--replicas", "x"}, `invalid argument "x"`},
+		{[]string{"max", "deploy/web", "--default-capacity", "-1"}, "--default-capacity must be within"},
+		{[]string{"restart", "a/b/c"}, `"b/c" is not a workload name`},
+		{[]string{"stop"}, "accepts between 1 and 2 arg(s)"},
+	} {
+		_, _, err := run(t, nil, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func cluster() *fake.Clientset {
+	n := func(name, capacity string) *v1.Node {
+		o := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if capacity != "" {
+			o.Annotations = map[string]string{names.UnderlayIPCapacityAnnotation: capacity}
+		}
+		return o
+	}
+	p := func(name, node string, ips int64) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}, Spec: v1.PodSpec{NodeName: node, Containers: []v1.Container{{
+			Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{underlay.Resource: *resource.NewQuantity(ips, resource.DecimalSI)}}}}},
+			Status: v1.PodStatus{Phase: v1.PodRunning}}
+	}
+	pending := p("late", "", 1)
+	pending.Status.Phase = v1.PodPending
+	published := n("node-c", "")
+	published.Status.Allocatable = v1.ResourceList{underlay.Resource: resource.MustParse("10")}
+	return fake.NewClientset(n("node-a", "3"), n("node-b", "oops"), published,
+		p("web-1", "node-a", 2), p("web-2", "node-c", 1), pending)
+}
+
+func TestIPsTable(t *testing.T) {
+	out, _, err := run(t, cluster(), "ips")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `NODE              CAPACITY   USED   FREE   WAITING   SOURCE               PUBLISHED
+node-a            3          2      1      0         annotation           -
+node-b            0          0      0      0         invalid annotation   -
+node-c            10         1      9      0         default              10
+TOTAL (3 nodes)   13         3      10     1         1 full, 1 invalid    
+`
+	if out != want {
+		t.Errorf("table:\n%s\nwant:\n%s", out, want)
+	}
+	out, _, err = run(t, cluster(), "ips", "-o", "wide", "--min-free", "1", "--no-headers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "shop/web-1=2") || !strings.Contains(lines[2], "waiting: shop/late=1") || strings.HasPrefix(lines[0], "NODE") {
+		t.Errorf("wide, --min-free 1, --no-headers:\n%s", out)
+	}
+}
+
+func TestIPsDataFormats(t *testing.T) {
+	for _, format := range []string{"json", "yaml"} {
+		out, _, err := run(t, cluster(), "ips", "node-a", "-o", format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep ipreport.Report
+		if format == "json" {
+			err = json.Unmarshal([]byte(out), &rep)
+		} else {
+			err = yaml.UnmarshalStrict([]byte(out), &rep)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", format, err, out)
+		}
+		if len(rep.Nodes) != 1 || rep.Nodes[0].Name != "node-a" || rep.Nodes[0].Free != 1 || rep.Nodes[0].Holders[0].Name != "web-1" || rep.Totals.Waiting != 1 {
+			t.Errorf("%s: %+v", format, rep)
+		}
+	}
+	if _, _, err := run(t, cluster(), "ips", "node-z"); err == nil || !strings.Contains(err.Error(), "nodes not found: node-z") {
+		t.Errorf("unknown node: %v", err)
+	}
+}
+
+func deployment(replicas int32) *appsv1.Deployment {
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas)}}
+}
+
+func TestStopStart(t *testing.T) {
+	c := fake.NewClientset(deployment(3))
+	out, _, err := run(t, c, "stop", "deploy/web")
+	if err != nil || out != "deployment.apps/web stopped; start will restore 3 replicas\n" {
+		t.Fatalf("stop: %q %v", out, err)
+	}
+	d, _ := c.AppsV1().Deployments("shop").Get(context.Background(), "web", metav1.GetOptions{})
+	if *d.Spec.Replicas != 0 || d.Annotations[names.ReplicasBeforeStopAnnotation] != "3" {
+		t.Fatalf("after stop: replicas %d, annotations %v", *d.Spec.Replicas, d.Annotations)
+	}
+	out, _, err = run(t, c, "start", "deployments.apps", "web", "-o", "json")
+	var started struct{ Replicas int32 }
+	if err != nil || json.Unmarshal([]byte(out), &started) != nil || started.Replicas != 3 {
+		t.Fatalf("start: %q %v", out, err)
+	}
+	if _, _, err := run(t, c, "start", "deploy/web", "--replicas", "0"); err == nil || !strings.Contains(err.Error(), "--replicas: must be at least 1") {
+		t.Errorf("start --replicas 0: %v", err)
+	}
+	c = fake.NewClientset(deployment(0))
+	if _, _, err := run(t, c, "start", "deploy/web"); err == nil || !strings.Contains(err.Error(), "start with --replicas N") {
+		t.Errorf("start with nothing remembered: %v, want the flag that overcomes it", err)
+	}
+}
+
+func TestForbiddenNamesTheRole(t *testing.T) {
+	c := fake.NewClientset(deployment(3))
+	c.PrependReactor("update", "deployments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web",
+			errForbidden)
+	})
+	_, _, err := run(t, c, "stop", "deploy/web")
+	if err == nil || !strings.Contains(err.Error(), `cannot update resource "deployments"`) || !strings.Contains(err.Error(), "ClusterRole capscale-workload:stop-start") {
+		t.Errorf("stop refused by RBAC: %v, want the apiserver's words and the role", err)
+	}
+	if d, _ := c.AppsV1().Deployments("shop").Get(context.Background(), "web", metav1.GetOptions{}); *d.Spec.Replicas != 3 || d.Annotations != nil {
+		t.Errorf("a refused stop changed the deployment: %+v", d)
+	}
+}
+
+var errForbidden = forbidden(`User "alice" cannot update resource "deployments" in API group "apps" in the namespace "shop"`)
+
+type forbidden string
+
+func (f forbidden) Error() string { return string(f) }
+
+func TestScaleRefusedByHPA(t *testing.T) {
+	c := fake.NewClientset(deployment(2))
+	c.PrependReactor("list", "horizontalpodautoscalers", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, hpaList("web", 1, 4), nil
+	})
+	if _, _, err := run(t, c, "scale", "deploy/web", "--replicas", "6"); err == nil || !strings.Contains(err.Error(), "add --adjust-hpa") {
+		t.Errorf("scale under an HPA: %v, want the refusal with its flag", err)
+	}
+}
+
+func hpaList(target string, minR, maxR int32) *autoscalingv2.HorizontalPodAutoscalerList {
+	return &autoscalingv2.HorizontalPodAutoscalerList{Items: []autoscalingv2.HorizontalPodAutoscaler{{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: target},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{MinReplicas: ptr.To(minR), MaxReplicas: maxR,
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: target}},
+	}}}
+}

@@ -1,0 +1,126 @@
+package kubectl
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"k8s.io/cli-runtime/pkg/printers"
+	"sigs.k8s.io/yaml"
+
+	"github.com/capscale/capscale/internal/ipreport"
+)
+
+// Output formats besides the default table.
+var (
+	reportFormats  = []string{"wide", "json", "yaml"}
+	outcomeFormats = []string{"json", "yaml"}
+)
+
+func checkFormat(f string, allowed []string) error {
+	if f == "" {
+		return nil
+	}
+	for _, a := range allowed {
+		if f == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("--output=%q: must be one of %s", f, strings.Join(allowed, ", "))
+}
+
+// printData prints v as JSON or YAML, and reports false for any other
+// format.
+func printData(w io.Writer, v any, format string) (bool, error) {
+	switch format {
+	case "json":
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return true, err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return true, err
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return true, err
+		}
+		_, err = w.Write(b)
+		return true, err
+	}
+	return false, nil
+}
+
+// printReport prints rep in format: a table (wide adds the published
+// capacity and the holders), JSON or YAML.
+func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool) error {
+	if done, err := printData(w, rep, format); done {
+		return err
+	}
+	wide := format == "wide"
+	published := wide
+	for _, n := range rep.Nodes {
+		published = published || n.Published != nil
+	}
+	tw := printers.GetNewTabWriter(w)
+	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	if !noHeaders {
+		h := []string{"NODE", "CAPACITY", "USED", "FREE", "WAITING", "SOURCE"}
+		if published {
+			h = append(h, "PUBLISHED")
+		}
+		if wide {
+			h = append(h, "HOLDERS")
+		}
+		row(h...)
+	}
+	for _, n := range rep.Nodes {
+		cells := []string{n.Name, itoa(n.Capacity), itoa(n.Used), itoa(n.Free), strconv.Itoa(len(n.Waiting)), source(n)}
+		if published {
+			p := "-"
+			if n.Published != nil {
+				p = itoa(*n.Published)
+			}
+			cells = append(cells, p)
+		}
+		if wide {
+			cells = append(cells, pods(n.Holders))
+		}
+		row(cells...)
+	}
+	t := rep.Totals
+	cells := []string{fmt.Sprintf("TOTAL (%d nodes)", t.Nodes), itoa(t.Capacity), itoa(t.Used), itoa(t.Free), strconv.Itoa(t.Waiting),
+		fmt.Sprintf("%d full, %d invalid", t.Full, t.Invalid)}
+	if published {
+		cells = append(cells, "")
+	}
+	if wide {
+		cells = append(cells, "waiting: "+pods(rep.Waiting))
+	}
+	row(cells...)
+	return tw.Flush()
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// source says where a node's capacity comes from, and if it is invalid.
+func source(n ipreport.Node) string {
+	if n.Invalid != "" {
+		return "invalid " + n.Source
+	}
+	return n.Source
+}
+
+// pods lists pods as ns/name=IPs; "<none>" when empty, as kubectl does.
+func pods(ps []ipreport.Pod) string {
+	if len(ps) == 0 {
+		return "<none>"
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = fmt.Sprintf("%s/%s=%d", p.Namespace, p.Name, p.IPs)
+	}
+	return strings.Join(out, ",")
+}
