@@ -40,7 +40,7 @@ K8S_STAMP  := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/ver
 STALE      := -f '{{if and .Stale (ne .StaleReason "not installed but available in build cache")}}{{.ImportPath}}{{end}}'
 
 .PHONY: build
-build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, controller, capscale-scheduler) into _output/bin.
+build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, controller, kubectl-capscale, capscale-scheduler) into _output/bin.
 	@mkdir -p $(BIN)
 	@echo "building capscale's binaries into $(BIN)"
 	@total=$$($(GO) list -deps -trimpath $(STALE) ./cmd/... | grep -c .) || true; \
@@ -84,6 +84,15 @@ fuzz: ## Run every fuzz target for FUZZTIME (20000 executions) each, so that a d
 	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$file); \
 	  done; \
 	done
+
+# The kubectl plugin's release: one archive per platform and the krew
+# manifest whose sha256 sums are those archives' (hack/release).
+RELEASE_VERSION ?= v0.1.0
+PLATFORMS       ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64
+.PHONY: release
+release: ## Build kubectl-capscale for PLATFORMS into _output/release with its krew manifest (RELEASE_VERSION=v0.1.0).
+	$(GO) run ./hack/release --version $(RELEASE_VERSION) --platforms $(PLATFORMS) --out $(OUT)/release \
+	  --ldflags '-X github.com/capscale/capscale/internal/version.Version=$(RELEASE_VERSION)'
 
 .PHONY: e2e
 e2e: deps control-plane keda ## End-to-end tests against a real local control plane.

@@ -6,12 +6,14 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	controller "github.com/capscale/capscale/cmd/controller/app"
 	extender "github.com/capscale/capscale/cmd/extender/app"
 	adapter "github.com/capscale/capscale/cmd/metrics-adapter/app"
 	workloadapi "github.com/capscale/capscale/cmd/workload-api/app"
+	"github.com/capscale/capscale/kubectl"
 )
 
 // Flag is one command-line flag as the binary defines it.
@@ -88,7 +90,26 @@ func Binaries() ([]Binary, error) {
 	out = append(out, fromSets("workload-api", fss.Order, fss.FlagSets))
 	fss = controller.NewOptions().Flags()
 	out = append(out, fromSets("controller", fss.Order, fss.FlagSets))
-	return out, nil
+	return append(out, kubectlPlugin()...), nil
+}
+
+// kubectlPlugin is kubectl-capscale's own flags, one binary per subcommand
+// ("kubectl-capscale-ips"); the kubeconfig flags (--context, --as, -n, ...)
+// are cli-runtime's, as in kubectl itself.
+func kubectlPlugin() []Binary {
+	var out []Binary
+	for _, c := range kubectl.NewCommand(genericiooptions.IOStreams{}).Commands() {
+		b := Binary{Name: "kubectl-capscale-" + c.Name()}
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Name != "help" {
+				b.Flags = append(b.Flags, flagOf(c.Name(), f))
+			}
+		})
+		if len(b.Flags) > 0 {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 func flagOf(set string, f *pflag.Flag) Flag {

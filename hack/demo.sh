@@ -67,15 +67,13 @@ spec:
 YAML
 bound() { [ "$(k -n demo get pods -l app=underlay --field-selector spec.nodeName!= -o name | wc -l)" -eq 34 ]; }
 wait_for "34 pods bound" 90 bound
-say "Pods per node (never above capacity):"
-k -n demo get pods -l app=underlay -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep . | sort | uniq -c | sed 's/^/   /'
-say "The 6 pods that do not fit stay Pending, and say why:"
+say "Where the IPs are, per node (kubectl capscale, the kubectl plugin, reads Nodes and Pods as you; never above capacity):"
+kc() { PATH="$BIN:$PATH" k capscale "$@"; }
+printf '\033[36m$ kubectl capscale ips\033[0m\n'
+kc ips | sed 's/^/   /'
+say "The 6 pods that do not fit stay Pending (WAITING on the TOTAL line), and say why:"
 k -n demo get events --field-selector reason=FailedScheduling -o jsonpath='{.items[-1:].message}{"\n"}' | sed 's/^/   /'
-if [ -n "${EXTENDER_URL:-}" ]; then
-  say "The extender's own view (GET \$EXTENDER_URL/capacity, totals; per-node detail and pods follow in the full answer):"
-  capacity=$(curl -fsS "$EXTENDER_URL/capacity")
-  printf '   %s\n' "$(grep -o '"totals":{[^}]*}' <<<"$capacity")"
-else
+if [ -z "${EXTENDER_URL:-}" ]; then
   say "Plugin mode: no extender ran; capscale-scheduler (kube-scheduler with the UnderlayIP plugin) placed them."
 fi
 
@@ -235,6 +233,8 @@ bold "Explore"
 cat <<EOT
    source $LOCAL/env              # KUBECONFIG, MODE, ADAPTER_URL, WORKLOAD_API_URL, LOAD_SOURCE_URL (EXTENDER_URL but in plugin mode)
    $BIN/kubectl get pods -A -o wide
+   PATH=$BIN:\$PATH kubectl capscale ips -o wide                   # the IPs per node, with their holders
+   PATH=$BIN:\$PATH kubectl capscale max deploy/underlay -n demo --dry-run
    curl -s --cacert \$CAPSCALE_CA_FILE -X PUT --data 0.95 \$LOAD_SOURCE_URL    # drive the load index
    TOKEN=$TOKEN
    curl -s --cacert \$CAPSCALE_CA_FILE -H "Authorization: Bearer \$TOKEN" \$WORKLOAD_API_URL/v1/namespaces/demo/deployments/web/rollout
@@ -249,6 +249,7 @@ cat <<EOT
    docs/scheduling.md        the capacity rule, the three modes, no over-commit, the binder Lease
    docs/metrics-adapter.md   sources, step policies and the HPAs that read them
    docs/workload-api.md      restart, stop, start, scale as the caller
+   docs/kubectl.md           kubectl capscale: the IPs per node, and the same verbs from kubectl
    docs/architecture.md      the packages, and the path a request takes through each
    docs/README.md            every page
 EOT
