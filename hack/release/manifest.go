@@ -118,7 +118,9 @@ type (
 		Metadata   Metadata   `json:"metadata"`
 		Spec       PluginSpec `json:"spec"`
 	}
-	Metadata   struct{ Name string `json:"name"` }
+	Metadata struct {
+		Name string `json:"name"`
+	}
 	PluginSpec struct {
 		Version          string     `json:"version"`
 		Homepage         string     `json:"homepage"`
