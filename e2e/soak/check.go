@@ -1,0 +1,264 @@
+package soak
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// The invariants, in the order the report lists them.
+const (
+	OverCapacity   = "no node over capacity"
+	ViewDrift      = "capscale's view equals the apiserver's"
+	ReservationSet = "reservations released once the bind is done"
+	WaitingSet     = "waiting set no larger than the Pending pods"
+	WaitWithRoom   = "no pod waits 5 s once a fitting IP is free"
+	RequeueBound   = "requeue writes within their bound"
+	MetricFresh    = "HPA metrics fresh or an honest error"
+)
+
+// Invariants lists them all.
+var Invariants = []string{OverCapacity, ViewDrift, ReservationSet, WaitingSet, WaitWithRoom, RequeueBound, MetricFresh}
+
+// Bounds are the tolerances the invariants allow, each for a reason the
+// docs give.
+type Bounds struct {
+	// BindGrace: a pod first seen bound this soon after its node's capacity
+	// was lowered was placed on the old capacity by a scheduler whose cache
+	// had not seen the change yet (one informer lag).
+	BindGrace time.Duration
+	// Lag: how long capscale's view, a released reservation or the waiting
+	// set may trail the apiserver (one informer lag plus a sample).
+	Lag time.Duration
+	// MaxWait: how long a pod may stay Pending while an IP it fits is free
+	// (5 s, issue 30) plus a sample interval.
+	MaxWait time.Duration
+	// Recovery: after a fault ends, how long pods may wait and views trail
+	// while the restarted process resyncs.
+	Recovery time.Duration
+	// RequeueQPS and RequeueBurst are the extender's --requeue-qps and its
+	// burst; RequeuePerIP the writes one freed IP may cause
+	// (docs/scheduling.md: at most 4).
+	RequeueQPS, RequeueBurst, RequeuePerIP float64
+}
+
+// DefaultBounds are the documented ones.
+var DefaultBounds = Bounds{BindGrace: 2 * time.Second, Lag: 3 * time.Second, MaxWait: 6 * time.Second,
+	Recovery: 20 * time.Second, RequeueQPS: 20, RequeueBurst: 20, RequeuePerIP: 4}
+
+// Violation is one invariant broken at one sample.
+type Violation struct {
+	At        time.Time
+	Invariant string
+	Detail    string
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("%s %s: %s", v.At.Format(time.RFC3339), v.Invariant, v.Detail)
+}
+
+// Checker keeps what the invariants need across samples. It does no I/O.
+type Checker struct {
+	b Bounds
+	// drift: node -> when its view first differed (with that apiserver value).
+	drift map[string]driftStart
+	// fits: pending pod UID -> since when some node had room for it.
+	fits map[string]time.Time
+	// faultEnd: when the last fault ended (zero: none yet).
+	faultEnd time.Time
+	inFault  bool
+	// prevPending is the previous sample's Pending count.
+	prevPending int
+	// writes, lastWrites: requeue writes summed across extender restarts.
+	writes, lastWrites float64
+	haveWrites         bool
+	reportedWrites     float64
+	windowStart        time.Time
+	windowWrites       float64
+	// Counts per invariant, and the samples checked.
+	Counts  map[string]int
+	Samples int
+}
+
+type driftStart struct {
+	since    time.Time
+	apiValue int64
+}
+
+// NewChecker returns a checker with bounds b.
+func NewChecker(b Bounds) *Checker {
+	return &Checker{b: b, drift: map[string]driftStart{}, fits: map[string]time.Time{}, Counts: map[string]int{}}
+}
+
+// Observe checks one sample and returns what it breaks.
+func (c *Checker) Observe(s Sample) []Violation {
+	c.Samples++
+	var out []Violation
+	add := func(inv, format string, args ...any) {
+		c.Counts[inv]++
+		out = append(out, Violation{At: s.At, Invariant: inv, Detail: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case s.Fault != "":
+		c.inFault = true
+	case c.inFault:
+		c.inFault, c.faultEnd = false, s.At
+	}
+	settled := !c.inFault && (c.faultEnd.IsZero() || s.At.Sub(c.faultEnd) >= c.b.Recovery)
+
+	for _, n := range s.Nodes {
+		// A node may be over a capacity lowered under its pods; only a pod
+		// bound after the scheduler could know of the change breaks the rule.
+		if n.Used > n.Capacity && n.LastBound.After(n.Lowered.Add(c.b.BindGrace)) {
+			add(OverCapacity, "%s holds %d IPs of %d; a pod was bound to it at %s, %s after its capacity became %d",
+				n.Name, n.Used, n.Capacity, n.LastBound.Format("15:04:05.000"), n.LastBound.Sub(n.Lowered).Round(time.Millisecond), n.Capacity)
+		}
+	}
+	c.checkView(s, settled, add)
+	if settled {
+		for _, r := range s.Reservations {
+			if r.BoundFor > c.b.Lag || r.GoneFor > c.b.Lag {
+				add(ReservationSet, "pod %s still reserved, bound for %s, gone for %s", r.UID, r.BoundFor, r.GoneFor)
+			}
+		}
+		if s.WaitingPods != nil {
+			if limit := max(len(s.Pending), c.prevPending); int(*s.WaitingPods) > limit {
+				add(WaitingSet, "%v pods in the waiting set, %d Pending underlay pods", *s.WaitingPods, limit)
+			}
+		}
+	}
+	c.prevPending = len(s.Pending)
+	c.checkWaits(s, settled, add)
+	c.checkRequeue(s, add)
+	for _, m := range s.Metrics {
+		if m.Err == "" && !contains(m.Expected, m.Value) {
+			add(MetricFresh, "%s answered %v, the source held %v in the freshness window", m.Name, m.Value, m.Expected)
+		}
+	}
+	return out
+}
+
+// checkView: a node whose view differs from the apiserver, with the
+// apiserver's value unchanged, for longer than the lag.
+func (c *Checker) checkView(s Sample, settled bool, add func(string, string, ...any)) {
+	if s.View == "" {
+		return
+	}
+	seen := map[string]bool{}
+	for _, n := range s.Nodes {
+		want := n.Used
+		if s.View == "published" {
+			want = n.Capacity
+		}
+		seen[n.Name] = true
+		if n.View != nil && *n.View == want {
+			delete(c.drift, n.Name)
+			continue
+		}
+		d, ok := c.drift[n.Name]
+		if !ok || d.apiValue != want || !settled {
+			c.drift[n.Name] = driftStart{since: s.At, apiValue: want}
+			continue
+		}
+		if s.At.Sub(d.since) > c.b.Lag {
+			got := "nothing"
+			if n.View != nil {
+				got = fmt.Sprint(*n.View)
+			}
+			add(ViewDrift, "%s: capscale's %s says %s, the apiserver %d, for %s", n.Name, s.View, got, want, s.At.Sub(d.since).Round(time.Millisecond))
+		}
+	}
+	for name := range c.drift {
+		if !seen[name] {
+			delete(c.drift, name)
+		}
+	}
+}
+
+// checkWaits: a Pending pod that some schedulable node has had room for,
+// continuously, for longer than MaxWait.
+func (c *Checker) checkWaits(s Sample, settled bool, add func(string, string, ...any)) {
+	var room []int64
+	for _, n := range s.Nodes {
+		if n.Schedulable && n.Capacity > n.Used {
+			room = append(room, n.Capacity-n.Used)
+		}
+	}
+	sort.Slice(room, func(i, j int) bool { return room[i] > room[j] })
+	most := int64(0)
+	if len(room) > 0 {
+		most = room[0]
+	}
+	// Many Pending pods may fit one free IP, but only one can take it: the
+	// free room, spent smallest need first, is what must not go unused.
+	pending := append([]Pending(nil), s.Pending...)
+	sort.Slice(pending, func(i, j int) bool { return pending[i].Need < pending[j].Need })
+	budget := int64(0)
+	for _, r := range room {
+		budget += r
+	}
+	live := map[string]bool{}
+	for _, p := range pending {
+		if !settled || p.Need > most || p.Need > budget {
+			continue
+		}
+		budget -= p.Need
+		live[p.UID] = true
+		since, ok := c.fits[p.UID]
+		if !ok {
+			c.fits[p.UID] = s.At
+			continue
+		}
+		if s.At.Sub(since) > c.b.MaxWait {
+			add(WaitWithRoom, "pod %s (needs %d) Pending for %s while a node had %d IPs free", p.UID, p.Need, s.At.Sub(since).Round(time.Millisecond), most)
+			c.fits[p.UID] = s.At // one violation per MaxWait, not per sample
+		}
+	}
+	for uid := range c.fits {
+		if !live[uid] {
+			delete(c.fits, uid)
+		}
+	}
+}
+
+// checkRequeue: the writes over any second stay within the token bucket,
+// and all of them within RequeuePerIP per freed IP.
+func (c *Checker) checkRequeue(s Sample, add func(string, string, ...any)) {
+	if s.RequeueWrites == nil {
+		return
+	}
+	w := *s.RequeueWrites
+	switch {
+	case !c.haveWrites:
+		c.haveWrites, c.windowStart = true, s.At
+	case w >= c.lastWrites:
+		c.writes += w - c.lastWrites
+		c.windowWrites += w - c.lastWrites
+	default:
+		// The extender restarted: its counter began again at 0.
+		c.writes += w
+		c.windowWrites += w
+	}
+	c.lastWrites = w
+	if dt := s.At.Sub(c.windowStart).Seconds(); dt >= 10 {
+		if limit := c.b.RequeueQPS*dt + c.b.RequeueBurst; c.windowWrites > limit {
+			add(RequeueBound, "%v writes in %.0f s, above --requeue-qps' %v", c.windowWrites, dt, math.Floor(limit))
+		}
+		c.windowStart, c.windowWrites = s.At, 0
+	}
+	if limit := c.b.RequeuePerIP*float64(s.FreedIPs) + c.b.RequeueBurst; c.writes > limit && c.writes > c.reportedWrites {
+		// Once per new excess, not at every later sample.
+		c.reportedWrites = c.writes
+		add(RequeueBound, "%v writes for %d IPs freed, above %v per IP", c.writes, s.FreedIPs, c.b.RequeuePerIP)
+	}
+}
+
+func contains(xs []float64, v float64) bool {
+	for _, x := range xs {
+		if math.Abs(x-v) <= 1e-9*max(1, math.Abs(x)) {
+			return true
+		}
+	}
+	return false
+}

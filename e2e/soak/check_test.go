@@ -1,0 +1,134 @@
+package soak
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+func i64(v int64) *int64     { return &v }
+func f64(v float64) *float64 { return &v }
+
+// run feeds samples to a checker with the default bounds and returns the
+// invariants broken, in order.
+func run(samples ...Sample) []string {
+	c := NewChecker(DefaultBounds)
+	var out []string
+	for _, s := range samples {
+		for _, v := range c.Observe(s) {
+			out = append(out, v.Invariant)
+		}
+	}
+	return out
+}
+
+func node(name string, capacity, used int64) Node {
+	return Node{Name: name, Capacity: capacity, Used: used, Schedulable: true}
+}
+
+// TestEachInvariantFails: every invariant, on a recorded sample that
+// breaks it, and on its neighbour that does not.
+func TestEachInvariantFails(t *testing.T) {
+	over := node("a", 3, 4)
+	over.Lowered, over.LastBound = at(0), at(5)
+	lowered := node("a", 3, 4)
+	lowered.Lowered, lowered.LastBound = at(5), at(4)
+	racing := node("a", 3, 4)
+	racing.Lowered, racing.LastBound = at(5), at(6) // within BindGrace
+
+	viewed := func(view, used int64) Sample {
+		n := node("a", 10, used)
+		n.View = i64(view)
+		return Sample{View: "ledger", Nodes: []Node{n}}
+	}
+	published := func(view int64) Sample {
+		n := node("a", 10, 2)
+		n.View = i64(view)
+		return Sample{View: "published", Nodes: []Node{n}}
+	}
+	full := Sample{Nodes: []Node{node("a", 2, 2)}, Pending: []Pending{{UID: "p", Need: 1}}}
+	room := Sample{Nodes: []Node{node("a", 2, 1)}, Pending: []Pending{{UID: "p", Need: 1}}}
+	crowd := Sample{Nodes: []Node{node("a", 2, 1)}, Pending: []Pending{{UID: "p", Need: 2}, {UID: "q", Need: 2}}}
+
+	tests := []struct {
+		name    string
+		samples []Sample
+		want    string // "" for none
+	}{
+		{"bound over capacity", []Sample{{At: at(6), Nodes: []Node{over}}}, OverCapacity},
+		{"capacity lowered under its pods", []Sample{{At: at(6), Nodes: []Node{lowered}}}, ""},
+		{"bound within one informer lag of the change", []Sample{{At: at(7), Nodes: []Node{racing}}}, ""},
+
+		{"ledger trails for one lag", []Sample{withAt(viewed(1, 2), 0), withAt(viewed(1, 2), 2)}, ""},
+		{"ledger drifts", []Sample{withAt(viewed(1, 2), 0), withAt(viewed(1, 2), 2), withAt(viewed(1, 2), 4)}, ViewDrift},
+		{"ledger follows a moving apiserver", []Sample{withAt(viewed(1, 2), 0), withAt(viewed(2, 3), 2), withAt(viewed(3, 4), 4)}, ""},
+		{"published capacity drifts", []Sample{withAt(published(9), 0), withAt(published(9), 4)}, ViewDrift},
+		{"published capacity right", []Sample{withAt(published(10), 0), withAt(published(10), 4)}, ""},
+
+		{"reservation of a pod bound long ago", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", BoundFor: 10 * time.Second}}}}, ReservationSet},
+		{"reservation of a pod gone", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", GoneFor: 5 * time.Second}}}}, ReservationSet},
+		{"reservation of a bind in flight", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p"}}}}, ""},
+
+		{"waiting set larger than Pending", []Sample{{At: at(1), WaitingPods: f64(3), Pending: []Pending{{UID: "p", Need: 1}}}}, WaitingSet},
+		{"waiting set trails a deletion by one sample", []Sample{{At: at(0), WaitingPods: f64(2), Pending: make([]Pending, 2)}, {At: at(1), WaitingPods: f64(2), Pending: make([]Pending, 1)}}, ""},
+
+		{"waits 7 s with an IP free", []Sample{withAt(room, 0), withAt(room, 3), withAt(room, 7)}, WaitWithRoom},
+		{"waits on a full node", []Sample{withAt(full, 0), withAt(full, 7)}, ""},
+		{"two pods, one free IP: neither fits", []Sample{withAt(crowd, 0), withAt(crowd, 7)}, ""},
+		{"waits with room during a fault", []Sample{withFault(room, 0), withFault(room, 7)}, ""},
+		{"waits with room within Recovery of a fault", []Sample{withFault(room, 0), withAt(room, 1), withAt(room, 8)}, ""},
+
+		{"requeue writes above the token bucket", []Sample{{At: at(0), RequeueWrites: f64(0), FreedIPs: 1000}, {At: at(10), RequeueWrites: f64(400), FreedIPs: 1000}}, RequeueBound},
+		{"requeue writes above 4 per freed IP", []Sample{{At: at(0), RequeueWrites: f64(0), FreedIPs: 1}, {At: at(5), RequeueWrites: f64(40), FreedIPs: 1}}, RequeueBound},
+		{"requeue counter reset by a restart", []Sample{{At: at(0), RequeueWrites: f64(50), FreedIPs: 30}, {At: at(5), RequeueWrites: f64(3), FreedIPs: 31}}, ""},
+
+		{"a stale metric", []Sample{{At: at(0), Metrics: []Metric{{Name: "load", Value: 0.3, Expected: []float64{0.9}}}}}, MetricFresh},
+		{"a 0 for a source that is down", []Sample{{At: at(0), Metrics: []Metric{{Name: "load", Value: 0, Expected: []float64{0.9}}}}}, MetricFresh},
+		{"an honest error", []Sample{{At: at(0), Metrics: []Metric{{Name: "load", Err: "503: source unreachable", Expected: []float64{0.9}}}}}, ""},
+		{"a fresh value", []Sample{{At: at(0), Metrics: []Metric{{Name: "load", Value: 0.9, Expected: []float64{0.2, 0.9}}}}}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := strings.Join(run(tc.samples...), ", ")
+			if got != tc.want {
+				t.Errorf("broken: %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func withAt(s Sample, sec float64) Sample { s.At = at(sec); return s }
+
+func withFault(s Sample, sec float64) Sample {
+	s.At, s.Fault = at(sec), "kill extender"
+	return s
+}
+
+func TestSecondHalfSlope(t *testing.T) {
+	var flat, growing []Point
+	for i := range 120 {
+		at := t0.Add(time.Duration(i) * time.Minute)
+		noise := float64((i*7)%5) - 2
+		// a warm-up in the first half must not read as growth
+		warm := 0.0
+		if i < 20 {
+			warm = float64(i) * 5
+		}
+		flat = append(flat, Point{at, 100 + warm + noise})
+		growing = append(growing, Point{at, 100 + float64(i) + noise})
+	}
+	if s := SecondHalfSlope(flat); !s.Flat(0) || s.N != 60 {
+		t.Errorf("flat: %+v, want an interval holding 0 over the second hour", s)
+	}
+	if s := SecondHalfSlope(growing); s.Flat(0) || math.Abs(s.PerHour-60) > 1 {
+		t.Errorf("growing by 1 a minute: %+v, want about 60 per hour", s)
+	}
+	if s := SecondHalfSlope(growing[:2]); !math.IsNaN(s.PerHour) {
+		t.Errorf("two points: %+v, want NaN", s)
+	}
+}
