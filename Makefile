@@ -114,6 +114,17 @@ bench-e2e: build control-plane ## On real local planes: scheduling throughput wi
 	$(GO) build -o $(BIN)/nullextender ./e2e/cmd/nullextender
 	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) $(BENCH_E2E_FLAGS)
 
+# The soak (issue 30): each scheduling mode under churn and faults, every
+# invariant checked each second; then its charts (e2e/tools/soakplot, its
+# own module so that gonum/plot stays out of capscale's).
+SOAK_NODES    ?= 1000
+SOAK_DURATION ?= 60m
+SOAK_MODES    ?= extender,native,plugin
+.PHONY: soak
+soak: build control-plane ## Soak each mode (SOAK_MODES) at SOAK_NODES kwok nodes for SOAK_DURATION under churn and faults; CSVs, charts and verdicts in _output/soak.
+	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) --scenario soak --nodes $(SOAK_NODES) --soak-duration $(SOAK_DURATION) --soak-modes $(SOAK_MODES) --soak-out $(abspath $(OUT))/soak --node-lease 120s
+	cd e2e/tools/soakplot && $(GO) run . $$(ls -d $(abspath $(OUT))/soak/*-$(SOAK_NODES))
+
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: lint

@@ -108,3 +108,29 @@ func (p *Plane) server(name string) (*Process, error) {
 	}
 	return nil, fmt.Errorf("%s is not part of the plane", name)
 }
+
+// KillScheduler ends the plane's scheduler with SIGKILL, as a crashed
+// leader would end, and starts it again with the same binary and
+// configuration.
+func (p *Plane) KillScheduler(ctx context.Context) error {
+	for _, proc := range p.Processes() {
+		if proc.Name == "kube-scheduler" {
+			proc.Kill()
+		}
+	}
+	p.mu.Lock()
+	config := p.Opts.SchedulerConfig
+	p.mu.Unlock()
+	return p.RestartScheduler(ctx, config)
+}
+
+// Scheduler is the plane's running scheduler process, if any.
+func (p *Plane) Scheduler() *Process {
+	var out *Process
+	for _, proc := range p.Processes() {
+		if exited, _ := proc.Exited(); proc.Name == "kube-scheduler" && !exited {
+			out = proc
+		}
+	}
+	return out
+}

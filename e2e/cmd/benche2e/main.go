@@ -57,7 +57,7 @@ func main() {
 	pprofDir := flag.String("pprof-dir", "", "throughput: save 25 s CPU profiles of kube-scheduler and the extender, taken from the first measured round on, in this directory")
 	jsonFile := flag.String("json", "", "throughput: write the figures to this file as JSON")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
-	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate, gobench (go test -bench output on stdin, printed as table rows) or all (all but metrics, delegate and gobench, which make bench runs)")
+	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate, soak (churn and faults, invariants checked every second), gobench (go test -bench output on stdin, printed as table rows) or all (all but metrics, delegate and gobench, which make bench runs)")
 	gobenchCommand := flag.String("gobench-command", "go test -bench", "gobench: the command that produced the output, for the rows' command column")
 	series := flag.Int("series", 1000, "series for the metrics scenario")
 	clients := flag.Int("clients", 100, "concurrent clients for the metrics scenario")
@@ -68,6 +68,10 @@ func main() {
 	baselineAdapter := flag.String("baseline-adapter", "", "memory scenario: another metrics-adapter binary to run beside the current one and report (before/after comparisons)")
 	samples := flag.Int("samples", 3000, "delegate scenario: timed GETs per path")
 	changes := flag.Int("changes", 10, "load-index changes for the reaction scenario")
+	soakModes := flag.String("soak-modes", "extender,native,plugin", "soak: the scheduling modes to soak, one after the other")
+	soakDuration := flag.Duration("soak-duration", 60*time.Minute, "soak: how long each mode runs (the issue's runs: 60m at --nodes 1000, 15m at --nodes 5000)")
+	soakRate := flag.Float64("soak-rate", 10, "soak: churn changes a second")
+	soakOut := flag.String("soak-out", "_output/soak", "soak: where each run's samples.csv, processes.csv and violations.txt go")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
 	switch *mode {
@@ -106,6 +110,8 @@ func main() {
 		err = delegateOverhead(*samples, *binDir)
 	case "gobench":
 		err = goBench(*gobenchCommand)
+	case "soak":
+		err = soakRun(*soakModes, *nodes, *soakDuration, *soakRate, *soakOut, *binDir, *nodeLease)
 	case "all":
 		if err = throughput(rig); err == nil {
 			err = reaction(*changes, *binDir)
@@ -114,7 +120,7 @@ func main() {
 			err = memory(*memNodes, *memPods, *binDir, *baselineAdapter)
 		}
 	default:
-		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate, gobench or all, got %q", *scenario)
+		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate, soak, gobench or all, got %q", *scenario)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benche2e:", err)

@@ -1,0 +1,204 @@
+package soak
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+// observer follows Nodes and Pods through informers and remembers what
+// the checker needs that an object does not say: when a capacity was
+// lowered, when a pod was first seen bound, when one went away, and the
+// IPs freed so far.
+type observer struct {
+	def int64
+
+	mu sync.Mutex
+	// capacity and lowered: each node's capacity by the rule, and when it
+	// was last seen to fall.
+	capacity map[string]int64
+	lowered  map[string]time.Time
+	// boundAt: pod UID -> first seen bound; goneAt: UID -> seen deleted.
+	boundAt map[types.UID]time.Time
+	goneAt  map[types.UID]time.Time
+	freed   int64
+	// bound counts binds seen, for the rate.
+	bound int64
+
+	nodes cache.Store
+	pods  cache.Store
+}
+
+func newObserver(ctx context.Context, c kubernetes.Interface, def int64) (*observer, error) {
+	o := &observer{def: def, capacity: map[string]int64{}, lowered: map[string]time.Time{},
+		boundAt: map[types.UID]time.Time{}, goneAt: map[types.UID]time.Time{}}
+	f := informers.NewSharedInformerFactory(c, 0)
+	ni, pi := f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer()
+	if _, err := ni.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { o.node(obj.(*corev1.Node)) },
+		UpdateFunc: func(_, obj any) { o.node(obj.(*corev1.Node)) },
+		DeleteFunc: func(obj any) {
+			if n, ok := obj.(*corev1.Node); ok {
+				o.mu.Lock()
+				delete(o.capacity, n.Name)
+				delete(o.lowered, n.Name)
+				o.mu.Unlock()
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { o.pod(nil, obj.(*corev1.Pod)) },
+		UpdateFunc: func(old, obj any) { o.pod(old.(*corev1.Pod), obj.(*corev1.Pod)) },
+		DeleteFunc: func(obj any) {
+			p, ok := obj.(*corev1.Pod)
+			if !ok {
+				if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					p, _ = t.Obj.(*corev1.Pod)
+				}
+			}
+			if p != nil {
+				o.gone(p)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	o.nodes, o.pods = ni.GetStore(), pi.GetStore()
+	f.Start(ctx.Done())
+	for _, ok := range f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, ctx.Err()
+		}
+	}
+	return o, nil
+}
+
+func (o *observer) node(n *corev1.Node) {
+	c := underlay.NodeCapacity(n.Annotations, n.Labels, o.def).IPs
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if old, ok := o.capacity[n.Name]; ok {
+		switch {
+		case c < old:
+			o.lowered[n.Name] = time.Now()
+		case c > old:
+			o.freed += c - old
+		}
+	}
+	o.capacity[n.Name] = c
+}
+
+func holds(p *corev1.Pod) bool { return underlay.Holds(p.Spec.NodeName, p.Status.Phase) }
+
+func (o *observer) pod(old, p *corev1.Pod) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if p.Spec.NodeName != "" {
+		if _, ok := o.boundAt[p.UID]; !ok {
+			o.boundAt[p.UID] = time.Now()
+			o.bound++
+		}
+	}
+	if old != nil && holds(old) && !holds(p) {
+		// Finished: its IPs are free.
+		o.freed += underlay.PodNeed(p)
+	}
+}
+
+func (o *observer) gone(p *corev1.Pod) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.goneAt[p.UID] = time.Now()
+	if holds(p) {
+		o.freed += underlay.PodNeed(p)
+	}
+}
+
+// snapshot fills the apiserver's side of a sample: nodes with capacity,
+// used, lowered and last-bound times, and the Pending underlay pods.
+func (o *observer) snapshot(s *Sample) {
+	pods := o.pods.List()
+	nodes := o.nodes.List()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	used := map[string]int64{}
+	last := map[string]time.Time{}
+	s.Pending = s.Pending[:0]
+	for _, obj := range pods {
+		p := obj.(*corev1.Pod)
+		need := underlay.PodNeed(p)
+		switch {
+		case need == 0:
+		case holds(p):
+			used[p.Spec.NodeName] += need
+			if t := o.boundAt[p.UID]; t.After(last[p.Spec.NodeName]) {
+				last[p.Spec.NodeName] = t
+			}
+		case p.Spec.NodeName == "" && p.Status.Phase == corev1.PodPending && p.DeletionTimestamp == nil:
+			s.Pending = append(s.Pending, Pending{UID: string(p.UID), Need: need})
+		}
+	}
+	s.Nodes = s.Nodes[:0]
+	for _, obj := range nodes {
+		n := obj.(*corev1.Node)
+		nd := Node{Name: n.Name, Capacity: o.capacity[n.Name], Lowered: o.lowered[n.Name], Used: used[n.Name],
+			LastBound: last[n.Name], Schedulable: schedulable(n)}
+		if s.View == "published" {
+			if q, ok := n.Status.Allocatable[underlay.Resource]; ok {
+				v := q.Value()
+				nd.View = &v
+			}
+		}
+		s.Nodes = append(s.Nodes, nd)
+	}
+	s.FreedIPs = o.freed
+}
+
+// schedulable: not being deleted, not cordoned, no NoSchedule taint, Ready.
+func schedulable(n *corev1.Node) bool {
+	if n.DeletionTimestamp != nil || n.Spec.Unschedulable {
+		return false
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return false
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podTimes says, for a reservation, how long its pod has been bound or
+// gone as this observer saw it.
+func (o *observer) podTimes(uid types.UID, now time.Time) (boundFor, goneFor time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t, ok := o.goneAt[uid]; ok {
+		return 0, now.Sub(t)
+	}
+	if t, ok := o.boundAt[uid]; ok {
+		return now.Sub(t), 0
+	}
+	return 0, 0
+}
+
+// binds is the number of pods seen bound so far.
+func (o *observer) binds() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.bound
+}

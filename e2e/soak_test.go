@@ -1,0 +1,49 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/capscale/capscale/e2e/soak"
+)
+
+// TestSoakShort is the short form of the soak (issue 30) in every
+// scheduling mode: 200 nodes for a few minutes of churn near capacity,
+// every fault once, and the invariant checker at every second. It asserts
+// the invariants, never a speed; make bench-e2e runs the long form.
+func TestSoakShort(t *testing.T) {
+	for _, mode := range []string{"extender", "native", "plugin"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := testContext(t, 15*time.Minute)
+			out := t.TempDir()
+			r, err := soak.Run(ctx, soak.Options{
+				Mode: mode, Nodes: 200, Duration: 3 * time.Minute, Rate: 5, FaultsOnce: true,
+				BinDir: os.Getenv("CAPSCALE_BIN_DIR"), CapscaleBin: capscaleBin, OutDir: out, Logf: t.Logf,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s", r.Summary())
+			for _, inv := range soak.Invariants {
+				if n := r.Counts[inv]; n > 0 {
+					b, _ := os.ReadFile(filepath.Join(out, "violations.txt"))
+					t.Errorf("%s: broken %d times:\n%s", inv, n, b)
+				}
+			}
+			want := 4 // the extender, the adapter, the scheduler, kube-apiserver
+			if mode == "plugin" {
+				want = 3 // capscale-scheduler is the scheduler
+			}
+			if len(r.Faults) != want {
+				t.Errorf("faults run: %v, want %d", r.Faults, want)
+			}
+			if r.Binds < 200 {
+				t.Errorf("%d binds in the run: the churn did not churn", r.Binds)
+			}
+		})
+	}
+}
