@@ -65,10 +65,11 @@ type reservation struct {
 	// whose outcome is unknown sets it so that the IPs come back if the pod
 	// never shows up bound.
 	expires time.Time
-	// confirmed is when the Binding was seen to succeed (zero while in
-	// flight or unknown); checked is when the reconciler last found the pod
-	// still bound to the node. See reconcile.go.
-	confirmed, checked time.Time
+	// confirmed is when the Binding was seen to succeed, unconfirmed when
+	// its outcome was found unknown (both zero while in flight); checked is
+	// when the reconciler last found the pod still holding. See
+	// reconcile.go.
+	confirmed, unconfirmed, checked time.Time
 }
 
 type hint struct {
@@ -497,7 +498,8 @@ func (l *Ledger) Unconfirmed(uid types.UID, token uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.reservations[uid]; r != nil && r.token == token {
-		r.expires = l.clock.Now().Add(l.reservationTTL)
+		r.unconfirmed = l.clock.Now()
+		r.expires = r.unconfirmed.Add(l.reservationTTL)
 	}
 }
 

@@ -25,10 +25,10 @@ type Metrics struct {
 	// ExpiredReservations counts reservations dropped because a bind's
 	// outcome stayed unknown past the reservation TTL.
 	ExpiredReservations prometheus.Counter
-	// ReconciledReservations counts the confirmed reservations the
-	// informer left unsettled and a read of the pod decided, by result:
-	// dropped (gone, recreated, terminal, not_on_node) or kept (bound,
-	// error).
+	// ReconciledReservations counts the reservations (confirmed, or with
+	// an unknown outcome) the informer left unsettled and a read of the
+	// pod decided, by result: dropped (gone, recreated, terminal,
+	// not_on_node) or kept (bound, pending, error).
 	ReconciledReservations *prometheus.CounterVec
 	// FreedIPReuse is the time from IPs freed in the ledger to a pod that
 	// was waiting for them bound.
@@ -68,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		ReconciledReservations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "reservations_reconciled_total",
-			Help: "Reservations of successful binds whose pod the informer did not show bound in time, checked with a read of the pod, by result: dropped (gone, recreated, terminal, not_on_node) or kept (bound, error).",
+			Help: "Reservations of successful binds, or of binds with an unknown outcome, whose pod the informer did not show bound in time, checked with a read of the pod, by result: dropped (gone, recreated, terminal, not_on_node) or kept (bound, pending, error).",
 		}, []string{"result"}),
 		FreedIPReuse: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "freed_ip_reuse_seconds",

@@ -23,6 +23,13 @@ import (
 // So a confirmed reservation the informer has not settled within a grace
 // period is checked against the apiserver (Reconciler, one GET per pod):
 // the ledger lists those reservations and applies the verdicts, without I/O.
+//
+// A reservation whose Binding outcome is unknown (a timeout, or
+// kube-scheduler hanging up mid-bind) is checked the same way: its pod may
+// have been deleted while pending, which the informer of bound pods never
+// sees, and without the check its IPs stayed reserved for the whole TTL
+// (the soak found pods waiting behind such reservations for a minute).
+// Only a pod still pending keeps it to the TTL: its Binding may yet land.
 
 // StaleReservation is a confirmed reservation the informer has not settled.
 type StaleReservation struct {
@@ -32,6 +39,9 @@ type StaleReservation struct {
 	// Token identifies the reservation, so that a verdict never ends a
 	// newer reservation of the same pod.
 	Token uint64
+	// Unconfirmed: the Binding's outcome is unknown, rather than known to
+	// have succeeded.
+	Unconfirmed bool
 }
 
 // Confirmed marks the reservation identified by token as bound: its Binding
@@ -45,12 +55,11 @@ func (l *Ledger) Confirmed(uid types.UID, token uint64) {
 	}
 }
 
-// StaleConfirmed returns at most limit confirmed reservations that the
-// informer has not settled for grace since they were confirmed or last
-// found still bound, least recently looked at first. Reservations in
-// flight or with an unknown outcome are never listed: the binder or the
-// reservation TTL settles those.
-func (l *Ledger) StaleConfirmed(grace time.Duration, limit int) []StaleReservation {
+// Stale returns at most limit reservations, confirmed or with an unknown
+// outcome, that the informer has not settled for grace since then or since
+// they were last found still holding, least recently looked at first.
+// Reservations in flight are never listed: the binder settles those.
+func (l *Ledger) Stale(grace time.Duration, limit int) []StaleReservation {
 	now := l.clock.Now()
 	type aged struct {
 		s    StaleReservation
@@ -59,17 +68,21 @@ func (l *Ledger) StaleConfirmed(grace time.Duration, limit int) []StaleReservati
 	var stale []aged
 	l.mu.RLock()
 	for uid, r := range l.reservations {
-		if r.confirmed.IsZero() {
+		if r.confirmed.IsZero() && r.unconfirmed.IsZero() {
 			continue
 		}
 		last := r.confirmed
+		if r.confirmed.IsZero() {
+			last = r.unconfirmed
+		}
 		if r.checked.After(last) {
 			last = r.checked
 		}
 		if now.Sub(last) < grace {
 			continue
 		}
-		stale = append(stale, aged{StaleReservation{UID: uid, Namespace: r.namespace, Name: r.name, Node: r.node, Token: r.token}, last})
+		stale = append(stale, aged{StaleReservation{UID: uid, Namespace: r.namespace, Name: r.name, Node: r.node, Token: r.token,
+			Unconfirmed: r.confirmed.IsZero()}, last})
 	}
 	l.mu.RUnlock()
 	sort.Slice(stale, func(i, j int) bool {
@@ -122,6 +135,7 @@ const (
 	reconcileTerminal   = "terminal"    // the pod finished
 	reconcileNotOnNode  = "not_on_node" // the pod is not bound to the node
 	reconcileBound      = "bound"       // kept: the pod runs on the node
+	reconcilePending    = "pending"     // kept: an unknown Binding may yet land
 	reconcileReadFailed = "error"       // kept: the pod could not be read
 )
 
@@ -141,6 +155,8 @@ func reconcileVerdict(s StaleReservation, pod *v1.Pod, err error) (result string
 		return reconcileRecreated, true
 	case pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed:
 		return reconcileTerminal, true
+	case s.Unconfirmed && pod.Spec.NodeName == "":
+		return reconcilePending, false
 	case pod.Spec.NodeName != s.Node:
 		return reconcileNotOnNode, true
 	}

@@ -27,10 +27,10 @@ func staleUIDs(s []StaleReservation) []types.UID {
 	return out
 }
 
-// TestStaleConfirmed: only confirmed reservations are listed, and only once
-// the informer has left them unsettled for the grace since confirmation or
-// since the last read that kept them.
-func TestStaleConfirmed(t *testing.T) {
+// TestStale: confirmed reservations and those with an unknown outcome are
+// listed, and only once the informer has left them unsettled for the grace
+// since then or since the last read that kept them; in-flight ones never.
+func TestStale(t *testing.T) {
 	const grace = 5 * time.Second
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	l := NewLedger(LedgerOptions{DefaultCapacity: 10, Clock: clk})
@@ -52,35 +52,39 @@ func TestStaleConfirmed(t *testing.T) {
 	l.Confirmed("uid-ghost", 99) // no such reservation: nothing happens
 	l.SetPod(pod("settled", "a", 1))
 
-	if got := l.StaleConfirmed(grace, 10); len(got) != 0 {
+	if got := l.Stale(grace, 10); len(got) != 0 {
 		t.Errorf("before the grace: %v, want none", staleUIDs(got))
 	}
 	clk.Step(grace - time.Second)
-	want := []StaleReservation{{UID: "uid-old", Namespace: "ns", Name: "old", Node: "a", Token: 3}}
-	if got := l.StaleConfirmed(grace, 10); !reflect.DeepEqual(got, want) {
+	want := []StaleReservation{
+		{UID: "uid-old", Namespace: "ns", Name: "old", Node: "a", Token: 3},
+		{UID: "uid-unknown", Namespace: "ns", Name: "unknown", Node: "a", Token: 2, Unconfirmed: true},
+	}
+	if got := l.Stale(grace, 10); !reflect.DeepEqual(got, want) {
 		t.Errorf("at the grace of the first: %+v, want %+v", got, want)
 	}
 	clk.Step(time.Second)
-	if got := staleUIDs(l.StaleConfirmed(grace, 10)); !reflect.DeepEqual(got, []types.UID{"uid-old", "uid-young"}) {
-		t.Errorf("past both graces: %v, want the confirmed ones, oldest first", got)
+	if got := staleUIDs(l.Stale(grace, 10)); !reflect.DeepEqual(got, []types.UID{"uid-old", "uid-unknown", "uid-young"}) {
+		t.Errorf("past both graces: %v, want the confirmed and unknown ones, oldest first", got)
 	}
-	if got := staleUIDs(l.StaleConfirmed(grace, 1)); !reflect.DeepEqual(got, []types.UID{"uid-old"}) {
+	if got := staleUIDs(l.Stale(grace, 1)); !reflect.DeepEqual(got, []types.UID{"uid-old"}) {
 		t.Errorf("limit 1: %v, want the oldest", got)
 	}
-	// A kept reservation waits another grace; the other goes first.
+	// A kept reservation waits another grace; the others go first.
 	l.KeepStale(want[0])
-	if got := staleUIDs(l.StaleConfirmed(grace, 10)); !reflect.DeepEqual(got, []types.UID{"uid-young"}) {
-		t.Errorf("after keeping old: %v, want young only", got)
+	l.KeepStale(want[1])
+	if got := staleUIDs(l.Stale(grace, 10)); !reflect.DeepEqual(got, []types.UID{"uid-young"}) {
+		t.Errorf("after keeping old and unknown: %v, want young only", got)
 	}
 	clk.Step(grace)
-	if got := staleUIDs(l.StaleConfirmed(grace, 10)); !reflect.DeepEqual(got, []types.UID{"uid-young", "uid-old"}) {
-		t.Errorf("a grace after keeping old: %v, want young, then old", got)
+	if got := staleUIDs(l.Stale(grace, 10)); !reflect.DeepEqual(got, []types.UID{"uid-young", "uid-old", "uid-unknown"}) {
+		t.Errorf("a grace after keeping old: %v, want young, then old and unknown", got)
 	}
-	// Never listed: in flight, unknown outcome (the TTL settles it).
+	// Never listed: in flight, or settled by the informer.
 	clk.Step(time.Hour)
-	for _, got := range l.StaleConfirmed(grace, 10) {
-		if got.UID == "uid-inflight" || got.UID == "uid-unknown" || got.UID == "uid-settled" {
-			t.Errorf("listed %s, which is not a confirmed, unsettled reservation", got.UID)
+	for _, got := range l.Stale(grace, 10) {
+		if got.UID == "uid-inflight" || got.UID == "uid-settled" {
+			t.Errorf("listed %s, which is not an unsettled reservation", got.UID)
 		}
 	}
 }
@@ -118,12 +122,17 @@ func TestReconcileVerdict(t *testing.T) {
 	terminating := pod("p", "a", 1)
 	terminating.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
 	tests := []struct {
-		name       string
-		pod        *v1.Pod
-		err        error
-		wantResult string
-		wantDrop   bool
+		name        string
+		unconfirmed bool
+		pod         *v1.Pod
+		err         error
+		wantResult  string
+		wantDrop    bool
 	}{
+		{name: "unknown outcome, pod deleted while pending", unconfirmed: true, err: apierrors.NewNotFound(v1.Resource("pods"), "p"), wantResult: reconcileGone, wantDrop: true},
+		{name: "unknown outcome, still pending: the Binding may yet land", unconfirmed: true, pod: pod("p", "", 1), wantResult: reconcilePending},
+		{name: "unknown outcome, landed", unconfirmed: true, pod: pod("p", "a", 1), wantResult: reconcileBound},
+		{name: "unknown outcome, bound elsewhere", unconfirmed: true, pod: pod("p", "b", 1), wantResult: reconcileNotOnNode, wantDrop: true},
 		{name: "deleted", err: apierrors.NewNotFound(v1.Resource("pods"), "p"), wantResult: reconcileGone, wantDrop: true},
 		{name: "recreated with another UID", pod: recreated, wantResult: reconcileRecreated, wantDrop: true},
 		{name: "succeeded", pod: finished(v1.PodSucceeded), wantResult: reconcileTerminal, wantDrop: true},
@@ -139,6 +148,8 @@ func TestReconcileVerdict(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			s := s
+			s.Unconfirmed = tc.unconfirmed
 			result, drop := reconcileVerdict(s, tc.pod, tc.err)
 			if result != tc.wantResult || drop != tc.wantDrop {
 				t.Errorf("reconcileVerdict = %q, drop %v; want %q, drop %v", result, drop, tc.wantResult, tc.wantDrop)

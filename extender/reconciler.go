@@ -61,9 +61,9 @@ func (r *Reconciler) Run(ctx context.Context) {
 }
 
 // Reconcile runs one round: it reads the pods of at most MaxGets stale
-// confirmed reservations and drops those whose pod left the node.
+// reservations and drops those whose pod is not holding on the node.
 func (r *Reconciler) Reconcile(ctx context.Context) {
-	for _, s := range r.ledger.StaleConfirmed(r.opts.Grace, r.opts.MaxGets) {
+	for _, s := range r.ledger.Stale(r.opts.Grace, r.opts.MaxGets) {
 		if ctx.Err() != nil {
 			return
 		}
