@@ -6,11 +6,13 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -114,6 +116,49 @@ func (t *Tracker) Attach(pods, nodes cache.SharedIndexInformer) (synced func() b
 		return nil, fmt.Errorf("adding the ledger's node event handler: %w", err)
 	}
 	return func() bool { return pr.HasSynced() && nr.HasSynced() }, nil
+}
+
+// PendingPodInformer follows the pods not yet bound, keeping only their
+// identity: the waiting set must learn of a pending pod deleted without
+// ever being bound, which the bound-pod informer never sees.
+func PendingPodInformer(cs kubernetes.Interface) (cache.SharedIndexInformer, error) {
+	return kube.PendingPodInformer(cs, func(obj any) (any, error) {
+		if p, ok := obj.(*v1.Pod); ok {
+			return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+				Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion}}, nil
+		}
+		return obj, nil
+	})
+}
+
+// AttachPending makes the waiting set forget a pod that leaves the pending
+// informer without being bound: it was deleted. The pending watch reports
+// a pod that gets bound as a delete too, so a pod that bound finds in the
+// bound-pod cache is left to SetPod. (Should the bound pod's event come
+// second, the waiter is forgotten early: the reuse histogram misses it and
+// its requeue credit goes to the next waiting pod, nothing worse.)
+func (t *Tracker) AttachPending(pending cache.SharedIndexInformer, bound PodLookup) error {
+	_, err := pending.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) { t.pendingGone(obj, bound) },
+	})
+	if err != nil {
+		return fmt.Errorf("adding the waiting set's pending pod handler: %w", err)
+	}
+	return nil
+}
+
+func (t *Tracker) pendingGone(obj any, bound PodLookup) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	if p, ok := bound(m.GetNamespace(), m.GetName()); ok && p.UID == m.GetUID() {
+		return
+	}
+	t.Waiting.Gone(m.GetUID())
 }
 
 // Run expires stale reservations and hints until ctx is done.

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/capscale/capscale/internal/underlay"
@@ -73,5 +74,34 @@ func TestLedgerReleasesOnTombstoneOfCachedPod(t *testing.T) {
 	tr.onPodDelete(cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: cp})
 	if used := l.Report().Totals.Used; used != 0 {
 		t.Errorf("used %d after a tombstone delete, want 0", used)
+	}
+}
+
+// TestPendingGone: a pod that leaves the pending informer without being
+// bound was deleted, and the waiting set forgets it (the soak found the set
+// holding pods deleted while pending for up to 15 minutes); one found in
+// the bound-pod cache was bound, and stays for SetPod to settle.
+func TestPendingGone(t *testing.T) {
+	w := NewWaiting(nil)
+	tr := &Tracker{Ledger: NewLedger(LedgerOptions{DefaultCapacity: 10}), Waiting: w, Metrics: NewMetrics(nil)}
+	w.Rejected("uid-deleted", "ns", "deleted", 0, 1)
+	w.Rejected("uid-bound", "ns", "bound", 0, 1)
+	w.Rejected("uid-tomb", "ns", "tomb", 0, 1)
+	boundCache := map[string]*CachedPod{"ns/bound": {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bound", UID: "uid-bound"}, NodeName: "a"}}
+	lookup := func(ns, name string) (*CachedPod, bool) { p, ok := boundCache[ns+"/"+name]; return p, ok }
+	meta := func(name string) *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
+	}
+	tr.pendingGone(meta("deleted"), lookup)
+	tr.pendingGone(meta("bound"), lookup)
+	tr.pendingGone(cache.DeletedFinalStateUnknown{Key: "ns/tomb", Obj: meta("tomb")}, lookup)
+	if n := w.Len(); n != 1 {
+		t.Errorf("waiting set holds %d pods, want 1: the bound one, for SetPod", n)
+	}
+	// The one left is the bound one: once it is not in the bound cache
+	// either, it goes too.
+	tr.pendingGone(meta("bound"), func(string, string) (*CachedPod, bool) { return nil, false })
+	if n := w.Len(); n != 0 {
+		t.Errorf("waiting set holds %d pods, want none", n)
 	}
 }

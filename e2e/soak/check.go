@@ -28,9 +28,13 @@ type Bounds struct {
 	// was lowered was placed on the old capacity by a scheduler whose cache
 	// had not seen the change yet (one informer lag).
 	BindGrace time.Duration
-	// Lag: how long capscale's view, a released reservation or the waiting
-	// set may trail the apiserver (one informer lag plus a sample).
+	// Lag: how long capscale's view or the waiting set may trail the
+	// apiserver (one informer lag plus a sample).
 	Lag time.Duration
+	// ReservationLag: how long a reservation may outlive its pod's bind or
+	// deletion when the informer does not settle it: the reconciler's grace
+	// and interval (5 s + 2 s, docs/scheduling.md) plus Lag.
+	ReservationLag time.Duration
 	// MaxWait: how long a pod may stay Pending while an IP it fits is free
 	// (5 s, issue 30) plus a sample interval.
 	MaxWait time.Duration
@@ -44,7 +48,7 @@ type Bounds struct {
 }
 
 // DefaultBounds are the documented ones.
-var DefaultBounds = Bounds{BindGrace: 2 * time.Second, Lag: 3 * time.Second, MaxWait: 6 * time.Second,
+var DefaultBounds = Bounds{BindGrace: 2 * time.Second, Lag: 3 * time.Second, ReservationLag: 10 * time.Second, MaxWait: 6 * time.Second,
 	Recovery: 20 * time.Second, RequeueQPS: 20, RequeueBurst: 20, RequeuePerIP: 4}
 
 // Violation is one invariant broken at one sample.
@@ -118,7 +122,7 @@ func (c *Checker) Observe(s Sample) []Violation {
 	c.checkView(s, settled, add)
 	if settled {
 		for _, r := range s.Reservations {
-			if r.BoundFor > c.b.Lag || r.GoneFor > c.b.Lag {
+			if r.BoundFor > c.b.ReservationLag || r.GoneFor > c.b.ReservationLag {
 				add(ReservationSet, "pod %s still reserved, bound for %s, gone for %s", r.UID, r.BoundFor, r.GoneFor)
 			}
 		}

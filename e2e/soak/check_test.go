@@ -71,7 +71,8 @@ func TestEachInvariantFails(t *testing.T) {
 		{"published capacity right", []Sample{withAt(published(10), 0), withAt(published(10), 4)}, ""},
 
 		{"reservation of a pod bound long ago", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", BoundFor: 10 * time.Second}}}}, ReservationSet},
-		{"reservation of a pod gone", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", GoneFor: 5 * time.Second}}}}, ReservationSet},
+		{"reservation of a pod gone", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", GoneFor: 15 * time.Second}}}}, ReservationSet},
+		{"reservation of a pod gone, within the reconciler's period", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", GoneFor: 8 * time.Second}}}}, ""},
 		{"reservation of a bind in flight", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p"}}}}, ""},
 
 		{"waiting set larger than Pending", []Sample{{At: at(1), WaitingPods: f64(3), Pending: []Pending{{UID: "p", Need: 1}}}}, WaitingSet},

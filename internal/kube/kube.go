@@ -74,6 +74,22 @@ const nonTerminalPods = "status.phase!=" + string(corev1.PodSucceeded) + ",statu
 // and status writes never reach the watcher.
 const boundPods = "spec.nodeName!=," + nonTerminalPods
 
+// pendingPods selects the non-terminal pods no node holds yet.
+const pendingPods = "spec.nodeName=," + nonTerminalPods
+
+// PendingPodInformer is an informer of the pods not yet bound, caching
+// transform's result for each. It belongs to no factory (a factory holds
+// one informer per type, and that one is the component's main pod cache):
+// the caller runs it.
+func PendingPodInformer(cs kubernetes.Interface, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
+	inf := coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.FieldSelector = pendingPods })
+	if err := inf.SetTransform(transform); err != nil {
+		return nil, fmt.Errorf("setting the pending pod cache transform: %w", err)
+	}
+	return inf, nil
+}
+
 // NonTerminalPodInformer returns factory's pod informer, restricted to
 // non-terminal pods and caching transform's result for each pod (it replaces
 // the factory's transform). Call it before the factory starts.

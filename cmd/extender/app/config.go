@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/binderlease"
@@ -18,15 +19,18 @@ import (
 
 // Config is everything Run needs, built from Options.
 type Config struct {
-	Options   *Options
-	Client    kubernetes.Interface
-	Registry  *prometheus.Registry
-	Factory   informers.SharedInformerFactory
-	Ledger    *extender.Ledger
-	Tracker   *extender.Tracker
-	Metrics   *extender.Metrics
-	Waiting   *extender.Waiting // nil when --requeue-qps is 0
-	Publisher *publisher.Publisher
+	Options  *Options
+	Client   kubernetes.Interface
+	Registry *prometheus.Registry
+	Factory  informers.SharedInformerFactory
+	Ledger   *extender.Ledger
+	Tracker  *extender.Tracker
+	Metrics  *extender.Metrics
+	Waiting  *extender.Waiting // nil when --requeue-qps is 0
+	// PendingPods tells Waiting of pending pods deleted; nil with Waiting.
+	// It belongs to no factory: Run runs it.
+	PendingPods cache.SharedIndexInformer
+	Publisher   *publisher.Publisher
 	// BinderLease gates every bind (extender/binderlease).
 	BinderLease *binderlease.Lease
 	Handler     http.Handler
@@ -96,6 +100,15 @@ func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Co
 	if err != nil {
 		return nil, err
 	}
+	var pending cache.SharedIndexInformer
+	if waiting != nil {
+		if pending, err = extender.PendingPodInformer(cs); err != nil {
+			return nil, err
+		}
+		if err := tracker.AttachPending(pending, extender.IndexerLookup(podInformer.GetIndexer())); err != nil {
+			return nil, err
+		}
+	}
 	var pub *publisher.Publisher
 	if o.PublishCapacity {
 		pub, err = publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{
@@ -131,7 +144,7 @@ func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Co
 	})
 	return &Config{
 		Options: o, Client: cs, Registry: reg, Factory: factory, Ledger: ledger, Tracker: tracker, Metrics: metrics,
-		Waiting: waiting, Publisher: pub, BinderLease: lease, Handler: handler, Synced: synced,
+		Waiting: waiting, PendingPods: pending, Publisher: pub, BinderLease: lease, Handler: handler, Synced: synced,
 	}, nil
 }
 

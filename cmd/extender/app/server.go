@@ -49,6 +49,9 @@ func (c *Config) Run(ctx context.Context) error {
 	o, cs, factory, ledger, waiting, pub, handler, synced := c.Options, c.Client, c.Factory, c.Ledger, c.Waiting, c.Publisher, c.Handler, c.Synced
 	ctx, cancel := context.WithCancel(ctx)
 	factory.Start(ctx.Done())
+	if c.PendingPods != nil {
+		go c.PendingPods.Run(ctx.Done())
+	}
 	defer func() {
 		// Shutdown waits for the informers, which stop only once ctx is
 		// done: cancel first, also when Serve failed on its own.
