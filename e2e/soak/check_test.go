@@ -70,7 +70,7 @@ func TestEachInvariantFails(t *testing.T) {
 		{"published capacity drifts", []Sample{withAt(published(9), 0), withAt(published(9), 4)}, ViewDrift},
 		{"published capacity right", []Sample{withAt(published(10), 0), withAt(published(10), 4)}, ""},
 
-		{"reservation of a pod bound long ago", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", BoundFor: 10 * time.Second}}}}, ReservationSet},
+		{"reservation of a pod bound long ago", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", BoundFor: 12 * time.Second}}}}, ReservationSet},
 		{"reservation of a pod gone", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", GoneFor: 15 * time.Second}}}}, ReservationSet},
 		{"reservation of a pod gone, within the reconciler's period", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", GoneFor: 8 * time.Second}}}}, ""},
 		{"reservation of a bind in flight", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p"}}}}, ""},
