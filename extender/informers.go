@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -118,12 +118,13 @@ func (t *Tracker) Attach(pods, nodes cache.SharedIndexInformer) (synced func() b
 	return func() bool { return pr.HasSynced() && nr.HasSynced() }, nil
 }
 
-// PendingPodInformer follows the pods not yet bound, keeping only their
-// identity: the waiting set must learn of a pending pod deleted without
-// ever being bound, which the bound-pod informer never sees.
-func PendingPodInformer(cs kubernetes.Interface) (cache.SharedIndexInformer, error) {
-	return kube.PendingPodInformer(cs, func(obj any) (any, error) {
-		if p, ok := obj.(*v1.Pod); ok {
+// PendingPodInformer follows the metadata of the pods not yet bound,
+// keeping only their identity: the waiting set must learn of a pending pod
+// deleted without ever being bound, which the bound-pod informer never
+// sees.
+func PendingPodInformer(mc metadata.Interface) (cache.SharedIndexInformer, error) {
+	return kube.PendingPodInformer(mc, func(obj any) (any, error) {
+		if p, ok := obj.(*metav1.PartialObjectMetadata); ok {
 			return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
 				Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion}}, nil
 		}

@@ -72,8 +72,8 @@ type Checker struct {
 	// faultEnd: when the last fault ended (zero: none yet).
 	faultEnd time.Time
 	inFault  bool
-	// prevPending is the previous sample's Pending count.
-	prevPending int
+	// pending is the recent samples' Pending counts, within Lag.
+	pending []counted
 	// writes, lastWrites: requeue writes summed across extender restarts.
 	writes, lastWrites float64
 	haveWrites         bool
@@ -83,6 +83,11 @@ type Checker struct {
 	// Counts per invariant, and the samples checked.
 	Counts  map[string]int
 	Samples int
+}
+
+type counted struct {
+	at time.Time
+	n  int
 }
 
 type driftStart struct {
@@ -126,13 +131,22 @@ func (c *Checker) Observe(s Sample) []Violation {
 				add(ReservationSet, "pod %s still reserved, bound for %s, gone for %s", r.UID, r.BoundFor, r.GoneFor)
 			}
 		}
-		if s.WaitingPods != nil {
-			if limit := max(len(s.Pending), c.prevPending); int(*s.WaitingPods) > limit {
-				add(WaitingSet, "%v pods in the waiting set, %d Pending underlay pods", *s.WaitingPods, limit)
-			}
+	}
+	// The waiting set follows its own watch of pending pods: compare it
+	// with the most Pending pods seen within one lag.
+	c.pending = append(c.pending, counted{s.At, len(s.Pending)})
+	for len(c.pending) > 1 && s.At.Sub(c.pending[0].at) > c.b.Lag {
+		c.pending = c.pending[1:]
+	}
+	if settled && s.WaitingPods != nil {
+		limit := 0
+		for _, p := range c.pending {
+			limit = max(limit, p.n)
+		}
+		if int(*s.WaitingPods) > limit {
+			add(WaitingSet, "%v pods in the waiting set, at most %d Pending underlay pods within %s", *s.WaitingPods, limit, c.b.Lag)
 		}
 	}
-	c.prevPending = len(s.Pending)
 	c.checkWaits(s, settled, add)
 	c.checkRequeue(s, add)
 	for _, m := range s.Metrics {

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -77,13 +79,13 @@ const boundPods = "spec.nodeName!=," + nonTerminalPods
 // pendingPods selects the non-terminal pods no node holds yet.
 const pendingPods = "spec.nodeName=," + nonTerminalPods
 
-// PendingPodInformer is an informer of the pods not yet bound, caching
-// transform's result for each. It belongs to no factory (a factory holds
-// one informer per type, and that one is the component's main pod cache):
+// PendingPodInformer is an informer of the metadata of the pods not yet
+// bound (the apiserver sends metadata only: a fraction of a pod's decode
+// cost), caching transform's result for each. It belongs to no factory:
 // the caller runs it.
-func PendingPodInformer(cs kubernetes.Interface, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
-	inf := coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.FieldSelector = pendingPods })
+func PendingPodInformer(mc metadata.Interface, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
+	inf := metadatainformer.NewFilteredMetadataInformer(mc, corev1.SchemeGroupVersion.WithResource("pods"), metav1.NamespaceAll, 0,
+		cache.Indexers{}, func(o *metav1.ListOptions) { o.FieldSelector = pendingPods }).Informer()
 	if err := inf.SetTransform(transform); err != nil {
 		return nil, fmt.Errorf("setting the pending pod cache transform: %w", err)
 	}

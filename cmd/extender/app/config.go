@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/capscale/capscale/extender"
@@ -58,7 +59,13 @@ func (o *Options) Config() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := o.config(cs, health)
+	// The pending pods' metadata, for the waiting set (metadata only: a
+	// fraction of a pod's decode cost).
+	mc, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := o.config(cs, mc, health)
 	if err != nil {
 		return nil, err
 	}
@@ -66,13 +73,15 @@ func (o *Options) Config() (*Config, error) {
 	return c, nil
 }
 
-// ConfigWithClient builds the extender around the given clientset.
+// ConfigWithClient builds the extender around the given clientset. Without
+// a metadata client its waiting set learns of a pending pod's deletion only
+// when a requeue touch finds it gone.
 func (o *Options) ConfigWithClient(cs kubernetes.Interface) (*Config, error) {
-	return o.config(cs, nil)
+	return o.config(cs, nil, nil)
 }
 
 // config builds the extender; health, if not nil, follows the watches of cs.
-func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Config, error) {
+func (o *Options) config(cs kubernetes.Interface, mc metadata.Interface, health *kube.WatchHealth) (*Config, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := extender.NewMetrics(reg)
@@ -101,8 +110,8 @@ func (o *Options) config(cs kubernetes.Interface, health *kube.WatchHealth) (*Co
 		return nil, err
 	}
 	var pending cache.SharedIndexInformer
-	if waiting != nil {
-		if pending, err = extender.PendingPodInformer(cs); err != nil {
+	if waiting != nil && mc != nil {
+		if pending, err = extender.PendingPodInformer(mc); err != nil {
 			return nil, err
 		}
 		if err := tracker.AttachPending(pending, extender.IndexerLookup(podInformer.GetIndexer())); err != nil {
