@@ -80,6 +80,8 @@ type Checker struct {
 	reportedWrites     float64
 	windowStart        time.Time
 	windowWrites       float64
+	// overSeen: node -> the bind last reported over capacity.
+	overSeen map[string]time.Time
 	// Counts per invariant, and the samples checked.
 	Counts  map[string]int
 	Samples int
@@ -97,7 +99,7 @@ type driftStart struct {
 
 // NewChecker returns a checker with bounds b.
 func NewChecker(b Bounds) *Checker {
-	return &Checker{b: b, drift: map[string]driftStart{}, fits: map[string]time.Time{}, Counts: map[string]int{}}
+	return &Checker{b: b, overSeen: map[string]time.Time{}, drift: map[string]driftStart{}, fits: map[string]time.Time{}, Counts: map[string]int{}}
 }
 
 // Observe checks one sample and returns what it breaks.
@@ -118,8 +120,10 @@ func (c *Checker) Observe(s Sample) []Violation {
 
 	for _, n := range s.Nodes {
 		// A node may be over a capacity lowered under its pods; only a pod
-		// bound after the scheduler could know of the change breaks the rule.
-		if n.Used > n.Capacity && n.LastBound.After(n.Lowered.Add(c.b.BindGrace)) {
+		// bound after the scheduler could know of the change breaks the
+		// rule. Each such bind is one violation, however many samples see it.
+		if n.Used > n.Capacity && n.LastBound.After(n.Lowered.Add(c.b.BindGrace)) && !c.overSeen[n.Name].Equal(n.LastBound) {
+			c.overSeen[n.Name] = n.LastBound
 			add(OverCapacity, "%s holds %d IPs of %d; a pod was bound to it at %s, %s after its capacity became %d",
 				n.Name, n.Used, n.Capacity, n.LastBound.Format("15:04:05.000"), n.LastBound.Sub(n.Lowered).Round(time.Millisecond), n.Capacity)
 		}

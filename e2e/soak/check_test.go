@@ -134,3 +134,15 @@ func TestSecondHalfSlope(t *testing.T) {
 		t.Errorf("two points: %+v, want NaN", s)
 	}
 }
+
+// TestOverCapacityOncePerBind: a node left over capacity by one bad bind
+// is one violation, not one per sample that sees it.
+func TestOverCapacityOncePerBind(t *testing.T) {
+	n := node("a", 1, 3)
+	n.Lowered, n.LastBound = at(0), at(5)
+	later := n
+	later.LastBound = at(9)
+	if got := run(Sample{At: at(6), Nodes: []Node{n}}, Sample{At: at(7), Nodes: []Node{n}}, Sample{At: at(10), Nodes: []Node{later}}); len(got) != 2 {
+		t.Errorf("violations %v, want two: one per bind", got)
+	}
+}

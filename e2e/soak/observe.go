@@ -20,12 +20,23 @@ import (
 // IPs freed so far.
 type observer struct {
 	def int64
+	// published: native mode, where kube-scheduler counts the capacity the
+	// publisher wrote into Node status, so a capacity counts as lowered
+	// when that value falls; publishLags are the delays from a capacity
+	// change to the matching published value.
+	published   bool
+	publishLags []time.Duration
+	// changed: node -> when its capacity by the rule last changed, until
+	// the published value matches it.
+	changed map[string]time.Time
 
 	mu sync.Mutex
 	// capacity and lowered: each node's capacity by the rule, and when it
 	// was last seen to fall.
 	capacity map[string]int64
 	lowered  map[string]time.Time
+	// pub: node -> its published capacity (-1: none), native mode only.
+	pub map[string]int64
 	// boundAt: pod UID -> first seen bound; goneAt: UID -> seen deleted.
 	boundAt map[types.UID]time.Time
 	goneAt  map[types.UID]time.Time
@@ -37,8 +48,8 @@ type observer struct {
 	pods  cache.Store
 }
 
-func newObserver(ctx context.Context, c kubernetes.Interface, def int64) (*observer, error) {
-	o := &observer{def: def, capacity: map[string]int64{}, lowered: map[string]time.Time{},
+func newObserver(ctx context.Context, c kubernetes.Interface, def int64, published bool) (*observer, error) {
+	o := &observer{def: def, published: published, changed: map[string]time.Time{}, pub: map[string]int64{}, capacity: map[string]int64{}, lowered: map[string]time.Time{},
 		boundAt: map[types.UID]time.Time{}, goneAt: map[types.UID]time.Time{}}
 	f := informers.NewSharedInformerFactory(c, 0)
 	ni, pi := f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer()
@@ -85,17 +96,36 @@ func newObserver(ctx context.Context, c kubernetes.Interface, def int64) (*obser
 
 func (o *observer) node(n *corev1.Node) {
 	c := underlay.NodeCapacity(n.Annotations, n.Labels, o.def).IPs
+	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if old, ok := o.capacity[n.Name]; ok {
 		switch {
-		case c < old:
-			o.lowered[n.Name] = time.Now()
+		case c < old && !o.published:
+			o.lowered[n.Name] = now
 		case c > old:
 			o.freed += c - old
 		}
+		if c != old {
+			o.changed[n.Name] = now
+		}
 	}
 	o.capacity[n.Name] = c
+	if !o.published {
+		return
+	}
+	pub := int64(-1)
+	if q, ok := n.Status.Allocatable[underlay.Resource]; ok {
+		pub = q.Value()
+	}
+	if old, ok := o.pub[n.Name]; ok && pub < old {
+		o.lowered[n.Name] = now
+	}
+	o.pub[n.Name] = pub
+	if t, ok := o.changed[n.Name]; ok && pub == c {
+		o.publishLags = append(o.publishLags, now.Sub(t))
+		delete(o.changed, n.Name)
+	}
 }
 
 func holds(p *corev1.Pod) bool { return underlay.Holds(p.Spec.NodeName, p.Status.Phase) }
@@ -201,4 +231,11 @@ func (o *observer) binds() int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.bound
+}
+
+// lags returns the publish delays seen so far (native mode).
+func (o *observer) lags() []time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]time.Duration(nil), o.publishLags...)
 }

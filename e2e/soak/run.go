@@ -60,6 +60,9 @@ type Result struct {
 	Faults []string
 	// ChurnErrors counts churn calls refused (during faults, mostly).
 	ChurnErrors int
+	// PublishLags are native mode's delays from a capacity change to the
+	// publisher's matching Node status.
+	PublishLags []time.Duration
 }
 
 // Verdicts are one line per invariant: held, or how often it broke.
@@ -157,7 +160,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 }
 
 func soak(ctx context.Context, s *stack.Stack, o Options, ld *load, r *Result, logf func(string, ...any)) error {
-	obs, err := newObserver(ctx, s.Client, 10)
+	obs, err := newObserver(ctx, s.Client, 10, o.Mode == "native")
 	if err != nil {
 		return err
 	}
@@ -225,6 +228,7 @@ func soak(ctx context.Context, s *stack.Stack, o Options, ld *load, r *Result, l
 			stop()
 			wg.Wait()
 			r.Samples, r.Counts, r.Binds, r.Faults, r.ChurnErrors = checker.Samples, checker.Counts, obs.binds(), fs.done, ch.Errors
+			r.PublishLags = obs.lags()
 			for name, pts := range usage {
 				r.Growth[name] = SecondHalfSlope(pts)
 			}
@@ -416,6 +420,11 @@ func (r *Result) Summary() string {
 		o.Mode, o.Nodes, o.Duration, r.Samples, r.Binds, float64(r.Binds)/o.Duration.Seconds(), r.ChurnErrors, strings.Join(r.Faults, ", "))
 	for _, v := range r.Verdicts() {
 		fmt.Fprintln(&b, "  "+v)
+	}
+	if l := r.PublishLags; len(l) > 0 {
+		sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+		fmt.Fprintf(&b, "  capacity change to published: %d changes, median %s, p90 %s, max %s\n", len(l),
+			l[len(l)/2].Round(time.Millisecond), l[len(l)*9/10].Round(time.Millisecond), l[len(l)-1].Round(time.Millisecond))
 	}
 	var names []string
 	for n := range r.Growth {

@@ -18,7 +18,9 @@ type Node struct {
 	// rule, from its Node object.
 	Capacity int64 `json:"capacity"`
 	// Lowered is when the sampler first saw the capacity fall to its
-	// current value (zero: never lowered while sampled).
+	// current value (zero: never lowered while sampled); in native mode,
+	// when the published capacity fell, since that is what kube-scheduler
+	// counts (the delay from the annotation is reported apart).
 	Lowered time.Time `json:"lowered,omitzero"`
 	// Used is the need of the pods bound to it and not finished.
 	Used int64 `json:"used"`
