@@ -146,3 +146,36 @@ func TestOverCapacityOncePerBind(t *testing.T) {
 		t.Errorf("violations %v, want two: one per bind", got)
 	}
 }
+
+// TestLoadExpected: while the source is up, the values of the last poll
+// interval; while down, the last good one until maxAge, then nothing but
+// an error is fresh.
+func TestLoadExpected(t *testing.T) {
+	l := &load{interval: 2 * time.Second, maxAge: 10 * time.Second}
+	l.history = []held{{since: at(0), value: 0.3}, {since: at(10), value: 0.7}, {since: at(20), value: 0.7, down: true}}
+	for _, tc := range []struct {
+		now  float64
+		want []float64
+	}{
+		{5, []float64{0.3}},
+		{11, []float64{0.3, 0.7}},
+		{25, []float64{0.7}},
+		{40, nil},
+	} {
+		if got := l.expected(at(tc.now), 3*time.Second); !equal(got, tc.want) {
+			t.Errorf("at %vs: %v, want %v", tc.now, got, tc.want)
+		}
+	}
+}
+
+func equal(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,20 +41,18 @@ func (l *load) set(v float64, down bool) {
 	l.history = append(l.history, held{since: time.Now(), value: v, down: down})
 }
 
-// step moves the value at random; every tenth step the source goes down
-// for a while (longer than maxAge, so that the adapter must say so).
+// step moves the value at random; three steps in ten the source is down
+// (15 s at a step a 5 s, longer than the adapter's maxAge of 10 s, so that
+// the adapter must say so rather than serve the old value).
 func (l *load) step(rng *rand.Rand, n int) {
 	l.mu.Lock()
 	cur := l.history[len(l.history)-1]
 	l.mu.Unlock()
-	switch {
-	case n%10 == 9:
+	if n%10 >= 7 {
 		l.set(cur.value, true)
-	case cur.down:
-		l.set(cur.value, false)
-	default:
-		l.set(float64(rng.IntN(90)+10)/100, false)
+		return
 	}
+	l.set(float64(rng.IntN(90)+10)/100, false)
 }
 
 // expected is what a fresh answer at now may be: any value the source
@@ -66,11 +65,14 @@ func (l *load) expected(now time.Time, lag time.Duration) []float64 {
 	var out []float64
 	window := now.Add(-(l.interval + lag))
 	for i, h := range l.history {
+		if h.since.After(now) {
+			break
+		}
 		end := now
 		if i+1 < len(l.history) {
 			end = l.history[i+1].since
 		}
-		if h.down || end.Before(window) {
+		if h.down || end.Before(window) || slices.Contains(out, h.value) {
 			continue
 		}
 		out = append(out, h.value)
@@ -78,14 +80,14 @@ func (l *load) expected(now time.Time, lag time.Duration) []float64 {
 	// The last value served before now, if younger than maxAge plus a poll.
 	for i := len(l.history) - 1; i >= 0; i-- {
 		h := l.history[i]
-		if h.down {
+		if h.down || h.since.After(now) {
 			continue
 		}
 		end := now
 		if i+1 < len(l.history) {
 			end = l.history[i+1].since
 		}
-		if now.Sub(end) <= l.maxAge+l.interval+lag {
+		if now.Sub(end) <= l.maxAge+l.interval+lag && !slices.Contains(out, h.value) {
 			out = append(out, h.value)
 		}
 		break
