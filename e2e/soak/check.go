@@ -170,7 +170,7 @@ func (c *Checker) checkView(s Sample, settled bool, add func(string, string, ...
 	seen := map[string]bool{}
 	for _, n := range s.Nodes {
 		want := n.Used
-		if s.View == "published" {
+		if s.View == "published" && !n.Invalid {
 			want = n.Capacity
 		}
 		seen[n.Name] = true

@@ -51,6 +51,11 @@ func TestEachInvariantFails(t *testing.T) {
 		n.View = i64(view)
 		return Sample{View: "published", Nodes: []Node{n}}
 	}
+	invalidPublished := func(view int64) Sample {
+		n := node("a", 0, 2)
+		n.Invalid, n.View = true, i64(view)
+		return Sample{View: "published", Nodes: []Node{n}}
+	}
 	full := Sample{Nodes: []Node{node("a", 2, 2)}, Pending: []Pending{{UID: "p", Need: 1}}}
 	room := Sample{Nodes: []Node{node("a", 2, 1)}, Pending: []Pending{{UID: "p", Need: 1}}}
 	crowd := Sample{Nodes: []Node{node("a", 2, 1)}, Pending: []Pending{{UID: "p", Need: 2}, {UID: "q", Need: 2}}}
@@ -69,6 +74,8 @@ func TestEachInvariantFails(t *testing.T) {
 		{"ledger follows a moving apiserver", []Sample{withAt(viewed(1, 2), 0), withAt(viewed(2, 3), 2), withAt(viewed(3, 4), 4)}, ""},
 		{"published capacity drifts", []Sample{withAt(published(9), 0), withAt(published(9), 4)}, ViewDrift},
 		{"published capacity right", []Sample{withAt(published(10), 0), withAt(published(10), 4)}, ""},
+		{"invalid capacity publishes the IPs in use", []Sample{withAt(invalidPublished(2), 0), withAt(invalidPublished(2), 4)}, ""},
+		{"invalid capacity publishing 0 under running pods", []Sample{withAt(invalidPublished(0), 0), withAt(invalidPublished(0), 4)}, ViewDrift},
 
 		{"reservation of a pod bound long ago", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", BoundFor: 12 * time.Second}}}}, ReservationSet},
 		{"reservation of a pod gone", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p", GoneFor: 15 * time.Second}}}}, ReservationSet},

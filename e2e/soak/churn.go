@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -180,9 +181,21 @@ func (ch *churn) recreateNode(ctx context.Context) {
 		return
 	case <-time.After(3 * time.Second):
 	}
+	// As a kubelet registers a Node: its labels and its own resources;
+	// capscale's annotations (the capacity override, the publisher's
+	// marker) and the published resource do not survive the re-creation.
+	annotations := map[string]string{}
+	for k, v := range n.Annotations {
+		if !strings.HasPrefix(k, "capscale.io/") {
+			annotations[k] = v
+		}
+	}
+	capacity, allocatable := n.Status.Capacity.DeepCopy(), n.Status.Allocatable.DeepCopy()
+	delete(capacity, names.UnderlayIPResource)
+	delete(allocatable, names.UnderlayIPResource)
 	fresh := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, Annotations: n.Annotations},
-		Status:     corev1.NodeStatus{Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, Annotations: annotations},
+		Status:     corev1.NodeStatus{Capacity: capacity, Allocatable: allocatable},
 	}
 	_, err = ch.c.CoreV1().Nodes().Create(ctx, fresh, metav1.CreateOptions{})
 	ch.note(err)

@@ -37,6 +37,8 @@ type observer struct {
 	lowered  map[string]time.Time
 	// pub: node -> its published capacity (-1: none), native mode only.
 	pub map[string]int64
+	// invalid: node -> its capacity value is invalid.
+	invalid map[string]bool
 	// boundAt: pod UID -> first seen bound; goneAt: UID -> seen deleted.
 	boundAt map[types.UID]time.Time
 	goneAt  map[types.UID]time.Time
@@ -49,7 +51,7 @@ type observer struct {
 }
 
 func newObserver(ctx context.Context, c kubernetes.Interface, def int64, published bool) (*observer, error) {
-	o := &observer{def: def, published: published, changed: map[string]time.Time{}, pub: map[string]int64{}, capacity: map[string]int64{}, lowered: map[string]time.Time{},
+	o := &observer{def: def, published: published, changed: map[string]time.Time{}, pub: map[string]int64{}, invalid: map[string]bool{}, capacity: map[string]int64{}, lowered: map[string]time.Time{},
 		boundAt: map[types.UID]time.Time{}, goneAt: map[types.UID]time.Time{}}
 	f := informers.NewSharedInformerFactory(c, 0)
 	ni, pi := f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer()
@@ -61,6 +63,9 @@ func newObserver(ctx context.Context, c kubernetes.Interface, def int64, publish
 				o.mu.Lock()
 				delete(o.capacity, n.Name)
 				delete(o.lowered, n.Name)
+				delete(o.pub, n.Name)
+				delete(o.changed, n.Name)
+				delete(o.invalid, n.Name)
 				o.mu.Unlock()
 			}
 		},
@@ -95,10 +100,12 @@ func newObserver(ctx context.Context, c kubernetes.Interface, def int64, publish
 }
 
 func (o *observer) node(n *corev1.Node) {
-	c := underlay.NodeCapacity(n.Annotations, n.Labels, o.def).IPs
+	rule := underlay.NodeCapacity(n.Annotations, n.Labels, o.def)
+	c := rule.IPs
 	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.invalid[n.Name] = rule.Invalid != ""
 	if old, ok := o.capacity[n.Name]; ok {
 		switch {
 		case c < old && !o.published:
@@ -122,7 +129,7 @@ func (o *observer) node(n *corev1.Node) {
 		o.lowered[n.Name] = now
 	}
 	o.pub[n.Name] = pub
-	if t, ok := o.changed[n.Name]; ok && pub == c {
+	if t, ok := o.changed[n.Name]; ok && (pub == c || rule.Invalid != "") {
 		o.publishLags = append(o.publishLags, now.Sub(t))
 		delete(o.changed, n.Name)
 	}
@@ -181,7 +188,7 @@ func (o *observer) snapshot(s *Sample) {
 	s.Nodes = s.Nodes[:0]
 	for _, obj := range nodes {
 		n := obj.(*corev1.Node)
-		nd := Node{Name: n.Name, Capacity: o.capacity[n.Name], Lowered: o.lowered[n.Name], Used: used[n.Name],
+		nd := Node{Name: n.Name, Capacity: o.capacity[n.Name], Invalid: o.invalid[n.Name], Lowered: o.lowered[n.Name], Used: used[n.Name],
 			LastBound: last[n.Name], Schedulable: schedulable(n)}
 		if s.View == "published" {
 			if q, ok := n.Status.Allocatable[underlay.Resource]; ok {

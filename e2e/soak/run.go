@@ -378,7 +378,7 @@ func (o *output) sample(s Sample, binds int64, violations int) {
 		used += n.Used
 		capacity += n.Capacity
 		want := n.Used
-		if s.View == "published" {
+		if s.View == "published" && !n.Invalid {
 			want = n.Capacity
 		}
 		if s.View != "" && (n.View == nil || *n.View != want) {

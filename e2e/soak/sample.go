@@ -17,6 +17,10 @@ type Node struct {
 	// Capacity is the node's underlay-IP capacity by internal/underlay's
 	// rule, from its Node object.
 	Capacity int64 `json:"capacity"`
+	// Invalid: the node's capacity value is invalid (Capacity 0); native
+	// mode then publishes the IPs in use, so that no new pod fits and no
+	// running one is evicted.
+	Invalid bool `json:"invalid,omitempty"`
 	// Lowered is when the sampler first saw the capacity fall to its
 	// current value (zero: never lowered while sampled); in native mode,
 	// when the published capacity fell, since that is what kube-scheduler
