@@ -47,33 +47,32 @@ type ScaleRequest struct {
 // encode: what happens to a workload is lifecycle's, the same for
 // kubectl-capscale.
 
-func (s *Server) restart(w http.ResponseWriter, r *http.Request, t target, c caller) {
-	out, err := lifecycle.Restart(r.Context(), c.client, t.Target, s.stamps.Next())
+// answer writes a lifecycle outcome with code, or its error.
+func answer[T any](w http.ResponseWriter, r *http.Request, code int, out T, err error) {
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	klog.FromContext(r.Context()).V(2).Info("Restarted workload", "restartedAt", out.RestartedAt)
-	httpserver.WriteJSON(w, http.StatusAccepted, out)
+	httpserver.WriteJSON(w, code, out)
+}
+
+func (s *Server) restart(w http.ResponseWriter, r *http.Request, t target, c caller) {
+	out, err := lifecycle.Restart(r.Context(), c.client, t.Target, s.stamps.Next())
+	if err == nil {
+		klog.FromContext(r.Context()).V(2).Info("Restarted workload", "restartedAt", out.RestartedAt)
+	}
+	answer(w, r, http.StatusAccepted, out, err)
 }
 
 func (s *Server) rollout(w http.ResponseWriter, r *http.Request, t target, c caller) {
 	// Read as the caller: the answer shows only what they may get.
 	out, err := lifecycle.Rollout(r.Context(), c.client, t.Target)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	httpserver.WriteJSON(w, http.StatusOK, out)
+	answer(w, r, http.StatusOK, out, err)
 }
 
 func (s *Server) stop(w http.ResponseWriter, r *http.Request, t target, c caller) {
 	out, err := lifecycle.Stop(r.Context(), c.client, t.Target)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	httpserver.WriteJSON(w, http.StatusOK, out)
+	answer(w, r, http.StatusOK, out, err)
 }
 
 func (s *Server) start(w http.ResponseWriter, r *http.Request, t target, c caller) {
@@ -82,11 +81,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, t target, c calle
 		return
 	}
 	out, err := lifecycle.Start(r.Context(), c.client, t.Target, req.Replicas)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	httpserver.WriteJSON(w, http.StatusOK, out)
+	answer(w, r, http.StatusOK, out, err)
 }
 
 func (s *Server) scale(w http.ResponseWriter, r *http.Request, t target, c caller) {
@@ -113,12 +108,10 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request, t target, c calle
 		AdjustHPA: req.AdjustHPA,
 		Capacity:  func(context.Context) (capacity.Result, error) { return s.cachedCapacity(t.Target) },
 	})
-	if err != nil {
-		writeError(w, r, err)
-		return
+	if err == nil {
+		klog.FromContext(r.Context()).V(2).Info("Scaled workload", "from", out.PreviousReplicas, "to", out.Replicas)
 	}
-	klog.FromContext(r.Context()).V(2).Info("Scaled workload", "from", out.PreviousReplicas, "to", out.Replicas)
-	httpserver.WriteJSON(w, http.StatusOK, out)
+	answer(w, r, http.StatusOK, out, err)
 }
 
 // cachedCapacity computes how many more replicas of t fit, reading t's pod
