@@ -247,6 +247,8 @@ func TestReservationsAfterLostWatch(t *testing.T) {
 	gone := `capscale_extender_requeue_writes_total{result="gone"}`
 	goneBefore := scrapeCounter(ctx, t, s, gone)
 	del("held-1")
+	// The deleted waiter is forgotten: by the pending pods' watch, or by a
+	// requeue write its UID precondition refuses, whichever comes first.
 	var last *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		p, err := s.Client.CoreV1().Pods(ns).Get(ctx, "again", metav1.GetOptions{})
@@ -254,10 +256,11 @@ func TestReservationsAfterLostWatch(t *testing.T) {
 			return false, nil
 		}
 		last = p
-		return hasFreedCondition(p) || scrapeCounter(ctx, t, s, gone) > goneBefore, nil
+		return hasFreedCondition(p) || scrapeCounter(ctx, t, s, gone) > goneBefore ||
+			scrapeCounter(ctx, t, s, "capscale_extender_waiting_pods") == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("the requeuer never wrote to the pod that waited after an IP was freed: %v", err)
+		t.Fatalf("the deleted waiter was neither forgotten nor written to after an IP was freed: %v", err)
 	}
 	if hasFreedCondition(last) {
 		t.Errorf("the re-created pod (UID %s) got the %s condition meant for the deleted one", last.UID, extender.FreedConditionType)

@@ -233,8 +233,13 @@ func TestFreedIPReuseExtender(t *testing.T) {
 	if after > 4*20 {
 		t.Errorf("%v requeue writes for 20 freed IPs, want at most %d", after, 4*20)
 	}
-	if n := scrapeCounter(ctx, t, s, `capscale_extender_requeue_writes_total{result="gone"}`); n < 1 {
-		t.Errorf("requeue writes that found the pod gone = %v, want the deleted pending pod's", n)
+	// The deleted pending pod leaves the waiting set: through the pending
+	// pods' watch, or a requeue write that found it gone, whichever comes
+	// first. Nothing is Pending any more, so the set must empty.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		return scrapeCounter(ctx, t, s, "capscale_extender_waiting_pods") == 0, nil
+	}); err != nil {
+		t.Errorf("waiting set still holds %v pods with none Pending", scrapeCounter(ctx, t, s, "capscale_extender_waiting_pods"))
 	}
 	if n := scrapeCounter(ctx, t, s, "capscale_extender_freed_ip_reuse_seconds_count"); n < 20 {
 		t.Errorf("freed_ip_reuse_seconds observed %v reuses, want at least 20", n)

@@ -92,6 +92,8 @@ type Tracker struct {
 	Waiting *Waiting
 	// Metrics must not be nil.
 	Metrics *Metrics
+	// after runs f after d; nil is time.AfterFunc (tests run f at once).
+	after func(d time.Duration, f func())
 }
 
 // Attach feeds the ledger from the pod and node informers. The returned
@@ -132,12 +134,15 @@ func PendingPodInformer(mc metadata.Interface) (cache.SharedIndexInformer, error
 	})
 }
 
+// PendingGrace is how long after a pod leaves the pending informer the
+// waiting set looks for it among the bound pods: the pending watch reports
+// a pod that gets bound as a delete too, and the bound-pod watch's event
+// often comes second (the e2e suite saw 12 of 20 reuses so).
+const PendingGrace = 2 * time.Second
+
 // AttachPending makes the waiting set forget a pod that leaves the pending
-// informer without being bound: it was deleted. The pending watch reports
-// a pod that gets bound as a delete too, so a pod that bound finds in the
-// bound-pod cache is left to SetPod. (Should the bound pod's event come
-// second, the waiter is forgotten early: the reuse histogram misses it and
-// its requeue credit goes to the next waiting pod, nothing worse.)
+// informer without being bound: it was deleted. A pod the bound-pod cache
+// holds PendingGrace later was bound, and is left to SetPod.
 func (t *Tracker) AttachPending(pending cache.SharedIndexInformer, bound PodLookup) error {
 	_, err := pending.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) { t.pendingGone(obj, bound) },
@@ -156,10 +161,17 @@ func (t *Tracker) pendingGone(obj any, bound PodLookup) {
 	if err != nil {
 		return
 	}
-	if p, ok := bound(m.GetNamespace(), m.GetName()); ok && p.UID == m.GetUID() {
-		return
+	ns, name, uid := m.GetNamespace(), m.GetName(), m.GetUID()
+	after := t.after
+	if after == nil {
+		after = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
 	}
-	t.Waiting.Gone(m.GetUID())
+	after(PendingGrace, func() {
+		if p, ok := bound(ns, name); ok && p.UID == uid {
+			return
+		}
+		t.Waiting.Gone(uid)
+	})
 }
 
 // Run expires stale reservations and hints until ctx is done.

@@ -83,7 +83,9 @@ func TestLedgerReleasesOnTombstoneOfCachedPod(t *testing.T) {
 // the bound-pod cache was bound, and stays for SetPod to settle.
 func TestPendingGone(t *testing.T) {
 	w := NewWaiting(nil)
-	tr := &Tracker{Ledger: NewLedger(LedgerOptions{DefaultCapacity: 10}), Waiting: w, Metrics: NewMetrics(nil)}
+	var waited []time.Duration
+	tr := &Tracker{Ledger: NewLedger(LedgerOptions{DefaultCapacity: 10}), Waiting: w, Metrics: NewMetrics(nil),
+		after: func(d time.Duration, f func()) { waited = append(waited, d); f() }}
 	w.Rejected("uid-deleted", "ns", "deleted", 0, 1)
 	w.Rejected("uid-bound", "ns", "bound", 0, 1)
 	w.Rejected("uid-tomb", "ns", "tomb", 0, 1)
@@ -97,6 +99,9 @@ func TestPendingGone(t *testing.T) {
 	tr.pendingGone(cache.DeletedFinalStateUnknown{Key: "ns/tomb", Obj: meta("tomb")}, lookup)
 	if n := w.Len(); n != 1 {
 		t.Errorf("waiting set holds %d pods, want 1: the bound one, for SetPod", n)
+	}
+	if len(waited) != 3 || waited[0] != PendingGrace {
+		t.Errorf("checks deferred by %v, want each by PendingGrace: the bound pod's event may come second", waited)
 	}
 	// The one left is the bound one: once it is not in the bound cache
 	// either, it goes too.
