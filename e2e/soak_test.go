@@ -12,7 +12,7 @@ import (
 )
 
 // TestSoakShort is the short form of the soak (issue 30) in every
-// scheduling mode: 200 nodes for a few minutes of churn near capacity,
+// scheduling mode: 200 nodes for two minutes of churn near capacity,
 // every fault once, and the invariant checker at every second. It asserts
 // the invariants, never a speed; make bench-e2e runs the long form.
 func TestSoakShort(t *testing.T) {
@@ -21,7 +21,7 @@ func TestSoakShort(t *testing.T) {
 			ctx := testContext(t, 15*time.Minute)
 			out := t.TempDir()
 			r, err := soak.Run(ctx, soak.Options{
-				Mode: mode, Nodes: 200, Duration: 3 * time.Minute, Rate: 5, FaultsOnce: true,
+				Mode: mode, Nodes: 200, Duration: 2 * time.Minute, Rate: 5, FaultsOnce: true,
 				BinDir: os.Getenv("CAPSCALE_BIN_DIR"), CapscaleBin: capscaleBin, OutDir: out, Logf: t.Logf,
 			})
 			if err != nil {

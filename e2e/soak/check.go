@@ -31,6 +31,10 @@ type Bounds struct {
 	// Lag: how long capscale's view or the waiting set may trail the
 	// apiserver (one informer lag plus a sample).
 	Lag time.Duration
+	// WaitingLag: how long the waiting set may keep a pod deleted while
+	// pending: the extender's PendingGrace (2 s, it looks for the pod
+	// among the bound ones first) plus Lag.
+	WaitingLag time.Duration
 	// ReservationLag: how long a reservation may outlive its pod's bind or
 	// deletion when the informer does not settle it: the reconciler's grace
 	// and interval (5 s + 2 s, docs/scheduling.md) plus Lag.
@@ -48,7 +52,7 @@ type Bounds struct {
 }
 
 // DefaultBounds are the documented ones.
-var DefaultBounds = Bounds{BindGrace: 2 * time.Second, Lag: 3 * time.Second, ReservationLag: 10 * time.Second, MaxWait: 6 * time.Second,
+var DefaultBounds = Bounds{BindGrace: 2 * time.Second, Lag: 3 * time.Second, WaitingLag: 5 * time.Second, ReservationLag: 10 * time.Second, MaxWait: 6 * time.Second,
 	Recovery: 20 * time.Second, RequeueQPS: 20, RequeueBurst: 20, RequeuePerIP: 4}
 
 // Violation is one invariant broken at one sample.
@@ -137,9 +141,9 @@ func (c *Checker) Observe(s Sample) []Violation {
 		}
 	}
 	// The waiting set follows its own watch of pending pods: compare it
-	// with the most Pending pods seen within one lag.
+	// with the most Pending pods seen within WaitingLag.
 	c.pending = append(c.pending, counted{s.At, len(s.Pending)})
-	for len(c.pending) > 1 && s.At.Sub(c.pending[0].at) > c.b.Lag {
+	for len(c.pending) > 1 && s.At.Sub(c.pending[0].at) > c.b.WaitingLag {
 		c.pending = c.pending[1:]
 	}
 	if settled && s.WaitingPods != nil {
@@ -148,7 +152,7 @@ func (c *Checker) Observe(s Sample) []Violation {
 			limit = max(limit, p.n)
 		}
 		if int(*s.WaitingPods) > limit {
-			add(WaitingSet, "%v pods in the waiting set, at most %d Pending underlay pods within %s", *s.WaitingPods, limit, c.b.Lag)
+			add(WaitingSet, "%v pods in the waiting set, at most %d Pending underlay pods within %s", *s.WaitingPods, limit, c.b.WaitingLag)
 		}
 	}
 	c.checkWaits(s, settled, add)

@@ -84,7 +84,7 @@ func TestEachInvariantFails(t *testing.T) {
 
 		{"waiting set larger than Pending", []Sample{{At: at(1), WaitingPods: f64(3), Pending: []Pending{{UID: "p", Need: 1}}}}, WaitingSet},
 		{"waiting set trails a deletion by one lag", []Sample{{At: at(0), WaitingPods: f64(2), Pending: make([]Pending, 2)}, {At: at(1), WaitingPods: f64(2), Pending: make([]Pending, 1)}, {At: at(2.5), WaitingPods: f64(2), Pending: make([]Pending, 1)}}, ""},
-		{"waiting set trails a deletion by more than a lag", []Sample{{At: at(0), WaitingPods: f64(2), Pending: make([]Pending, 2)}, {At: at(1), WaitingPods: f64(2), Pending: make([]Pending, 1)}, {At: at(4), WaitingPods: f64(2), Pending: make([]Pending, 1)}}, WaitingSet},
+		{"waiting set trails a deletion by more than its lag", []Sample{{At: at(0), WaitingPods: f64(2), Pending: make([]Pending, 2)}, {At: at(1), WaitingPods: f64(2), Pending: make([]Pending, 1)}, {At: at(6), WaitingPods: f64(2), Pending: make([]Pending, 1)}}, WaitingSet},
 
 		{"waits 7 s with an IP free", []Sample{withAt(room, 0), withAt(room, 3), withAt(room, 7)}, WaitWithRoom},
 		{"waits on a full node", []Sample{withAt(full, 0), withAt(full, 7)}, ""},
