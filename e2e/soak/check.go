@@ -126,10 +126,14 @@ func (c *Checker) Observe(s Sample) []Violation {
 		// A node may be over a capacity lowered under its pods; only a pod
 		// bound after the scheduler could know of the change breaks the
 		// rule. Each such bind is one violation, however many samples see it.
-		if n.Used > n.Capacity && n.LastBound.After(n.Lowered.Add(c.b.BindGrace)) && !c.overSeen[n.Name].Equal(n.LastBound) {
+		limit := n.Capacity
+		if n.Enforced != nil {
+			limit = *n.Enforced
+		}
+		if n.Used > limit && n.LastBound.After(n.Lowered.Add(c.b.BindGrace)) && !c.overSeen[n.Name].Equal(n.LastBound) {
 			c.overSeen[n.Name] = n.LastBound
 			add(OverCapacity, "%s holds %d IPs of %d; a pod was bound to it at %s, %s after its capacity became %d",
-				n.Name, n.Used, n.Capacity, n.LastBound.Format("15:04:05.000"), n.LastBound.Sub(n.Lowered).Round(time.Millisecond), n.Capacity)
+				n.Name, n.Used, limit, n.LastBound.Format("15:04:05.000"), n.LastBound.Sub(n.Lowered).Round(time.Millisecond), limit)
 		}
 	}
 	c.checkView(s, settled, add)

@@ -41,6 +41,12 @@ func TestEachInvariantFails(t *testing.T) {
 	racing := node("a", 3, 4)
 	racing.Lowered, racing.LastBound = at(5), at(6) // within BindGrace
 
+	// The annotation says 1, the publisher still says 10 (it was being
+	// restarted): kube-scheduler rightly bound the fifth pod.
+	notYet := node("a", 1, 5)
+	notYet.Enforced, notYet.LastBound = i64(10), at(5)
+	overPublished := node("a", 10, 5)
+	overPublished.Enforced, overPublished.Lowered, overPublished.LastBound = i64(4), at(0), at(5)
 	viewed := func(view, used int64) Sample {
 		n := node("a", 10, used)
 		n.View = i64(view)
@@ -68,6 +74,8 @@ func TestEachInvariantFails(t *testing.T) {
 		{"bound over capacity", []Sample{{At: at(6), Nodes: []Node{over}}}, OverCapacity},
 		{"capacity lowered under its pods", []Sample{{At: at(6), Nodes: []Node{lowered}}}, ""},
 		{"bound within one informer lag of the change", []Sample{{At: at(7), Nodes: []Node{racing}}}, ""},
+		{"native: annotation lowered, not yet published", []Sample{{At: at(7), View: "published", Nodes: []Node{notYet}}}, ""},
+		{"native: bound over the published capacity", []Sample{{At: at(7), View: "published", Nodes: []Node{overPublished}}}, OverCapacity},
 
 		{"ledger trails for one lag", []Sample{withAt(viewed(1, 2), 0), withAt(viewed(1, 2), 2)}, ""},
 		{"ledger drifts", []Sample{withAt(viewed(1, 2), 0), withAt(viewed(1, 2), 2), withAt(viewed(1, 2), 4)}, ViewDrift},

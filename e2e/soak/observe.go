@@ -193,7 +193,7 @@ func (o *observer) snapshot(s *Sample) {
 		if s.View == "published" {
 			if q, ok := n.Status.Allocatable[underlay.Resource]; ok {
 				v := q.Value()
-				nd.View = &v
+				nd.View, nd.Enforced = &v, &v
 			}
 		}
 		s.Nodes = append(s.Nodes, nd)

@@ -21,6 +21,12 @@ type Node struct {
 	// mode then publishes the IPs in use, so that no new pod fits and no
 	// running one is evicted.
 	Invalid bool `json:"invalid,omitempty"`
+	// Enforced is the capacity kube-scheduler counts when it is not the
+	// rule's: native mode's published value (nil elsewhere, or before the
+	// publisher wrote one). Over-capacity is judged against it, since the
+	// annotation reaches kube-scheduler only through it; the delay between
+	// the two is reported apart.
+	Enforced *int64 `json:"enforced,omitempty"`
 	// Lowered is when the sampler first saw the capacity fall to its
 	// current value (zero: never lowered while sampled); in native mode,
 	// when the published capacity fell, since that is what kube-scheduler
