@@ -2,6 +2,7 @@ package soak
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -177,20 +178,8 @@ func TestLoadExpected(t *testing.T) {
 		{25, []float64{0.7}},
 		{40, nil},
 	} {
-		if got := l.expected(at(tc.now), 3*time.Second); !equal(got, tc.want) {
+		if got := l.expected(at(tc.now), 3*time.Second); !slices.Equal(got, tc.want) {
 			t.Errorf("at %vs: %v, want %v", tc.now, got, tc.want)
 		}
 	}
-}
-
-func equal(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -2,14 +2,11 @@ package soak
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"time"
 
 	"github.com/capscale/capscale/e2e/stack"
 )
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // faults SIGKILLs and restarts each capscale process, one at a time, kills
 // the scheduler, and restarts kube-apiserver once, naming the fault in

@@ -3,6 +3,7 @@ package soak
 import (
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/rand/v2"
@@ -253,7 +254,7 @@ func soak(ctx context.Context, s *stack.Stack, o Options, ld *load, r *Result, l
 				sample.WaitingPods, sample.RequeueWrites = &w, &q
 			}
 		}
-		sample.Metrics = []Metric{readMetric(ctx, s, ld, sample.At)}
+		sample.Metrics = []Metric{readMetric(ctx, s, ld)}
 		vs := checker.Observe(sample)
 		for _, v := range vs {
 			if len(r.Violations) < 200 {
@@ -319,7 +320,7 @@ func createHPA(ctx context.Context, s *stack.Stack) error {
 
 // readMetric reads the load index the way the HPA controller does,
 // through the aggregator.
-func readMetric(ctx context.Context, s *stack.Stack, ld *load, at time.Time) Metric {
+func readMetric(ctx context.Context, s *stack.Stack, ld *load) Metric {
 	m := Metric{Name: names.LoadIndexMetric}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
@@ -332,7 +333,7 @@ func readMetric(ctx context.Context, s *stack.Stack, ld *load, at time.Time) Met
 		AbsPath("/apis/external.metrics.k8s.io/v1beta1/namespaces", Namespace, names.LoadIndexMetric).
 		Param("labelSelector", "source=load").DoRaw(ctx)
 	if err == nil {
-		err = jsonUnmarshal(raw, &list)
+		err = json.Unmarshal(raw, &list)
 	}
 	switch {
 	case err != nil:
@@ -343,7 +344,6 @@ func readMetric(ctx context.Context, s *stack.Stack, ld *load, at time.Time) Met
 		m.Value = list.Items[0].Value.AsApproximateFloat64()
 	}
 	m.Expected = ld.expected(time.Now(), 3*time.Second)
-	_ = at
 	return m
 }
 
