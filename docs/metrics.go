@@ -95,6 +95,7 @@ func Components() ([]Component, error) {
 			m := extender.NewMetrics(reg)
 			ledger := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10})
 			extender.RegisterLedger(reg, ledger)
+			extender.RegisterWaiting(reg, nil)
 			wire.NewHandler(wire.HandlerOptions{Ledger: ledger, Metrics: m, Registerer: reg, Gatherer: reg})
 			httpserver.ConnCounter("extender", reg)
 			factory := informers.NewSharedInformerFactory(cs, 0)

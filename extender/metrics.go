@@ -36,9 +36,6 @@ type Metrics struct {
 	// RequeueWrites counts the requeuer's pod updates by result (requeued,
 	// skipped, gone: deleted or re-created under the same name, error).
 	RequeueWrites *prometheus.CounterVec
-	// WaitingPods is the number of pods rejected for lack of IPs that wait
-	// for a release.
-	WaitingPods prometheus.Gauge
 }
 
 // NewMetrics creates the extender metrics and registers them on reg when reg
@@ -79,14 +76,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "requeue_writes_total",
 			Help: "Pod status updates that ask kube-scheduler to retry a pod after underlay IPs were freed, by result (requeued, skipped, gone, error).",
 		}, []string{"result"}),
-		WaitingPods: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "waiting_pods",
-			Help: "Pods rejected for lack of underlay IPs that wait for IPs to be freed.",
-		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.FilteredNodes, m.BindConflicts, m.Binds, m.InvalidCapacityAnnotations,
-			m.ExpiredReservations, m.ReconciledReservations, m.FreedIPReuse, m.RequeueWrites, m.WaitingPods)
+			m.ExpiredReservations, m.ReconciledReservations, m.FreedIPReuse, m.RequeueWrites)
 	}
 	return m
 }
@@ -115,4 +108,14 @@ func RegisterLedger(reg prometheus.Registerer, l *Ledger) {
 			Help: "Nodes whose underlay IP capacity annotation is invalid (capacity treated as 0)."},
 			totals(func(_ Totals, invalid int) int64 { return int64(invalid) })),
 	)
+}
+
+// RegisterWaiting registers the size of w (nil: an empty set) on reg. It is
+// read when scraped: a gauge the requeuer set on its own ticks trailed the
+// set by up to five seconds, and the soak caught it above the Pending pods.
+func RegisterWaiting(reg prometheus.Registerer, w *Waiting) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "capscale", Subsystem: "extender", Name: "waiting_pods",
+		Help: "Pods rejected for lack of underlay IPs that wait for IPs to be freed.",
+	}, func() float64 { return float64(w.Len()) }))
 }

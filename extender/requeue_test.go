@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -154,5 +155,35 @@ func TestWaitingForgetAndBound(t *testing.T) {
 	w.Next()
 	if w.Len() != 0 {
 		t.Errorf("stale pod kept: %d waiting", w.Len())
+	}
+}
+
+// The gauge is the set as it is when scraped: the soak compares it with the
+// Pending pods of the last few seconds, and a value the requeuer had set on
+// its previous tick still counted pods the pending watch had dropped.
+func TestWaitingGaugeIsTheSetNow(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	w := NewWaiting(nil)
+	RegisterWaiting(reg, w)
+	gauge := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil || len(mfs) != 1 {
+			t.Fatalf("gathering: %v, %d families", err, len(mfs))
+		}
+		return mfs[0].GetMetric()[0].GetGauge().GetValue()
+	}
+	w.Rejected("a", "ns", "a", 0, 1)
+	w.Rejected("b", "ns", "b", 0, 1)
+	if g := gauge(); g != 2 {
+		t.Fatalf("after two rejections the gauge reads %v, want 2", g)
+	}
+	w.Gone("a")
+	if g := gauge(); g != 1 {
+		t.Errorf("after the pending watch dropped a, the gauge reads %v, want 1", g)
+	}
+	empty := prometheus.NewPedanticRegistry()
+	RegisterWaiting(empty, nil)
+	if _, err := empty.Gather(); err != nil {
+		t.Errorf("a nil set (requeue off) must still serve the gauge: %v", err)
 	}
 }

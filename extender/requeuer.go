@@ -64,7 +64,6 @@ func (r *Requeuer) Run(ctx context.Context) {
 			}
 			r.touch(ctx, p)
 		}
-		r.metrics.WaitingPods.Set(float64(r.waiting.Len()))
 	}
 }
 

@@ -104,6 +104,7 @@ func (o *Options) config(cs kubernetes.Interface, mc metadata.Interface, health 
 		ReservationTTL:  o.ReservationTTL,
 	})
 	extender.RegisterLedger(reg, ledger)
+	extender.RegisterWaiting(reg, waiting)
 	tracker := &extender.Tracker{Ledger: ledger, Waiting: waiting, Metrics: metrics}
 	synced, err := tracker.Attach(podInformer, nodeInformer)
 	if err != nil {
