@@ -50,7 +50,7 @@ func main() {
 	nodes := flag.Int("nodes", 500, "kwok nodes for the throughput scenario")
 	batch := flag.Int("batch", 500, "throughput: pods per batch")
 	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
-	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), native-prioritize (native mode with the extender as prioritizer only, vs the same) or tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults)")
+	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), native-prioritize (native mode with the extender as prioritizer only, vs the same) tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults) or plugin-tax (pods without underlay IPs: capscale-scheduler with deploy/plugin's configuration vs stock kube-scheduler with its defaults)")
 	nodeLease := flag.Duration("node-lease", 40*time.Second, "throughput: the kwok nodes' Lease duration (they renew every quarter of it); at 5000 nodes the kubelet's 40s means 500 Lease writes a second, which saturate a 2-core plane")
 	extenderFloor := flag.String("extender-floor", "", "throughput, --mode extender: run the null extender (e2e/cmd/nullextender; make bench-e2e builds it) in the extender's place, to read the protocol's floor: 'bind' with filter and bind as deployed, 'filter' with kube-scheduler binding itself")
 	extenderHTTPS := flag.Bool("extender-https", false, "throughput: serve the extender over verified TLS, so that kube-scheduler's client multiplexes its calls on one HTTP/2 connection")
@@ -75,9 +75,9 @@ func main() {
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
 	switch *mode {
-	case "extender", "native", "plugin", "native-prioritize", "tax":
+	case "extender", "native", "plugin", "native-prioritize", "tax", "plugin-tax":
 	default:
-		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, plugin, native-prioritize or tax, got %q\n", *mode)
+		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, plugin, native-prioritize, tax or plugin-tax, got %q\n", *mode)
 		os.Exit(2)
 	}
 	if err := checkFloor(*extenderFloor, *mode, *pprofDir, *extenderHTTPS); err != nil {
@@ -264,7 +264,7 @@ func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error
 	switch mode {
 	case "native", "native-prioritize":
 		file = stack.DeployFile("native/kube-scheduler-config.yaml")
-	case "plugin":
+	case "plugin", "plugin-tax":
 		file = stack.DeployFile("plugin/kube-scheduler-config.yaml")
 	}
 	if qps == 0 && mode != "native-prioritize" && !noBind {

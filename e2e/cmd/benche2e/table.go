@@ -117,6 +117,8 @@ func throughputRows(rep rigReport, a, b string) []row {
 		rateGoal, cpuGoal = "≥ 0.98 (issue 26)", "within 5% (issue 26)"
 	case rep.Scenario == "tax":
 		rateGoal, cpuGoal = "within 5% of the default", "within 5% of the default"
+	case rep.Scenario == "plugin-tax":
+		rateGoal, cpuGoal = "within 2% of stock kube-scheduler (issue 26)", "within 2% of stock kube-scheduler (issue 26)"
 	}
 	sa, sb := rep.Sides[a], rep.Sides[b]
 	rate := row{

@@ -34,7 +34,7 @@ import (
 
 // rigOptions are the throughput and tax scenarios' knobs.
 type rigOptions struct {
-	Mode      string // extender, native (throughput) or tax
+	Mode      string // extender, native, plugin (throughput), tax or plugin-tax
 	Nodes     int
 	Batch     int // pods per batch
 	Rounds    int // measured rounds per side
@@ -55,8 +55,13 @@ type side struct {
 	Name      string
 	Resource  corev1.ResourceName // "" for a pod that requests nothing extended
 	Scheduler string              // the pods' schedulerName; "" is default-scheduler
-	Config    string              // scheduler configuration (tax scenario only)
+	Config    string              // scheduler configuration (tax scenarios only)
+	Binary    string              // scheduler binary (plugin-tax only; "" keeps the plane's)
 }
+
+// tax reports whether mode compares two schedulers on pods that request no
+// underlay IP, restarting kube-scheduler between sides.
+func tax(mode string) bool { return mode == "tax" || mode == "plugin-tax" }
 
 // batchResult is one measured batch.
 type batchResult struct {
@@ -128,7 +133,7 @@ func throughput(o rigOptions) error {
 	if o.Rounds < 1 || o.Batch < 1 {
 		return fmt.Errorf("--rounds and --batch must be at least 1")
 	}
-	if o.Mode != "tax" && (o.Rounds+1)*o.Batch > o.Nodes*10 {
+	if !tax(o.Mode) && (o.Rounds+1)*o.Batch > o.Nodes*10 {
 		return fmt.Errorf("(rounds+1)*batch = %d pods a side do not fit %d nodes of 10", (o.Rounds+1)*o.Batch, o.Nodes)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
@@ -151,7 +156,7 @@ func throughput(o rigOptions) error {
 		defer os.Remove(schedCfg)
 	}
 	native := o.Mode == "native" || o.Mode == "native-prioritize"
-	plugin := o.Mode == "plugin"
+	plugin := o.Mode == "plugin" || o.Mode == "plugin-tax"
 	var schedFlags []string
 	if o.PprofDir != "" {
 		extArgs = append(extArgs, "--profiling")
@@ -216,6 +221,12 @@ func throughput(o rigOptions) error {
 			plain += fmt.Sprintf("clientConnection:\n  qps: %d\n  burst: %d\n", o.ClientQPS, 2*o.ClientQPS)
 		}
 		sides = [2]side{{Name: "capscale-config", Config: s.Plane.Opts.SchedulerConfig}, {Name: "default-config", Config: plain}}
+		if o.Mode == "plugin-tax" {
+			// The binary and its configuration are the difference: the
+			// plugin's PreFilter skips these pods, which is the cost measured.
+			sides[0].Name, sides[0].Binary = "capscale-scheduler", filepath.Join(o.BinDir, "capscale-scheduler")
+			sides[1].Name, sides[1].Binary = "kube-scheduler", filepath.Join(o.BinDir, "kube-scheduler")
+		}
 	}
 
 	const ns = "bench"
@@ -259,7 +270,7 @@ func throughput(o rigOptions) error {
 	fmt.Printf("# idle CPU (ms per s): %s\n", formatMap(idle, 1000))
 
 	r := &rig{s: s, bench: bench, adminHTTP: adminHTTP, extHTTP: extHTTP, w: w, ns: ns, idle: idle, batch: o.Batch, pprofDir: o.PprofDir}
-	current := sides[0].Config
+	current := sides[0].Name
 	var results []batchResult
 	fmt.Printf("round\tside\tpods/s\tcpu ms/pod (sched ext api etcd kwok kcm)\tattempt p50/p99 ms\tsli p50/p99 ms\tquiet wait\n")
 	for round := -1; round < o.Rounds; round++ {
@@ -268,11 +279,11 @@ func throughput(o rigOptions) error {
 			if sd == sides[1].Name {
 				side = sides[1]
 			}
-			if o.Mode == "tax" && side.Config != current {
-				if err := s.RestartScheduler(ctx, side.Config); err != nil {
+			if tax(o.Mode) && side.Name != current {
+				if err := s.Plane.RestartSchedulerWith(ctx, side.Binary, side.Config); err != nil {
 					return err
 				}
-				current = side.Config
+				current = side.Name
 				r.idle = idle
 			}
 			res, err := r.measure(ctx, side, round)
@@ -302,7 +313,7 @@ func throughput(o rigOptions) error {
 			return err
 		}
 	}
-	if o.Mode == "tax" {
+	if tax(o.Mode) {
 		return nil
 	}
 	if o.ExtenderFloor != "" {
