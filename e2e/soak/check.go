@@ -76,8 +76,10 @@ type Checker struct {
 	// faultEnd: when the last fault ended (zero: none yet).
 	faultEnd time.Time
 	inFault  bool
-	// pending is the recent samples' Pending counts, within Lag.
+	// pending is the recent samples' Pending counts, within WaitingLag of
+	// waiting, the last sample's waiting set, checked at the next sample.
 	pending []counted
+	waiting *counted
 	// writes, lastWrites: requeue writes summed across extender restarts.
 	writes, lastWrites float64
 	haveWrites         bool
@@ -145,19 +147,17 @@ func (c *Checker) Observe(s Sample) []Violation {
 		}
 	}
 	// The waiting set follows its own watch of pending pods: compare it
-	// with the most Pending pods seen within WaitingLag.
+	// with the most Pending pods seen within WaitingLag before it and up to
+	// the next sample, whose list holds the pods created while this one
+	// was read (the soak read 184 in the set against 183 listed a moment
+	// before, the set growing 15 a second).
 	c.pending = append(c.pending, counted{s.At, len(s.Pending)})
-	for len(c.pending) > 1 && s.At.Sub(c.pending[0].at) > c.b.WaitingLag {
-		c.pending = c.pending[1:]
+	if v, ok := c.checkWaiting(); !ok {
+		out = append(out, v)
 	}
+	c.waiting = nil
 	if settled && s.WaitingPods != nil {
-		limit := 0
-		for _, p := range c.pending {
-			limit = max(limit, p.n)
-		}
-		if int(*s.WaitingPods) > limit {
-			add(WaitingSet, "%v pods in the waiting set, at most %d Pending underlay pods within %s", *s.WaitingPods, limit, c.b.WaitingLag)
-		}
+		c.waiting = &counted{s.At, int(*s.WaitingPods)}
 	}
 	c.checkWaits(s, settled, add)
 	c.checkRequeue(s, add)
@@ -167,6 +167,47 @@ func (c *Checker) Observe(s Sample) []Violation {
 		}
 	}
 	return out
+}
+
+// checkWaiting checks the previous sample's waiting set against the
+// Pending counts within WaitingLag before it and up to now, and forgets
+// the counts older than that.
+func (c *Checker) checkWaiting() (Violation, bool) {
+	if len(c.pending) == 0 {
+		return Violation{}, true
+	}
+	from := c.pending[len(c.pending)-1].at
+	if c.waiting != nil {
+		from = c.waiting.at
+	}
+	for len(c.pending) > 1 && from.Sub(c.pending[0].at) > c.b.WaitingLag {
+		c.pending = c.pending[1:]
+	}
+	if c.waiting == nil {
+		return Violation{}, true
+	}
+	w := *c.waiting
+	limit := 0
+	for _, p := range c.pending {
+		limit = max(limit, p.n)
+	}
+	if w.n <= limit {
+		return Violation{}, true
+	}
+	c.Counts[WaitingSet]++
+	return Violation{At: w.at, Invariant: WaitingSet,
+		Detail: fmt.Sprintf("%d pods in the waiting set, at most %d Pending underlay pods from %s before to the next sample", w.n, limit, c.b.WaitingLag)}, false
+}
+
+// Close checks what waits for a later sample: the last waiting set,
+// against the Pending pods seen up to it.
+func (c *Checker) Close() []Violation {
+	v, ok := c.checkWaiting()
+	c.waiting = nil
+	if ok {
+		return nil
+	}
+	return []Violation{v}
 }
 
 // checkView: a node whose view differs from the apiserver, with the

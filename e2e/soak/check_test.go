@@ -25,6 +25,9 @@ func run(samples ...Sample) []string {
 			out = append(out, v.Invariant)
 		}
 	}
+	for _, v := range c.Close() {
+		out = append(out, v.Invariant)
+	}
 	return out
 }
 
@@ -93,6 +96,7 @@ func TestEachInvariantFails(t *testing.T) {
 
 		{"waiting set larger than Pending", []Sample{{At: at(1), WaitingPods: f64(3), Pending: []Pending{{UID: "p", Need: 1}}}}, WaitingSet},
 		{"waiting set trails a deletion by one lag", []Sample{{At: at(0), WaitingPods: f64(2), Pending: make([]Pending, 2)}, {At: at(1), WaitingPods: f64(2), Pending: make([]Pending, 1)}, {At: at(2.5), WaitingPods: f64(2), Pending: make([]Pending, 1)}}, ""},
+		{"waiting set counts pods created while the Pending pods were listed", []Sample{{At: at(0), WaitingPods: f64(3), Pending: make([]Pending, 2)}, {At: at(1), WaitingPods: f64(4), Pending: make([]Pending, 4)}}, ""},
 		{"waiting set trails a deletion by more than its lag", []Sample{{At: at(0), WaitingPods: f64(2), Pending: make([]Pending, 2)}, {At: at(1), WaitingPods: f64(2), Pending: make([]Pending, 1)}, {At: at(6), WaitingPods: f64(2), Pending: make([]Pending, 1)}}, WaitingSet},
 
 		{"waits 7 s with an IP free", []Sample{withAt(room, 0), withAt(room, 3), withAt(room, 7)}, WaitWithRoom},

@@ -228,6 +228,12 @@ func soak(ctx context.Context, s *stack.Stack, o Options, ld *load, r *Result, l
 		case <-runCtx.Done():
 			stop()
 			wg.Wait()
+			for _, v := range checker.Close() {
+				if len(r.Violations) < 200 {
+					r.Violations = append(r.Violations, v)
+				}
+				out.violation(v)
+			}
 			r.Samples, r.Counts, r.Binds, r.Faults, r.ChurnErrors = checker.Samples, checker.Counts, obs.binds(), fs.done, ch.Errors
 			r.PublishLags = obs.lags()
 			for name, pts := range usage {
