@@ -46,14 +46,6 @@ func preemptionSetup(ctx context.Context, t *testing.T, s *stack.Stack, ns strin
 	return capacity
 }
 
-// TestPreemptionNative: kube-scheduler counts the IPs, so its own preemption
-// evicts one low-priority pod and the high-priority pod takes the IP.
-func TestPreemptionNative(t *testing.T) {
-	s := startNativeReuseStack(t, 2, "2")
-	ctx := testContext(t, 4*time.Minute)
-	preemptionTakesIP(ctx, t, s, "preempt-native")
-}
-
 // preemptionTakesIP runs preemptionSetup and expects kube-scheduler's own
 // preemption to evict one low-priority pod for the high-priority one, no
 // node over capacity at any poll.
@@ -80,14 +72,12 @@ func preemptionTakesIP(ctx context.Context, t *testing.T, s *stack.Stack, ns str
 	assertNeverOver(ctx, t, s, ns, capacity, 2*time.Second)
 }
 
-// TestPreemptionExtenderMode proves on the real scheduler what docs/scheduling.md says:
-// in extender mode kube-scheduler's preemption dry run runs only in-tree
-// filters, which ignore the IPs, finds no victim, and never calls /preempt;
-// the high-priority pod stays Pending.
-func TestPreemptionExtenderMode(t *testing.T) {
-	s := startReuseStack(t, 2, "2")
-	ctx := testContext(t, 4*time.Minute)
-	const ns = "preempt-extender"
+// preemptionRefused runs preemptionSetup in extender mode, where
+// kube-scheduler's preemption dry run runs only in-tree filters, which
+// ignore the IPs, finds no victim, and never calls /preempt: the
+// high-priority pod stays Pending (docs/scheduling.md).
+func preemptionRefused(ctx context.Context, t *testing.T, s *stack.Stack, ns string) {
+	t.Helper()
 	preemptionSetup(ctx, t, s, ns)
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -15,25 +14,7 @@ import (
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
-	"github.com/capscale/capscale/internal/names"
 )
-
-// TestExtenderMostFreeFirst: every underlay pod lands on a node with the
-// most free IPs, even when a soft preference (preferred node affinity, the
-// strongest in-tree score) pulls it to a node with fewer. Three nodes of 10,
-// 9 and 8 IPs; every pod prefers the one with 8. With the extender's old
-// weighted prioritize (weight 5) the first pod went to that node (8 free:
-// 400 + 200 for the affinity, against 500 for the node with 10).
-func TestExtenderMostFreeFirst(t *testing.T) {
-	capacity := map[string]int{plane.NodeName(0): 10, plane.NodeName(1): 9, plane.NodeName(2): 8}
-	s := startStack(t, stack.Options{
-		Plane: plane.Options{Nodes: 3, Logf: t.Logf, Node: func(_ int, n *corev1.Node) {
-			n.Annotations[names.UnderlayIPCapacityAnnotation] = strconv.Itoa(capacity[n.Name])
-		}},
-		Extender: true,
-	})
-	mostFreeFirst(t, s, capacity)
-}
 
 // mostFreeFirst places 12 pods one at a time, each preferring the last of
 // three nodes, and checks each lands on a node with the most free IPs.

@@ -215,11 +215,11 @@ func startReuseStack(t *testing.T, nodes int, capacity string, args ...string) *
 	})
 }
 
-// TestFreedIPReuseExtender runs both scenarios in extender mode, then checks
-// the requeuer's writes stayed within their bound: at most 4 per freed IP
-// (triesPerFreedIP), so at most 4 × (20 + 20) here.
-func TestFreedIPReuseExtender(t *testing.T) {
-	s := startReuseStack(t, 2, "2")
+// freedIPReuseExtender is freedIPReuse in extender mode, then checks the
+// requeuer's writes stayed within their bound (at most 4 per freed IP,
+// triesPerFreedIP) and the waiting set came down to the Pending pods.
+func freedIPReuseExtender(t *testing.T, s *stack.Stack) {
+	t.Helper()
 	ctx := testContext(t, time.Minute)
 	writes := func() float64 {
 		var sum float64
@@ -319,13 +319,6 @@ func waitAllocatable(ctx context.Context, t *testing.T, s *stack.Stack, want map
 	if err != nil {
 		t.Fatalf("capacity not published within %s: %s", limit, last)
 	}
-}
-
-// TestFreedIPReuseNative: the same scenario with kube-scheduler counting the
-// resource; its NodeResourcesFit queueing hint requeues the waiting pod on
-// the deletion by itself.
-func TestFreedIPReuseNative(t *testing.T) {
-	freedIPReuse(t, startNativeReuseStack(t, 2, "2"))
 }
 
 // TestFreedIPsAtScaleNative: 200 waiting, 20 freed, native mode.

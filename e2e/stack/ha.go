@@ -166,3 +166,39 @@ func schedulerManifests(file string) (docs []byte, config string, err error) {
 	}
 	return bytes.Join(kept, []byte("\n---\n")), config, nil
 }
+
+// StartNativeSchedulerReplica starts one replica of native mode's
+// scheduler: the cluster's own kube-scheduler with deploy/native's
+// configuration, as system:kube-scheduler (native mode grants the scheduler
+// nothing of capscale's), leader election on. Its profile is renamed
+// capscale-scheduler and its Lease lives in capscale-system, so that the
+// plane's own scheduler neither takes these pods nor contends for the Lease.
+func (s *Stack) StartNativeSchedulerReplica(ctx context.Context, name string) (*SchedulerReplica, error) {
+	if !s.Opts.Native {
+		return nil, fmt.Errorf("StartNativeSchedulerReplica: the stack is not in native mode")
+	}
+	b, err := os.ReadFile(DeployFile("native/kube-scheduler-config.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("parsing deploy/native's scheduler configuration: %w", err)
+	}
+	profiles, _ := cfg["profiles"].([]any)
+	if len(profiles) != 1 {
+		return nil, fmt.Errorf("deploy/native's scheduler configuration has %d profiles, want 1", len(profiles))
+	}
+	profiles[0].(map[string]any)["schedulerName"] = "capscale-scheduler"
+	// system:kube-scheduler may update only Leases named kube-scheduler.
+	cfg["leaderElection"] = map[string]any{"leaderElect": true, "resourceName": "kube-scheduler", "resourceNamespace": Namespace}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &SchedulerReplica{Name: name}
+	if r.Scheduler, err = s.StartScheduler(ctx, name, string(out), filepath.Join(s.Dir, "kube-scheduler.kubeconfig")); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
