@@ -16,6 +16,11 @@
 // tax: pods that request no underlay IP, scheduled with the configuration
 // capscale ships and with kube-scheduler's defaults.
 //
+// --scenario keda (issue 27, keda.go): N ScaledObjects on capscale's
+// external scaler through KEDA's real operator, beside N HPAs on capscale's
+// own APIService: latency and CPU per call at capscale, and the time from a
+// load change to every HPA's new desired replicas.
+//
 // Every scenario ends with rows in the shape of BENCHMARKS.md's top table
 // (table.go); --scenario gobench prints `go test -bench` output read on
 // stdin the same way, for make bench.
@@ -57,7 +62,7 @@ func main() {
 	pprofDir := flag.String("pprof-dir", "", "throughput: save 25 s CPU profiles of kube-scheduler and the extender, taken from the first measured round on, in this directory")
 	jsonFile := flag.String("json", "", "throughput: write the figures to this file as JSON")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
-	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate, soak (churn and faults, invariants checked every second), gobench (go test -bench output on stdin, printed as table rows) or all (all but metrics, delegate and gobench, which make bench runs)")
+	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate, keda (KEDA's operator on capscale's scaler beside capscale's APIService; make bench-keda), soak (churn and faults, invariants checked every second), gobench (go test -bench output on stdin, printed as table rows) or all (throughput, reaction and memory)")
 	gobenchCommand := flag.String("gobench-command", "go test -bench", "gobench: the command that produced the output, for the rows' command column")
 	series := flag.Int("series", 1000, "series for the metrics scenario")
 	clients := flag.Int("clients", 100, "concurrent clients for the metrics scenario")
@@ -72,6 +77,11 @@ func main() {
 	soakDuration := flag.Duration("soak-duration", 60*time.Minute, "soak: how long each mode runs (the issue's runs: 60m at --nodes 1000, 15m at --nodes 5000)")
 	soakRate := flag.Float64("soak-rate", 10, "soak: churn changes a second")
 	soakOut := flag.String("soak-out", "_output/soak", "soak: where each run's samples.csv, processes.csv and violations.txt go")
+	scaledObjects := flag.Int("scaled-objects", 300, "keda: ScaledObjects on the KEDA side, HPAs on the APIService side, one Deployment each")
+	kedaRounds := flag.Int("keda-rounds", 5, "keda: load changes per side, each moving every HPA's desired replicas")
+	kedaPolling := flag.Duration("keda-polling-interval", 30*time.Second, "keda: the ScaledObjects' pollingInterval (KEDA's default 30s)")
+	kedaSteady := flag.Duration("keda-steady", 60*time.Second, "keda: the steady window latency and CPU per call are read over")
+	kedaSides := flag.String("keda-sides", "apiservice,keda", "keda: the sides to run (the APIService side always first)")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
 	switch *mode {
@@ -95,6 +105,21 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	var keda kedaOptions
+	if *scenario == "keda" {
+		sides, err := parseSides(*kedaSides)
+		if err == nil {
+			keda = kedaOptions{ScaledObjects: *scaledObjects, Rounds: *kedaRounds, Polling: *kedaPolling, Steady: *kedaSteady, Sides: sides, BinDir: *binDir}
+			err = keda.check()
+		}
+		if err == nil {
+			err = checkKEDABins(*binDir, sides)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benche2e: %v\n", err)
+			os.Exit(2)
+		}
+	}
 	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir, NodeLease: *nodeLease, ExtenderHTTPS: *extenderHTTPS, ExtenderFloor: *extenderFloor}
 	var err error
 	switch *scenario {
@@ -110,6 +135,8 @@ func main() {
 		err = delegateOverhead(*samples, *binDir)
 	case "gobench":
 		err = goBench(*gobenchCommand)
+	case "keda":
+		err = kedaBench(keda)
 	case "soak":
 		err = soakRun(*soakModes, *nodes, *soakDuration, *soakRate, *soakOut, *binDir, *nodeLease)
 	case "all":
@@ -120,7 +147,7 @@ func main() {
 			err = memory(*memNodes, *memPods, *binDir, *baselineAdapter)
 		}
 	default:
-		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate, soak, gobench or all, got %q", *scenario)
+		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate, keda, soak, gobench or all, got %q", *scenario)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benche2e:", err)

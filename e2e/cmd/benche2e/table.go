@@ -208,3 +208,61 @@ func delegateRows(directP50, directP99, forwardedP50, forwardedP99 float64) []ro
 		Goal: "≤ 1 ms (issue 10)",
 	}}
 }
+
+// kedaGoal is issue 27's bar for the path through KEDA.
+const kedaGoal = "p99 well under KEDA users' ~5 s at 300 ScaledObjects (keda#5624)"
+
+// kedaRows are the keda scenario's rows: one per side's steady window, and
+// the reaction of every side run side by side.
+func kedaRows(n int, polling time.Duration, sides []kedaSide) []row {
+	var reaction []string
+	var out []row
+	for _, s := range sides {
+		rate := 0.0
+		if s.Window > 0 {
+			rate = s.Calls / s.Window.Seconds()
+		}
+		hpa := fmt.Sprintf("the HPA controller's read p50 %s, p99 %s", s.HPAP50, s.HPAP99)
+		switch s.Name {
+		case sideKEDA:
+			out = append(out, row{
+				Measure: fmt.Sprintf("KEDA external scaler, %d ScaledObjects through keda-operator (pollingInterval %s)", n, polling),
+				Figure: fmt.Sprintf("GetMetrics at capscale p50 %s, p99 %s (%.0f calls, %.1f/s); CPU per GetMetrics: capscale %s, keda-operator %s; %s",
+					s.P50, s.P99, s.Calls, rate, cpuFigure(s.CPU, procAdapter), cpuFigure(s.CPU, procKEDAOperator), hpa),
+				Goal: kedaGoal,
+			})
+			reaction = append(reaction, "KEDA "+reactionFigure(s.All))
+		case sideAPIService:
+			out = append(out, row{
+				Measure: fmt.Sprintf("capscale's APIService, %d HPAs on the same source", n),
+				Figure: fmt.Sprintf("external-metrics LIST at capscale p50 %s, p99 %s (%.0f calls, %.1f/s); CPU per LIST: capscale %s; %s",
+					s.P50, s.P99, s.Calls, rate, cpuFigure(s.CPU, procAdapter), hpa),
+			})
+			reaction = append(reaction, "APIService "+reactionFigure(s.All))
+		}
+	}
+	if len(reaction) > 0 {
+		rounds := 0
+		if len(sides) > 0 {
+			rounds = len(sides[0].Rounds)
+		}
+		out = append(out, row{
+			Measure: fmt.Sprintf("Load change → HPA desired replicas, %d HPAs, %s HPA sync", n, hpaSync),
+			Figure:  fmt.Sprintf("%s (%d rounds × %d HPAs a side)", strings.Join(reaction, "; "), rounds, n),
+		})
+	}
+	return out
+}
+
+// cpuFigure is one process's CPU per call, or n/a without calls to charge.
+func cpuFigure(m map[string]float64, name string) string {
+	v, ok := m[name]
+	if !ok {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.3f ms", v)
+}
+
+func reactionFigure(r roundStats) string {
+	return fmt.Sprintf("p50 %.2f s, p99 %.2f s, max %.2f s", r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds())
+}
