@@ -109,10 +109,20 @@ bench: build control-plane ## Handler and provider benchmarks, external-metrics 
 	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) --scenario metrics
 	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) --scenario delegate
 
+# bench-e2e runs --scenario all (throughput, reaction, memory); KEDA at
+# scale needs KEDA's binaries too and has its own target, bench-keda.
 .PHONY: bench-e2e
 bench-e2e: build control-plane ## On real local planes: scheduling throughput with vs without the extender, reaction time, memory at 5000 nodes (prints figures and rows for BENCHMARKS.md's table).
 	$(GO) build -o $(BIN)/nullextender ./e2e/cmd/nullextender
 	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) $(BENCH_E2E_FLAGS)
+
+# KEDA at scale (issue 27): N ScaledObjects on capscale's external scaler
+# through KEDA's real operator, beside N HPAs on capscale's APIService, one
+# after the other on one plane; BENCH_KEDA_FLAGS adds flags, e.g.
+# "--scaled-objects 100 --keda-rounds 3" or "--keda-sides keda".
+.PHONY: bench-keda
+bench-keda: build control-plane keda ## KEDA's operator on capscale's scaler (300 ScaledObjects) beside capscale's APIService: GetMetrics latency, CPU per call, load change to desired replicas (prints rows for BENCHMARKS.md's table).
+	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) --scenario keda $(BENCH_KEDA_FLAGS)
 
 # The soak (issue 30): each scheduling mode under churn and faults, every
 # invariant checked each second; then its charts (e2e/tools/soakplot, its
