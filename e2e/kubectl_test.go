@@ -50,18 +50,27 @@ func kubectlCapacity(i int, n *corev1.Node) {
 	}
 }
 
-// TestKubectlIPs: in extender mode and in native mode, on the mixed
-// cluster with pods bound and Pending, `kubectl capscale ips` (installed
-// from the release's krew manifest, run by the real kubectl as a user
-// bound to capscale-kubectl:ips) equals the extender's /capacity node by
-// node, in every output format.
+// kubectlCapacities is what kubectlCapacity gives nodes 0 to 6, and
+// whether the value is invalid.
+var kubectlCapacities = []struct {
+	ips     int64
+	invalid bool
+}{{0, false}, {3, false}, {0, true}, {3, false}, {10, false}, {10, false}, {10, false}}
+
+// TestKubectlIPs: in every scheduling mode, on the mixed cluster with pods
+// bound and Pending, `kubectl capscale ips` (installed from the release's
+// krew manifest, run by the real kubectl as a user bound to
+// capscale-kubectl:ips) equals, node by node and in every output format,
+// the extender's /capacity (extender and native mode) or, in plugin mode,
+// where no capscale process runs, the capacities the nodes were given and
+// the pods the apiserver shows bound.
 func TestKubectlIPs(t *testing.T) {
 	pluginDir := installPlugin(t)
-	for _, mode := range []string{"extender", "native"} {
+	for _, mode := range []string{"extender", "native", "plugin"} {
 		t.Run(mode, func(t *testing.T) {
 			s := startStack(t, stack.Options{
 				Plane:    plane.Options{Nodes: 7, Logf: t.Logf, Node: kubectlCapacity},
-				Extender: true, Native: mode == "native",
+				Extender: mode != "plugin", Native: mode == "native", Plugin: mode == "plugin",
 			})
 			ctx := testContext(t, 8*time.Minute)
 			const ns = "kubectl-ips"
@@ -83,12 +92,11 @@ func TestKubectlIPs(t *testing.T) {
 
 			var last string
 			err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-				rep, err := capacityReport(ctx, s.ExtenderURL)
+				want, err := truthOf(ctx, s, mode)
 				if err != nil {
 					last = err.Error()
 					return false, nil
 				}
-				want := fromLedger(rep)
 				last = ""
 				for _, format := range []string{"json", "yaml", "table", "wide"} {
 					got := fromPlugin(t, run(ctx, "ips", format), format)
@@ -99,7 +107,7 @@ func TestKubectlIPs(t *testing.T) {
 				return last == "", nil
 			})
 			if err != nil {
-				t.Fatalf("kubectl capscale ips never equalled the extender's /capacity: %v\n%s", err, last)
+				t.Fatalf("kubectl capscale ips never equalled the %s: %v\n%s", map[bool]string{true: "capacities given and the pods bound", false: "extender's /capacity"}[mode == "plugin"], err, last)
 			}
 
 			var rep ipreport.Report
@@ -269,6 +277,42 @@ type nodeView struct {
 	invalid              bool
 	// holders is "ns/name=IPs,..." sorted; "" when not shown.
 	holders string
+}
+
+// truthOf is what kubectl capscale ips must show: the extender's ledger,
+// or in plugin mode the capacities kubectlCapacity gave and the pods bound.
+func truthOf(ctx context.Context, s *stack.Stack, mode string) (map[string]nodeView, error) {
+	if mode != "plugin" {
+		rep, err := capacityReport(ctx, s.ExtenderURL)
+		if err != nil {
+			return nil, err
+		}
+		return fromLedger(rep), nil
+	}
+	pods, err := s.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	used, holders := map[string]int64{}, map[string][]string{}
+	for _, p := range pods.Items {
+		var ips int64
+		for _, c := range p.Spec.Containers {
+			q := c.Resources.Limits[names.UnderlayIPResource]
+			ips += q.Value()
+		}
+		if p.Spec.NodeName == "" || ips == 0 || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		used[p.Spec.NodeName] += ips
+		holders[p.Spec.NodeName] = append(holders[p.Spec.NodeName], fmt.Sprintf("%s/%s=%d", p.Namespace, p.Name, ips))
+	}
+	out := map[string]nodeView{}
+	for i, c := range kubectlCapacities {
+		name := plane.NodeName(i)
+		sort.Strings(holders[name])
+		out[name] = nodeView{c.ips, used[name], max(c.ips-used[name], 0), c.invalid, strings.Join(holders[name], ",")}
+	}
+	return out, nil
 }
 
 func fromLedger(rep extender.Report) map[string]nodeView {
