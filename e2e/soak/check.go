@@ -76,9 +76,9 @@ type Checker struct {
 	// faultEnd: when the last fault ended (zero: none yet).
 	faultEnd time.Time
 	inFault  bool
-	// pending is the recent samples' Pending counts, within WaitingLag of
+	// pending is the recent samples' Pending pods, within WaitingLag of
 	// waiting, the last sample's waiting set, checked at the next sample.
-	pending []counted
+	pending []listed
 	waiting *counted
 	// writes, lastWrites: requeue writes summed across extender restarts.
 	writes, lastWrites float64
@@ -96,6 +96,11 @@ type Checker struct {
 type counted struct {
 	at time.Time
 	n  int
+}
+
+type listed struct {
+	at   time.Time
+	uids []string
 }
 
 type driftStart struct {
@@ -147,11 +152,18 @@ func (c *Checker) Observe(s Sample) []Violation {
 		}
 	}
 	// The waiting set follows its own watch of pending pods: compare it
-	// with the most Pending pods seen within WaitingLag before it and up to
-	// the next sample, whose list holds the pods created while this one
+	// with the distinct pods seen Pending within WaitingLag before it and up
+	// to the next sample, whose list holds the pods created while this one
 	// was read (the soak read 184 in the set against 183 listed a moment
-	// before, the set growing 15 a second).
-	c.pending = append(c.pending, counted{s.At, len(s.Pending)})
+	// before, the set growing 15 a second). Distinct pods, not the largest
+	// count: a pod deleted while pending stays in the set for PendingGrace
+	// while new ones join it, so the set may hold more pods than any one
+	// list (153 against at most 152 listed, in CI).
+	uids := make([]string, len(s.Pending))
+	for i, p := range s.Pending {
+		uids[i] = p.UID
+	}
+	c.pending = append(c.pending, listed{s.At, uids})
 	if v, ok := c.checkWaiting(); !ok {
 		out = append(out, v)
 	}
@@ -170,8 +182,8 @@ func (c *Checker) Observe(s Sample) []Violation {
 }
 
 // checkWaiting checks the previous sample's waiting set against the
-// Pending counts within WaitingLag before it and up to now, and forgets
-// the counts older than that.
+// distinct Pending pods within WaitingLag before it and up to now, and
+// forgets the lists older than that.
 func (c *Checker) checkWaiting() (Violation, bool) {
 	if len(c.pending) == 0 {
 		return Violation{}, true
@@ -187,16 +199,19 @@ func (c *Checker) checkWaiting() (Violation, bool) {
 		return Violation{}, true
 	}
 	w := *c.waiting
-	limit := 0
+	seen := map[string]bool{}
 	for _, p := range c.pending {
-		limit = max(limit, p.n)
+		for _, uid := range p.uids {
+			seen[uid] = true
+		}
 	}
+	limit := len(seen)
 	if w.n <= limit {
 		return Violation{}, true
 	}
 	c.Counts[WaitingSet]++
 	return Violation{At: w.at, Invariant: WaitingSet,
-		Detail: fmt.Sprintf("%d pods in the waiting set, at most %d Pending underlay pods from %s before to the next sample", w.n, limit, c.b.WaitingLag)}, false
+		Detail: fmt.Sprintf("%d pods in the waiting set, %d distinct Pending underlay pods from %s before to the next sample", w.n, limit, c.b.WaitingLag)}, false
 }
 
 // Close checks what waits for a later sample: the last waiting set,

@@ -95,9 +95,11 @@ func TestEachInvariantFails(t *testing.T) {
 		{"reservation of a bind in flight", []Sample{{At: at(30), Reservations: []Reservation{{UID: "p"}}}}, ""},
 
 		{"waiting set larger than Pending", []Sample{{At: at(1), WaitingPods: f64(3), Pending: []Pending{{UID: "p", Need: 1}}}}, WaitingSet},
-		{"waiting set trails a deletion by one lag", []Sample{{At: at(0), WaitingPods: f64(2), Pending: make([]Pending, 2)}, {At: at(1), WaitingPods: f64(2), Pending: make([]Pending, 1)}, {At: at(2.5), WaitingPods: f64(2), Pending: make([]Pending, 1)}}, ""},
-		{"waiting set counts pods created while the Pending pods were listed", []Sample{{At: at(0), WaitingPods: f64(3), Pending: make([]Pending, 2)}, {At: at(1), WaitingPods: f64(4), Pending: make([]Pending, 4)}}, ""},
-		{"waiting set trails a deletion by more than its lag", []Sample{{At: at(0), WaitingPods: f64(2), Pending: make([]Pending, 2)}, {At: at(1), WaitingPods: f64(2), Pending: make([]Pending, 1)}, {At: at(6), WaitingPods: f64(2), Pending: make([]Pending, 1)}}, WaitingSet},
+		{"waiting set trails a deletion by one lag", []Sample{{At: at(0), WaitingPods: f64(2), Pending: pend("a", "b")}, {At: at(1), WaitingPods: f64(2), Pending: pend("a")}, {At: at(2.5), WaitingPods: f64(2), Pending: pend("a")}}, ""},
+		{"waiting set counts pods created while the Pending pods were listed", []Sample{{At: at(0), WaitingPods: f64(3), Pending: pend("a", "b")}, {At: at(1), WaitingPods: f64(4), Pending: pend("a", "b", "c", "d")}}, ""},
+		{"waiting set holds a pod deleted while pending beside a new one", []Sample{{At: at(0), WaitingPods: f64(2), Pending: pend("a", "b")}, {At: at(1), WaitingPods: f64(3), Pending: pend("b", "c")}, {At: at(2), WaitingPods: f64(2), Pending: pend("b", "c")}}, ""},
+		{"waiting set trails a deletion by more than its lag", []Sample{{At: at(0), WaitingPods: f64(2), Pending: pend("a", "b")}, {At: at(1), WaitingPods: f64(2), Pending: pend("a")}, {At: at(6), WaitingPods: f64(2), Pending: pend("a")}}, WaitingSet},
+		{"waiting set larger than the distinct pods Pending in its window", []Sample{{At: at(0), WaitingPods: f64(2), Pending: pend("a", "b")}, {At: at(1), WaitingPods: f64(4), Pending: pend("b", "c")}, {At: at(2), WaitingPods: f64(2), Pending: pend("b", "c")}}, WaitingSet},
 
 		{"waits 7 s with an IP free", []Sample{withAt(room, 0), withAt(room, 3), withAt(room, 7)}, WaitWithRoom},
 		{"waits on a full node", []Sample{withAt(full, 0), withAt(full, 7)}, ""},
@@ -186,4 +188,13 @@ func TestLoadExpected(t *testing.T) {
 			t.Errorf("at %vs: %v, want %v", tc.now, got, tc.want)
 		}
 	}
+}
+
+// pend lists Pending pods by UID, each needing one IP.
+func pend(uids ...string) []Pending {
+	out := make([]Pending, len(uids))
+	for i, uid := range uids {
+		out[i] = Pending{UID: uid, Need: 1}
+	}
+	return out
 }
