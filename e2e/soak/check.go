@@ -76,10 +76,11 @@ type Checker struct {
 	// faultEnd: when the last fault ended (zero: none yet).
 	faultEnd time.Time
 	inFault  bool
-	// pending is the recent samples' Pending pods, within WaitingLag of
-	// waiting, the last sample's waiting set, checked at the next sample.
-	pending []listed
-	waiting *counted
+	// pendingAt: underlay pod UID -> the last time it was seen Pending,
+	// kept for WaitingLag; waiting, the last sample's waiting set, checked
+	// at the next sample.
+	pendingAt map[string]time.Time
+	waiting   *counted
 	// writes, lastWrites: requeue writes summed across extender restarts.
 	writes, lastWrites float64
 	haveWrites         bool
@@ -98,11 +99,6 @@ type counted struct {
 	n  int
 }
 
-type listed struct {
-	at   time.Time
-	uids []string
-}
-
 type driftStart struct {
 	since    time.Time
 	apiValue int64
@@ -110,7 +106,7 @@ type driftStart struct {
 
 // NewChecker returns a checker with bounds b.
 func NewChecker(b Bounds) *Checker {
-	return &Checker{b: b, overSeen: map[string]time.Time{}, drift: map[string]driftStart{}, fits: map[string]time.Time{}, Counts: map[string]int{}}
+	return &Checker{b: b, overSeen: map[string]time.Time{}, drift: map[string]driftStart{}, fits: map[string]time.Time{}, pendingAt: map[string]time.Time{}, Counts: map[string]int{}}
 }
 
 // Observe checks one sample and returns what it breaks.
@@ -152,19 +148,23 @@ func (c *Checker) Observe(s Sample) []Violation {
 		}
 	}
 	// The waiting set follows its own watch of pending pods: compare it
-	// with the distinct pods seen Pending within WaitingLag before it and up
-	// to the next sample, whose list holds the pods created while this one
-	// was read (the soak read 184 in the set against 183 listed a moment
-	// before, the set growing 15 a second). Distinct pods, not the largest
-	// count: a pod deleted while pending stays in the set for PendingGrace
-	// while new ones join it, so the set may hold more pods than any one
-	// list (153 against at most 152 listed, in CI).
-	uids := make([]string, len(s.Pending))
-	for i, p := range s.Pending {
-		uids[i] = p.UID
+	// with the distinct pods Pending at any time from WaitingLag before it
+	// up to the next sample, whose list holds the pods created while this
+	// one was read (the soak read 184 in the set against 183 listed a
+	// moment before, the set growing 15 a second). Distinct pods, not the
+	// longest list: a pod deleted while pending stays in the set for
+	// PendingGrace while new ones join it, and a pod may be created and
+	// deleted between two samples (CI saw 153 in the set against at most
+	// 152 in any list).
+	for _, p := range s.Pending {
+		c.pendingAt[p.UID] = s.At
 	}
-	c.pending = append(c.pending, listed{s.At, uids})
-	if v, ok := c.checkWaiting(); !ok {
+	for _, l := range s.LeftPending {
+		if l.At.After(c.pendingAt[l.UID]) {
+			c.pendingAt[l.UID] = l.At
+		}
+	}
+	if v, ok := c.checkWaiting(s.At); !ok {
 		out = append(out, v)
 	}
 	c.waiting = nil
@@ -182,30 +182,26 @@ func (c *Checker) Observe(s Sample) []Violation {
 }
 
 // checkWaiting checks the previous sample's waiting set against the
-// distinct Pending pods within WaitingLag before it and up to now, and
-// forgets the lists older than that.
-func (c *Checker) checkWaiting() (Violation, bool) {
-	if len(c.pending) == 0 {
-		return Violation{}, true
-	}
-	from := c.pending[len(c.pending)-1].at
-	if c.waiting != nil {
-		from = c.waiting.at
-	}
-	for len(c.pending) > 1 && from.Sub(c.pending[0].at) > c.b.WaitingLag {
-		c.pending = c.pending[1:]
-	}
+// distinct pods Pending from WaitingLag before it up to now, then forgets
+// the pods that no waiting set from now on can still count.
+func (c *Checker) checkWaiting(now time.Time) (Violation, bool) {
+	defer func() {
+		for uid, at := range c.pendingAt {
+			if now.Sub(at) > c.b.WaitingLag {
+				delete(c.pendingAt, uid)
+			}
+		}
+	}()
 	if c.waiting == nil {
 		return Violation{}, true
 	}
 	w := *c.waiting
-	seen := map[string]bool{}
-	for _, p := range c.pending {
-		for _, uid := range p.uids {
-			seen[uid] = true
+	limit := 0
+	for _, at := range c.pendingAt {
+		if w.at.Sub(at) <= c.b.WaitingLag {
+			limit++
 		}
 	}
-	limit := len(seen)
 	if w.n <= limit {
 		return Violation{}, true
 	}
@@ -217,7 +213,11 @@ func (c *Checker) checkWaiting() (Violation, bool) {
 // Close checks what waits for a later sample: the last waiting set,
 // against the Pending pods seen up to it.
 func (c *Checker) Close() []Violation {
-	v, ok := c.checkWaiting()
+	now := time.Time{}
+	if c.waiting != nil {
+		now = c.waiting.at
+	}
+	v, ok := c.checkWaiting(now)
 	c.waiting = nil
 	if ok {
 		return nil

@@ -43,6 +43,10 @@ type observer struct {
 	boundAt map[types.UID]time.Time
 	goneAt  map[types.UID]time.Time
 	freed   int64
+	// pending: underlay pods now Pending; left: those that stopped being
+	// Pending since the last snapshot, and when.
+	pending map[types.UID]bool
+	left    []Left
 	// bound counts binds seen, for the rate.
 	bound int64
 
@@ -52,7 +56,7 @@ type observer struct {
 
 func newObserver(ctx context.Context, c kubernetes.Interface, def int64, published bool) (*observer, error) {
 	o := &observer{def: def, published: published, changed: map[string]time.Time{}, pub: map[string]int64{}, invalid: map[string]bool{}, capacity: map[string]int64{}, lowered: map[string]time.Time{},
-		boundAt: map[types.UID]time.Time{}, goneAt: map[types.UID]time.Time{}}
+		boundAt: map[types.UID]time.Time{}, goneAt: map[types.UID]time.Time{}, pending: map[types.UID]bool{}}
 	f := informers.NewSharedInformerFactory(c, 0)
 	ni, pi := f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer()
 	if _, err := ni.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -137,9 +141,25 @@ func (o *observer) node(n *corev1.Node) {
 
 func holds(p *corev1.Pod) bool { return underlay.Holds(p.Spec.NodeName, p.Status.Phase) }
 
+func pending(p *corev1.Pod) bool {
+	return underlay.PodNeed(p) > 0 && p.Spec.NodeName == "" && p.Status.Phase == corev1.PodPending && p.DeletionTimestamp == nil
+}
+
+// trackPending notes when a pod stops being Pending; o.mu is held.
+func (o *observer) trackPending(p *corev1.Pod, now bool) {
+	switch {
+	case now:
+		o.pending[p.UID] = true
+	case o.pending[p.UID]:
+		delete(o.pending, p.UID)
+		o.left = append(o.left, Left{UID: string(p.UID), At: time.Now()})
+	}
+}
+
 func (o *observer) pod(old, p *corev1.Pod) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.trackPending(p, pending(p))
 	if p.Spec.NodeName != "" {
 		if _, ok := o.boundAt[p.UID]; !ok {
 			o.boundAt[p.UID] = time.Now()
@@ -156,6 +176,7 @@ func (o *observer) gone(p *corev1.Pod) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.goneAt[p.UID] = time.Now()
+	o.trackPending(p, false)
 	if holds(p) {
 		o.freed += underlay.PodNeed(p)
 	}
@@ -181,10 +202,11 @@ func (o *observer) snapshot(s *Sample) {
 			if t := o.boundAt[p.UID]; t.After(last[p.Spec.NodeName]) {
 				last[p.Spec.NodeName] = t
 			}
-		case p.Spec.NodeName == "" && p.Status.Phase == corev1.PodPending && p.DeletionTimestamp == nil:
+		case pending(p):
 			s.Pending = append(s.Pending, Pending{UID: string(p.UID), Need: need})
 		}
 	}
+	s.LeftPending, o.left = append(s.LeftPending[:0], o.left...), o.left[:0]
 	s.Nodes = s.Nodes[:0]
 	for _, obj := range nodes {
 		n := obj.(*corev1.Node)

@@ -52,6 +52,12 @@ type Pending struct {
 	Need int64  `json:"need"`
 }
 
+// Left is an underlay pod that stopped being Pending at At.
+type Left struct {
+	UID string    `json:"uid"`
+	At  time.Time `json:"at"`
+}
+
 // Reservation is a pod the extender's ledger holds a reservation for,
 // and what the apiserver says of that pod.
 type Reservation struct {
@@ -81,6 +87,11 @@ type Sample struct {
 	View    string    `json:"view"`
 	Nodes   []Node    `json:"nodes"`
 	Pending []Pending `json:"pending"`
+	// LeftPending are the underlay pods seen Pending since the previous
+	// sample that are Pending no more (bound or deleted), with when they
+	// left: a pod that lives between two samples is in neither list, but
+	// may be in the waiting set.
+	LeftPending []Left `json:"leftPending,omitempty"`
 	// Reservations is the ledger's (extender mode); nil otherwise.
 	Reservations []Reservation `json:"reservations,omitempty"`
 	// WaitingPods is the extender's capscale_extender_waiting_pods; nil
