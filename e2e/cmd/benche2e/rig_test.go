@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -296,5 +297,27 @@ func TestSchedulerConfigNoBind(t *testing.T) {
 	delete(with, "bindVerb")
 	if !reflect.DeepEqual(with, without) {
 		t.Errorf("noBind changed more than bindVerb:\n%v\n%v", with, without)
+	}
+}
+
+// Every throughput mode the flag accepts alternates two named sides; the
+// plugin-tax mode's differ in their binary (a mode missing from the switch
+// once ran with no sides at all).
+func TestThroughputSides(t *testing.T) {
+	for _, mode := range []string{"extender", "native", "plugin", "native-prioritize", "tax", "plugin-tax"} {
+		sides := throughputSides(mode, "plane.yaml", "/bin", 2000)
+		if sides[0].Name == "" || sides[1].Name == "" || sides[0].Name == sides[1].Name {
+			t.Errorf("%s: sides %q and %q, want two distinct names", mode, sides[0].Name, sides[1].Name)
+		}
+		if tax(mode) != (sides[0].Config != "") {
+			t.Errorf("%s: tax %v but first side's config %q", mode, tax(mode), sides[0].Config)
+		}
+	}
+	s := throughputSides("plugin-tax", "plane.yaml", "/bin", 2000)
+	if s[0].Binary != "/bin/capscale-scheduler" || s[1].Binary != "/bin/kube-scheduler" {
+		t.Errorf("plugin-tax binaries %q, %q", s[0].Binary, s[1].Binary)
+	}
+	if !strings.Contains(s[1].Config, "qps: 2000") {
+		t.Errorf("the default side does not get the same client QPS:\n%s", s[1].Config)
 	}
 }

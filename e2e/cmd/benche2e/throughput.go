@@ -63,6 +63,40 @@ type side struct {
 // underlay IP, restarting kube-scheduler between sides.
 func tax(mode string) bool { return mode == "tax" || mode == "plugin-tax" }
 
+// throughputSides names the two sides a throughput mode alternates;
+// planeConfig is the plane's scheduler configuration (the tax modes' first
+// side).
+func throughputSides(mode, planeConfig, binDir string, clientQPS int) [2]side {
+	switch mode {
+	case "extender":
+		// Both sides on the profile that scores every node, so the extender
+		// is the only difference.
+		return [2]side{{Name: "extender", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
+	case "native", "native-prioritize":
+		return [2]side{{Name: "native-mode", Resource: names.UnderlayIPResource}, {Name: "native", Resource: nativeResource}}
+	case "plugin":
+		// One capscale-scheduler, one profile: the plugin is the only
+		// difference (it skips the other side's pods in PreFilter and PreScore).
+		return [2]side{{Name: "plugin", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
+	case "tax", "plugin-tax":
+		// The same client limits on both sides: only the scheduling
+		// configuration differs.
+		plain := defaultSchedulerConfig
+		if clientQPS != 0 {
+			plain += fmt.Sprintf("clientConnection:\n  qps: %d\n  burst: %d\n", clientQPS, 2*clientQPS)
+		}
+		sides := [2]side{{Name: "capscale-config", Config: planeConfig}, {Name: "default-config", Config: plain}}
+		if mode == "plugin-tax" {
+			// The binary and its configuration are the difference: the
+			// plugin's PreFilter skips these pods, which is the cost measured.
+			sides[0].Name, sides[0].Binary = "capscale-scheduler", filepath.Join(binDir, "capscale-scheduler")
+			sides[1].Name, sides[1].Binary = "kube-scheduler", filepath.Join(binDir, "kube-scheduler")
+		}
+		return sides
+	}
+	return [2]side{}
+}
+
 // batchResult is one measured batch.
 type batchResult struct {
 	Side       string
@@ -201,33 +235,7 @@ func throughput(o rigOptions) error {
 		fmt.Printf("# the extender is the null extender (--extender-floor=%s): the protocol's floor; it counts no IPs\n", o.ExtenderFloor)
 	}
 
-	var sides [2]side
-	switch o.Mode {
-	case "extender":
-		// Both sides on the profile that scores every node, so the extender
-		// is the only difference.
-		sides = [2]side{{Name: "extender", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
-	case "native", "native-prioritize":
-		sides = [2]side{{Name: "native-mode", Resource: names.UnderlayIPResource}, {Name: "native", Resource: nativeResource}}
-	case "plugin":
-		// One capscale-scheduler, one profile: the plugin is the only
-		// difference (it skips the other side's pods in PreFilter and PreScore).
-		sides = [2]side{{Name: "plugin", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
-	case "tax":
-		// The same client limits on both sides: only the scheduling
-		// configuration differs.
-		plain := defaultSchedulerConfig
-		if o.ClientQPS != 0 {
-			plain += fmt.Sprintf("clientConnection:\n  qps: %d\n  burst: %d\n", o.ClientQPS, 2*o.ClientQPS)
-		}
-		sides = [2]side{{Name: "capscale-config", Config: s.Plane.Opts.SchedulerConfig}, {Name: "default-config", Config: plain}}
-		if o.Mode == "plugin-tax" {
-			// The binary and its configuration are the difference: the
-			// plugin's PreFilter skips these pods, which is the cost measured.
-			sides[0].Name, sides[0].Binary = "capscale-scheduler", filepath.Join(o.BinDir, "capscale-scheduler")
-			sides[1].Name, sides[1].Binary = "kube-scheduler", filepath.Join(o.BinDir, "kube-scheduler")
-		}
-	}
+	sides := throughputSides(o.Mode, s.Plane.Opts.SchedulerConfig, o.BinDir, o.ClientQPS)
 
 	const ns = "bench"
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
