@@ -114,6 +114,13 @@ func TestThroughputRows(t *testing.T) {
 		}
 	}
 
+	// Plugin modes run no extender: kube-scheduler's paired ratio instead.
+	plugin := rep
+	plugin.Scenario, plugin.PairedSchedCPUCI95 = "plugin-tax", ci(1.005, 0.964, 1.06)
+	if got := throughputRows(plugin, "extender", "native")[1].Figure; strings.Contains(got, "extender") || !strings.HasSuffix(got, "(median paired ratio 1.005 [0.964–1.060])") {
+		t.Errorf("plugin-tax CPU figure = %q, want kube-scheduler's paired ratio and no extender", got)
+	}
+
 	// The null extender is a reference: its rows carry no goal.
 	rep.ExtenderFloor = "bind"
 	for _, r := range throughputRows(rep, "extender", "native") {
