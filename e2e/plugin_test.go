@@ -80,4 +80,3 @@ func TestMostFreeByCount(t *testing.T) {
 		})
 	}
 }
-
