@@ -6,8 +6,7 @@
 // rule the extender and the capacity publisher share, and counts the IPs in
 // use from the scheduler's own NodeInfo, so kube-scheduler's cache
 // (assume/forget of binds in flight, nominated pods, preemption's dry run)
-// keeps every decision exact with no ledger of the plugin's own (it only
-// remembers each Node version's parsed capacity, capacity.go):
+// keeps every decision exact with no cache of the plugin's own:
 //
 //   - PreFilter computes the pod's need once; Skip for a pod that needs none.
 //   - Filter: free ≥ need; Unschedulable when the node is full (preemption

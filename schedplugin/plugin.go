@@ -6,7 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -26,7 +25,6 @@ const stateKey fwk.StateKey = "PreFilter" + Name
 // Plugin is the underlay-IP rule as a kube-scheduler framework plugin.
 type Plugin struct {
 	defaultCapacity int64
-	capacities      *capacities
 }
 
 var (
@@ -40,22 +38,13 @@ var (
 )
 
 // New is the plugin's factory (the framework's PluginFactory signature):
-// it decodes the profile's args, and tells its capacity memo of deleted
-// nodes through the scheduler's own Node informer (no watch of its own).
-func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+// it decodes the profile's args and needs nothing from the handle.
+func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
 	args, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
-	pl := &Plugin{defaultCapacity: *args.DefaultCapacity, capacities: &capacities{def: *args.DefaultCapacity}}
-	if h != nil && h.SharedInformerFactory() != nil {
-		if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			DeleteFunc: pl.capacities.forget,
-		}); err != nil {
-			return nil, fmt.Errorf("%s: watching node deletions for the capacity memo: %w", Name, err)
-		}
-	}
-	return pl, nil
+	return &Plugin{defaultCapacity: *args.DefaultCapacity}, nil
 }
 
 // Name returns Name.
@@ -150,8 +139,5 @@ func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *
 
 // capacity is the node's capacity under the one rule.
 func (pl *Plugin) capacity(node *v1.Node) underlay.Capacity {
-	if pl.capacities == nil {
-		return underlay.NodeCapacity(node.Annotations, node.Labels, pl.defaultCapacity)
-	}
-	return pl.capacities.of(node)
+	return underlay.NodeCapacity(node.Annotations, node.Labels, pl.defaultCapacity)
 }

@@ -17,7 +17,7 @@ import (
 // kube-scheduler keeps that sum with the same component-helpers rule as
 // underlay.PodNeed, in its own cache: bound pods, assumed pods (a bind in
 // flight), nominated pods added for the filter, and victims removed by a
-// preemption dry run are all in it, so the plugin needs no ledger of its own
+// preemption dry run are all in it, so the plugin needs no cache of its own
 // and reads it in O(1) instead of walking the node's pods.
 func usedIPs(requested fwk.Resource) int64 {
 	if requested == nil {

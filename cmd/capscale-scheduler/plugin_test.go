@@ -330,35 +330,3 @@ func TestSignaturesKeepBatching(t *testing.T) {
 		t.Errorf("needs 1 and 2 share the signature %s", one)
 	}
 }
-
-// TestFilterFollowsCapacityUpdates: the plugin remembers capacities by the
-// Node's resourceVersion; a Node handed in with a new version is read
-// again, so a capacity change counts from the first cycle that sees it.
-func TestFilterFollowsCapacityUpdates(t *testing.T) {
-	pl := newPlugin(t)
-	ctx := context.Background()
-	pod := ipPod("p", "", 1, 0)
-	state := framework.NewCycleState()
-	if _, st := pl.PreFilter(ctx, state, pod, nil); !st.IsSuccess() {
-		t.Fatalf("PreFilter = %v", st)
-	}
-	for _, tc := range []struct {
-		rv, capacity string
-		want         fwk.Code
-	}{
-		{"1", "0", fwk.UnschedulableAndUnresolvable},
-		{"2", "1", fwk.Success},
-		{"2", "1", fwk.Success},
-		{"3", "0", fwk.UnschedulableAndUnresolvable},
-		{"4", "", fwk.Success},
-	} {
-		ni := nodeInfo("n", tc.capacity)
-		ni.Node().ResourceVersion = tc.rv
-		if st := pl.Filter(ctx, state, pod, ni); st.Code() != tc.want {
-			t.Errorf("resourceVersion %s, capacity %q: Filter = %v, want %v", tc.rv, tc.capacity, st, tc.want)
-		}
-		if _, st := pl.Score(ctx, state, pod, ni); !st.IsSuccess() {
-			t.Errorf("Score = %v", st)
-		}
-	}
-}
