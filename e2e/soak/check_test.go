@@ -200,3 +200,25 @@ func pend(uids ...string) []Pending {
 	}
 	return out
 }
+
+// The native soak starts judging once every node's first capacity is
+// published: a node unpublished, or published other than its rule, waits;
+// an invalid node counts once anything is published (its IPs in use).
+func TestUnpublished(t *testing.T) {
+	o := &observer{
+		capacity: map[string]int64{"a": 10, "b": 3, "c": 0, "d": 10},
+		pub:      map[string]int64{"a": 10, "b": 10, "c": 2, "d": -1},
+		invalid:  map[string]bool{"c": true},
+	}
+	if got := o.unpublished(); got != 2 {
+		t.Errorf("unpublished = %d, want 2 (b published 10 for 3, d none)", got)
+	}
+	o.pub["b"], o.pub["d"] = 3, 10
+	if got := o.unpublished(); got != 0 {
+		t.Errorf("unpublished = %d, want 0", got)
+	}
+	delete(o.pub, "a")
+	if got := o.unpublished(); got != 1 {
+		t.Errorf("a node never seen published: unpublished = %d, want 1", got)
+	}
+}

@@ -139,6 +139,22 @@ func (o *observer) node(n *corev1.Node) {
 	}
 }
 
+// unpublished counts the nodes whose published capacity (native mode) is
+// not yet their capacity by the rule; an invalid node publishes its IPs in
+// use instead, so it counts once anything is published.
+func (o *observer) unpublished() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for name, c := range o.capacity {
+		pub, ok := o.pub[name]
+		if !ok || pub < 0 || (!o.invalid[name] && pub != c) {
+			n++
+		}
+	}
+	return n
+}
+
 func holds(p *corev1.Pod) bool { return underlay.Holds(p.Spec.NodeName, p.Status.Phase) }
 
 func pending(p *corev1.Pod) bool {

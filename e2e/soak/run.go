@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/capscale/capscale/e2e/plane"
@@ -167,6 +168,15 @@ func soak(ctx context.Context, s *stack.Stack, o Options, ld *load, r *Result, l
 	}
 	if err := s.WaitForNamespace(ctx, Namespace); err != nil {
 		return err
+	}
+	if o.Mode == "native" {
+		// The publisher writes every node's first capacity at its client
+		// limit (1000 nodes: about 20 s); judging starts once it is done.
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+			return obs.unpublished() == 0, nil
+		}); err != nil {
+			return fmt.Errorf("waiting for the first publication of every node: %d unpublished: %w", obs.unpublished(), err)
+		}
 	}
 	var sample Sample
 	obs.snapshot(&sample)
