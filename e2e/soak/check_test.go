@@ -6,6 +6,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 var t0 = time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
@@ -220,5 +226,34 @@ func TestUnpublished(t *testing.T) {
 	delete(o.pub, "a")
 	if got := o.unpublished(); got != 1 {
 		t.Errorf("a node never seen published: unpublished = %d, want 1", got)
+	}
+}
+
+// The observer notes a pod that stops being Pending, bound or deleted, so
+// that a pod living between two samples still counts for the waiting set.
+func TestLeftPending(t *testing.T) {
+	ip := func(node string) *corev1.Pod {
+		q := resource.MustParse("1")
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u"},
+			Spec:   corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{underlay.Resource: q}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	}
+	plain := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	for _, tc := range []struct {
+		name     string
+		was, now *corev1.Pod
+		want     int
+	}{
+		{"created Pending", nil, ip(""), 0},
+		{"bound", ip(""), ip("n"), 1},
+		{"deleted while Pending", ip(""), nil, 1},
+		{"deleted once bound", ip("n"), nil, 0},
+		{"a pod needing no IP", plain, nil, 0},
+	} {
+		o := &observer{}
+		o.leftPending(tc.was, tc.now)
+		if len(o.left) != tc.want {
+			t.Errorf("%s: %d noted, want %d", tc.name, len(o.left), tc.want)
+		}
 	}
 }

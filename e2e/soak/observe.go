@@ -43,10 +43,9 @@ type observer struct {
 	boundAt map[types.UID]time.Time
 	goneAt  map[types.UID]time.Time
 	freed   int64
-	// pending: underlay pods now Pending; left: those that stopped being
-	// Pending since the last snapshot, and when.
-	pending map[types.UID]bool
-	left    []Left
+	// left: the underlay pods that stopped being Pending since the last
+	// snapshot, and when.
+	left []Left
 	// bound counts binds seen, for the rate.
 	bound int64
 
@@ -56,7 +55,7 @@ type observer struct {
 
 func newObserver(ctx context.Context, c kubernetes.Interface, def int64, published bool) (*observer, error) {
 	o := &observer{def: def, published: published, changed: map[string]time.Time{}, pub: map[string]int64{}, invalid: map[string]bool{}, capacity: map[string]int64{}, lowered: map[string]time.Time{},
-		boundAt: map[types.UID]time.Time{}, goneAt: map[types.UID]time.Time{}, pending: map[types.UID]bool{}}
+		boundAt: map[types.UID]time.Time{}, goneAt: map[types.UID]time.Time{}}
 	f := informers.NewSharedInformerFactory(c, 0)
 	ni, pi := f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer()
 	if _, err := ni.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -157,25 +156,26 @@ func (o *observer) unpublished() int {
 
 func holds(p *corev1.Pod) bool { return underlay.Holds(p.Spec.NodeName, p.Status.Phase) }
 
-func pending(p *corev1.Pod) bool {
-	return underlay.PodNeed(p) > 0 && p.Spec.NodeName == "" && p.Status.Phase == corev1.PodPending && p.DeletionTimestamp == nil
+// unbound: not yet bound, not being deleted; with a need, a Pending
+// underlay pod.
+func unbound(p *corev1.Pod) bool {
+	return p.Spec.NodeName == "" && p.Status.Phase == corev1.PodPending && p.DeletionTimestamp == nil
 }
 
-// trackPending notes when a pod stops being Pending; o.mu is held.
-func (o *observer) trackPending(p *corev1.Pod, now bool) {
-	switch {
-	case now:
-		o.pending[p.UID] = true
-	case o.pending[p.UID]:
-		delete(o.pending, p.UID)
-		o.left = append(o.left, Left{UID: string(p.UID), At: time.Now()})
+func pending(p *corev1.Pod) bool { return unbound(p) && underlay.PodNeed(p) > 0 }
+
+// leftPending notes a pod that was Pending in its last state and is not
+// in its new one (nil: deleted); o.mu is held.
+func (o *observer) leftPending(was, now *corev1.Pod) {
+	if was != nil && pending(was) && (now == nil || !pending(now)) {
+		o.left = append(o.left, Left{UID: string(was.UID), At: time.Now()})
 	}
 }
 
 func (o *observer) pod(old, p *corev1.Pod) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.trackPending(p, pending(p))
+	o.leftPending(old, p)
 	if p.Spec.NodeName != "" {
 		if _, ok := o.boundAt[p.UID]; !ok {
 			o.boundAt[p.UID] = time.Now()
@@ -192,7 +192,7 @@ func (o *observer) gone(p *corev1.Pod) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.goneAt[p.UID] = time.Now()
-	o.trackPending(p, false)
+	o.leftPending(p, nil)
 	if holds(p) {
 		o.freed += underlay.PodNeed(p)
 	}
@@ -218,7 +218,7 @@ func (o *observer) snapshot(s *Sample) {
 			if t := o.boundAt[p.UID]; t.After(last[p.Spec.NodeName]) {
 				last[p.Spec.NodeName] = t
 			}
-		case pending(p):
+		case unbound(p):
 			s.Pending = append(s.Pending, Pending{UID: string(p.UID), Need: need})
 		}
 	}
