@@ -260,6 +260,29 @@ func (p *Plane) Stop() {
 	}
 }
 
+// SaveLogs copies every component's log into dir, so that a long run's
+// logs outlive the plane's working directory.
+func (p *Plane) SaveLogs(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, proc := range p.Processes() {
+		if seen[proc.LogFile] {
+			continue // a restarted process appends to the same file
+		}
+		seen[proc.LogFile] = true
+		b, err := os.ReadFile(proc.LogFile)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(proc.LogFile)), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // LogTails returns the last n lines of every component's log, for failures.
 func (p *Plane) LogTails(n int) string {
 	var s string

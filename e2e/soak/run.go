@@ -145,7 +145,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	s, err := stack.Start(ctx, stack.Options{
 		BinDir: bin,
 		Plane: plane.Options{BinDir: o.BinDir, Nodes: o.Nodes, Node: capacityOf, NodeLeaseDuration: o.NodeLease,
-			HPASyncPeriod: 5 * time.Second, Logf: logf},
+			HPASyncPeriod: 5 * time.Second, Logf: logf, ExtraSchedulerFlags: []string{"--v=2"}},
 		Extender: o.Mode != "plugin", Native: o.Mode == "native", Plugin: o.Mode == "plugin",
 		Adapter: true, AdapterConfig: cfg,
 	})
@@ -153,6 +153,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer s.Stop()
+	// Kept beside the samples, to find why a pod waited (kube-scheduler
+	// logs each attempt at --v=2).
+	defer func() {
+		if err := s.Plane.SaveLogs(filepath.Join(o.OutDir, "logs")); err != nil {
+			logf("soak: saving the logs: %v", err)
+		}
+	}()
 	r := &Result{Options: o, Counts: map[string]int{}, Growth: map[string]Slope{}}
 	err = soak(ctx, s, o, ld, r, logf)
 	if err != nil {

@@ -48,7 +48,9 @@ type Node struct {
 
 // Pending is an unbound underlay pod.
 type Pending struct {
-	UID  string `json:"uid"`
+	UID string `json:"uid"`
+	// Name is namespace/name, as kube-scheduler's log names the pod.
+	Name string `json:"name"`
 	Need int64  `json:"need"`
 }
 
