@@ -297,7 +297,7 @@ func (c *Checker) checkWaits(s Sample, settled bool, add func(string, string, ..
 			continue
 		}
 		if s.At.Sub(since) > c.b.MaxWait {
-			add(WaitWithRoom, "pod %s %s (needs %d) Pending for %s while a node had %d IPs free", p.Name, p.UID, p.Need, s.At.Sub(since).Round(time.Millisecond), most)
+			add(WaitWithRoom, "pod %s %s (needs %d, created %s before) Pending for %s while a node had %d IPs free", p.Name, p.UID, p.Need, s.At.Sub(p.Created).Round(time.Second), s.At.Sub(since).Round(time.Millisecond), most)
 			c.fits[p.UID] = s.At // one violation per MaxWait, not per sample
 		}
 	}

@@ -219,7 +219,7 @@ func (o *observer) snapshot(s *Sample) {
 				last[p.Spec.NodeName] = t
 			}
 		case unbound(p):
-			s.Pending = append(s.Pending, Pending{UID: string(p.UID), Name: p.Namespace + "/" + p.Name, Need: need})
+			s.Pending = append(s.Pending, Pending{UID: string(p.UID), Name: p.Namespace + "/" + p.Name, Need: need, Created: p.CreationTimestamp.Time})
 		}
 	}
 	s.LeftPending, o.left = append(s.LeftPending[:0], o.left...), o.left[:0]

@@ -52,6 +52,9 @@ type Pending struct {
 	// Name is namespace/name, as kube-scheduler's log names the pod.
 	Name string `json:"name"`
 	Need int64  `json:"need"`
+	// Created is the pod's creation time: a wait judged from the end of a
+	// fault's recovery may have begun long before.
+	Created time.Time `json:"created"`
 }
 
 // Left is an underlay pod that stopped being Pending at At.
