@@ -63,9 +63,14 @@ func deployment(name string, replicas int32, ips int64) *appsv1.Deployment {
 	}
 }
 
+// replicas is the underlay pods setUp asks for, one IP each.
+func (ch *churn) replicas() int64 {
+	return ch.capacity / int64(len(ch.ipDeployments)) * int64(len(ch.ipDeployments))
+}
+
 // setUp creates the Deployments, sized to fill the cluster.
 func (ch *churn) setUp(ctx context.Context) error {
-	per := int32(ch.capacity / int64(len(ch.ipDeployments)))
+	per := int32(ch.replicas() / int64(len(ch.ipDeployments)))
 	for _, name := range ch.ipDeployments {
 		if _, err := ch.c.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, per, 1), metav1.CreateOptions{}); err != nil {
 			return err

@@ -107,6 +107,27 @@ func capacityOf(i int, n *corev1.Node) {
 	}
 }
 
+// largeCluster is the size above which the soak scales capacity down and
+// fills the cluster before it starts judging.
+const largeCluster = 1000
+
+// capacityFor is capacityOf for a cluster of nodes nodes. Above
+// largeCluster, the nodes capacityOf leaves at the default get 2 instead,
+// so that demand near capacity stays about the 1000-node soak's pods (a
+// two-core machine cannot run 44,000 pods) while each decision still
+// ranks every node.
+func capacityFor(nodes int) func(int, *corev1.Node) {
+	if nodes <= largeCluster {
+		return capacityOf
+	}
+	return func(i int, n *corev1.Node) {
+		capacityOf(i, n)
+		if _, ok := n.Annotations[names.UnderlayIPCapacityAnnotation]; !ok {
+			n.Annotations[names.UnderlayIPCapacityAnnotation] = "2"
+		}
+	}
+}
+
 const adapterConfig = `sources:
 - name: load
   url: %s
@@ -142,10 +163,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if bin == "" {
 		bin = o.BinDir
 	}
+	var kcmFlags []string
+	if o.Nodes > largeCluster {
+		// At its default 20 QPS the ReplicaSet controller takes minutes to
+		// create the pods and to lift 5000 new nodes' taints (kwokctl lifts
+		// the same limit for large clusters).
+		kcmFlags = []string{"--kube-api-qps=200", "--kube-api-burst=400"}
+	}
 	s, err := stack.Start(ctx, stack.Options{
 		BinDir: bin,
-		Plane: plane.Options{BinDir: o.BinDir, Nodes: o.Nodes, Node: capacityOf, NodeLeaseDuration: o.NodeLease,
-			HPASyncPeriod: 5 * time.Second, Logf: logf, ExtraSchedulerFlags: []string{"--v=2"}},
+		Plane: plane.Options{BinDir: o.BinDir, Nodes: o.Nodes, Node: capacityFor(o.Nodes), NodeLeaseDuration: o.NodeLease,
+			HPASyncPeriod: 5 * time.Second, Logf: logf, ExtraSchedulerFlags: []string{"--v=2"}, ExtraControllerManagerFlags: kcmFlags},
 		Extender: o.Mode != "plugin", Native: o.Mode == "native", Plugin: o.Mode == "plugin",
 		Adapter: true, AdapterConfig: cfg,
 	})
@@ -200,6 +228,23 @@ func soak(ctx context.Context, s *stack.Stack, o Options, ld *load, r *Result, l
 	}
 	if err := createHPA(ctx, s); err != nil {
 		return err
+	}
+	if o.Nodes > largeCluster {
+		// The scheduler binds tens of pods a second at this size: pods
+		// queued behind the fill are not waiting for an IP. Judge from a
+		// full cluster.
+		logf("soak: filling %d IPs before the clock starts", total)
+		if err := wait.PollUntilContextTimeout(ctx, 5*time.Second, 30*time.Minute, true, func(context.Context) (bool, error) {
+			obs.snapshot(&sample)
+			var used int64
+			for _, n := range sample.Nodes {
+				used += n.Used
+			}
+			logf("soak: %d of %d IPs used, %d pods Pending", used, ch.replicas(), len(sample.Pending))
+			return used >= ch.replicas(), nil
+		}); err != nil {
+			return fmt.Errorf("filling the cluster: %w", err)
+		}
 	}
 	hc, err := s.ExtenderHTTPClient()
 	if o.Mode == "plugin" {

@@ -25,7 +25,7 @@ func soakRun(modes string, nodes int, d time.Duration, rate float64, out, binDir
 			return fmt.Errorf("--soak-modes: %q is not extender, native or plugin", mode)
 		}
 		dir := filepath.Join(out, fmt.Sprintf("%s-%d", mode, nodes))
-		ctx, cancel := context.WithTimeout(context.Background(), d+20*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), d+45*time.Minute) // a large cluster fills first
 		r, err := soak.Run(ctx, soak.Options{Mode: mode, Nodes: nodes, Duration: d, Rate: rate, BinDir: binDir, OutDir: dir,
 			NodeLease: nodeLease, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 		cancel()
