@@ -6,7 +6,9 @@
 // rule the extender and the capacity publisher share, and counts the IPs in
 // use from the scheduler's own NodeInfo, so kube-scheduler's cache
 // (assume/forget of binds in flight, nominated pods, preemption's dry run)
-// keeps every decision exact with no cache of the plugin's own:
+// keeps every decision exact. The one thing it remembers is each node's
+// capacity reading, for as long as the Node object is the same
+// (capacity.go):
 //
 //   - PreFilter computes the pod's need once; Skip for a pod that needs none.
 //   - Filter: free ≥ need; Unschedulable when the node is full (preemption

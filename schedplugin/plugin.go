@@ -25,6 +25,9 @@ const stateKey fwk.StateKey = "PreFilter" + Name
 // Plugin is the underlay-IP rule as a kube-scheduler framework plugin.
 type Plugin struct {
 	defaultCapacity int64
+	// caps remembers each node's capacity reading (capacity.go); nil reads
+	// the Node every time.
+	caps *capacities
 }
 
 var (
@@ -44,7 +47,7 @@ func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error
 	if err != nil {
 		return nil, err
 	}
-	return &Plugin{defaultCapacity: *args.DefaultCapacity}, nil
+	return &Plugin{defaultCapacity: *args.DefaultCapacity, caps: newCapacities(*args.DefaultCapacity)}, nil
 }
 
 // Name returns Name.
@@ -59,12 +62,15 @@ func (s needState) Clone() fwk.StateData { return s }
 
 // PreFilter computes the pod's need once. A pod that needs no underlay IP
 // gets Skip: the framework then skips Filter for it.
-func (pl *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (pl *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	need := underlay.PodNeed(pod)
 	if need == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	state.Write(stateKey, needState(need))
+	if pl.caps != nil {
+		pl.caps.sync(nodes)
+	}
 	return nil, nil
 }
 
@@ -93,7 +99,7 @@ func (pl *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, n
 	if node == nil {
 		return fwk.AsStatus(fmt.Errorf("%s filter of pod %s: node not found", Name, klog.KObj(pod)))
 	}
-	v := fit(need(state, pod), pl.capacity(node), usedIPs(nodeInfo.GetRequested()))
+	v := fit(need(state, pod), pl.capacity(nodeInfo, node), usedIPs(nodeInfo.GetRequested()))
 	if v.code == fwk.Success {
 		return nil
 	}
@@ -115,7 +121,7 @@ func (pl *Plugin) Score(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeIn
 	if node == nil {
 		return 0, fwk.AsStatus(fmt.Errorf("%s score of pod %s: node not found", Name, klog.KObj(pod)))
 	}
-	return freeIPs(pl.capacity(node), usedIPs(nodeInfo.GetRequested())), nil
+	return freeIPs(pl.capacity(nodeInfo, node), usedIPs(nodeInfo.GetRequested())), nil
 }
 
 // ScoreExtensions returns the plugin: it normalises its own scores.
@@ -137,7 +143,10 @@ func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *
 	return []fwk.SignFragment{{Key: SignerName, Value: underlay.PodNeed(pod)}}, nil
 }
 
-// capacity is the node's capacity under the one rule.
-func (pl *Plugin) capacity(node *v1.Node) underlay.Capacity {
-	return underlay.NodeCapacity(node.Annotations, node.Labels, pl.defaultCapacity)
+// capacity is the capacity of ni's node under the one rule.
+func (pl *Plugin) capacity(ni fwk.NodeInfo, node *v1.Node) underlay.Capacity {
+	if pl.caps == nil {
+		return underlay.NodeCapacity(node.Annotations, node.Labels, pl.defaultCapacity)
+	}
+	return pl.caps.of(ni, node)
 }

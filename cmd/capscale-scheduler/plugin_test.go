@@ -330,3 +330,57 @@ func TestSignaturesKeepBatching(t *testing.T) {
 		t.Errorf("needs 1 and 2 share the signature %s", one)
 	}
 }
+
+// TestCapacityFollowsTheNode: the plugin remembers a node's capacity per
+// NodeInfo, but only for the Node object it read it from: an update of the
+// Node (a new object, as the informer delivers it) is read again at once,
+// and a NodeInfo clone (preemption, nominated pods) gets the same answer.
+func TestCapacityFollowsTheNode(t *testing.T) {
+	pl := newPlugin(t)
+	ctx := context.Background()
+	ni := nodeInfo("n", "3", ipPod("a", "n", 1, 0), ipPod("b", "n", 1, 0))
+	filter := func(ni fwk.NodeInfo) *fwk.Status {
+		t.Helper()
+		pod := ipPod("p", "", 1, 0)
+		state := framework.NewCycleState()
+		if _, st := pl.PreFilter(ctx, state, pod, []fwk.NodeInfo{ni}); !st.IsSuccess() {
+			t.Fatalf("PreFilter: %v", st)
+		}
+		return pl.Filter(ctx, state, pod, ni)
+	}
+	// The first Filter misses the index, the next PreFilter adds the node,
+	// the Filter after it keeps the reading.
+	for i := 0; i < 3; i++ {
+		if st := filter(ni); !st.IsSuccess() {
+			t.Fatalf("capacity 3, 2 used, round %d: %v", i, st)
+		}
+	}
+	// Evidence that the reading is kept: a Node changed in place (which an
+	// informer never does) is not read again.
+	ni.Node().Annotations[names.UnderlayIPCapacityAnnotation] = "2"
+	if st := filter(ni); !st.IsSuccess() {
+		t.Fatalf("the reading was not kept: %v", st)
+	}
+	// An update is a new object: read at once.
+	updated := ni.Node().DeepCopy()
+	updated.Annotations[names.UnderlayIPCapacityAnnotation] = "2"
+	ni.SetNode(updated)
+	if st := filter(ni); st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "2/2 used") {
+		t.Fatalf("after the Node's update to capacity 2: %v, want Unschedulable 2/2 used", st)
+	}
+	score, st := pl.Score(ctx, framework.NewCycleState(), ipPod("p", "", 1, 0), ni)
+	if !st.IsSuccess() || score != 0 {
+		t.Fatalf("Score after the update = %d %v, want 0 free", score, st)
+	}
+	// A clone the index does not hold answers the same.
+	clone := ni.Snapshot()
+	if st := pl.Filter(ctx, framework.NewCycleState(), ipPod("p", "", 1, 0), clone); st.Code() != fwk.Unschedulable {
+		t.Fatalf("clone: %v, want Unschedulable", st)
+	}
+	grown := updated.DeepCopy()
+	grown.Annotations[names.UnderlayIPCapacityAnnotation] = "5"
+	clone.SetNode(grown)
+	if score, _ := pl.Score(ctx, framework.NewCycleState(), ipPod("p", "", 1, 0), clone); score != 3 {
+		t.Fatalf("clone with capacity 5, 2 used: score %d, want 3", score)
+	}
+}
