@@ -27,7 +27,6 @@ import (
 // directly and noted; the next PreFilter rebuilds the index from the
 // snapshot's nodes, which also drops removed nodes and clones.
 type capacities struct {
-	def    int64
 	index  atomic.Pointer[map[fwk.NodeInfo]*capacitySlot]
 	missed atomic.Bool
 }
@@ -42,25 +41,29 @@ type capacityReading struct {
 	c    underlay.Capacity
 }
 
-func newCapacities(def int64) *capacities {
-	c := &capacities{def: def}
+func newCapacities() *capacities {
+	c := &capacities{}
 	c.index.Store(&map[fwk.NodeInfo]*capacitySlot{})
 	return c
 }
 
-// of is the capacity of ni's node under the one rule.
-func (cs *capacities) of(ni fwk.NodeInfo, node *v1.Node) underlay.Capacity {
+// of is the capacity of ni's node under the one rule, def where the node
+// sets none; a nil capacities reads the Node every time.
+func (cs *capacities) of(ni fwk.NodeInfo, node *v1.Node, def int64) underlay.Capacity {
+	if cs == nil {
+		return underlay.NodeCapacity(node.Annotations, node.Labels, def)
+	}
 	slot := (*cs.index.Load())[ni]
 	if slot == nil {
 		if !cs.missed.Load() {
 			cs.missed.Store(true)
 		}
-		return underlay.NodeCapacity(node.Annotations, node.Labels, cs.def)
+		return underlay.NodeCapacity(node.Annotations, node.Labels, def)
 	}
 	if r := slot.p.Load(); r != nil && r.node == node {
 		return r.c
 	}
-	c := underlay.NodeCapacity(node.Annotations, node.Labels, cs.def)
+	c := underlay.NodeCapacity(node.Annotations, node.Labels, def)
 	slot.p.Store(&capacityReading{node: node, c: c})
 	return c
 }
@@ -69,7 +72,7 @@ func (cs *capacities) of(ni fwk.NodeInfo, node *v1.Node) underlay.Capacity {
 // reader has missed since the last sync. PreFilter calls it; Filter and
 // Score of the same cycle run after it.
 func (cs *capacities) sync(nodes []fwk.NodeInfo) {
-	if !cs.missed.Load() {
+	if cs == nil || !cs.missed.Load() {
 		return
 	}
 	cs.missed.Store(false)

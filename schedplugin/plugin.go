@@ -25,8 +25,8 @@ const stateKey fwk.StateKey = "PreFilter" + Name
 // Plugin is the underlay-IP rule as a kube-scheduler framework plugin.
 type Plugin struct {
 	defaultCapacity int64
-	// caps remembers each node's capacity reading (capacity.go); nil reads
-	// the Node every time.
+	// caps remembers each node's capacity reading (capacity.go); nil (a
+	// Plugin built without New) reads the Node every time.
 	caps *capacities
 }
 
@@ -47,7 +47,7 @@ func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error
 	if err != nil {
 		return nil, err
 	}
-	return &Plugin{defaultCapacity: *args.DefaultCapacity, caps: newCapacities(*args.DefaultCapacity)}, nil
+	return &Plugin{defaultCapacity: *args.DefaultCapacity, caps: newCapacities()}, nil
 }
 
 // Name returns Name.
@@ -68,9 +68,7 @@ func (pl *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	state.Write(stateKey, needState(need))
-	if pl.caps != nil {
-		pl.caps.sync(nodes)
-	}
+	pl.caps.sync(nodes)
 	return nil, nil
 }
 
@@ -145,8 +143,5 @@ func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *
 
 // capacity is the capacity of ni's node under the one rule.
 func (pl *Plugin) capacity(ni fwk.NodeInfo, node *v1.Node) underlay.Capacity {
-	if pl.caps == nil {
-		return underlay.NodeCapacity(node.Annotations, node.Labels, pl.defaultCapacity)
-	}
-	return pl.caps.of(ni, node)
+	return pl.caps.of(ni, node, pl.defaultCapacity)
 }

@@ -272,15 +272,29 @@ func (p *Plane) SaveLogs(dir string) error {
 			continue // a restarted process appends to the same file
 		}
 		seen[proc.LogFile] = true
-		b, err := os.ReadFile(proc.LogFile)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(proc.LogFile)), b, 0o644); err != nil {
+		if err := copyFile(proc.LogFile, filepath.Join(dir, filepath.Base(proc.LogFile))); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// copyFile streams src to dst: a long run's logs are tens of MiB.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // LogTails returns the last n lines of every component's log, for failures.
