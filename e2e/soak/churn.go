@@ -35,10 +35,15 @@ type churn struct {
 	capacity      int64
 	nodes         []string
 	logf          func(string, ...any)
+	// maxStep, when not 0, is the most replicas one scale moves a
+	// Deployment by (see stepFor).
+	maxStep int32
 
 	mu   sync.Mutex
 	bare []string
 	seq  int
+	// set is each underlay Deployment's replicas as the churn last set them.
+	set map[string]int32
 	// Errors counts churn calls the apiserver refused (during its restart,
 	// mostly); they are logged, not fatal.
 	Errors int
@@ -71,7 +76,9 @@ func (ch *churn) replicas() int64 {
 // setUp creates the Deployments, sized to fill the cluster.
 func (ch *churn) setUp(ctx context.Context) error {
 	per := int32(ch.replicas() / int64(len(ch.ipDeployments)))
+	ch.set = map[string]int32{}
 	for _, name := range ch.ipDeployments {
+		ch.set[name] = per
 		if _, err := ch.c.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, per, 1), metav1.CreateOptions{}); err != nil {
 			return err
 		}
@@ -106,11 +113,17 @@ func (ch *churn) note(err error) {
 }
 
 // scaleIP sets one underlay Deployment so that the total asks for 90% to
-// 115% of the capacity.
+// 115% of the capacity, moving it at most maxStep replicas when that is set.
 func (ch *churn) scaleIP(ctx context.Context) error {
 	name := ch.ipDeployments[ch.rng.IntN(len(ch.ipDeployments))]
 	share := float64(ch.capacity) / float64(len(ch.ipDeployments))
 	n := int32(share * (0.9 + 0.25*ch.rng.Float64()))
+	ch.mu.Lock()
+	if cur, ok := ch.set[name]; ok && ch.maxStep > 0 {
+		n = cur + max(-ch.maxStep, min(ch.maxStep, n-cur))
+	}
+	ch.set[name] = n
+	ch.mu.Unlock()
 	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, n)
 	_, err := ch.c.AppsV1().Deployments(Namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	return err

@@ -1,10 +1,13 @@
 package soak
 
 import (
+	"context"
+	"math/rand/v2"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/capscale/capscale/internal/names"
 )
@@ -31,5 +34,53 @@ func TestCapacityFor(t *testing.T) {
 		if got := annotation(c.nodes, c.i); got != c.want {
 			t.Errorf("%d nodes, node %d: annotation %s, want %s", c.nodes, c.i, got, c.want)
 		}
+	}
+}
+
+// TestScaleIPPaced: with maxStep set, every scale moves a Deployment by at
+// most maxStep and stays in the band; without it a scale may jump across
+// the band (the 1000-node soak, paced by kube-controller-manager).
+func TestScaleIPPaced(t *testing.T) {
+	for _, c := range []struct {
+		maxStep   int32
+		wantLimit bool
+	}{{3, true}, {0, false}} {
+		client := fake.NewClientset()
+		ch := &churn{c: client, rng: rand.New(rand.NewPCG(1, 2)), ipDeployments: []string{"ip-a", "ip-b"}, capacity: 10000, maxStep: c.maxStep, logf: t.Logf}
+		ctx := context.Background()
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.setUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		prev := map[string]int32{"ip-a": 5000, "ip-b": 5000}
+		biggest := int32(0)
+		for range 500 {
+			if err := ch.scaleIP(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for name, was := range prev {
+				d, err := client.AppsV1().Deployments(Namespace).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := *d.Spec.Replicas
+				biggest = max(biggest, n-was, was-n)
+				if n < 4500-c.maxStep || n > 5750+c.maxStep {
+					t.Fatalf("maxStep %d: %s at %d replicas, outside the band 4500..5750", c.maxStep, name, n)
+				}
+				prev[name] = n
+			}
+		}
+		if c.wantLimit && biggest > c.maxStep {
+			t.Errorf("maxStep %d: a scale moved %d replicas", c.maxStep, biggest)
+		}
+		if !c.wantLimit && biggest <= 3 {
+			t.Errorf("unpaced: the biggest scale moved %d replicas; the 1000-node soak's churn changed", biggest)
+		}
+	}
+	if stepFor(1000) != 0 || stepFor(5000) != 3 {
+		t.Errorf("stepFor: 1000 nodes %d, 5000 nodes %d; want 0 and 3", stepFor(1000), stepFor(5000))
 	}
 }
