@@ -58,10 +58,13 @@ func newObserver(ctx context.Context, c kubernetes.Interface, def int64, publish
 		boundAt: map[types.UID]time.Time{}, goneAt: map[types.UID]time.Time{}}
 	f := informers.NewSharedInformerFactory(c, 0)
 	ni, pi := f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer()
-	if _, err := ni.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	nr, err := ni.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { o.node(obj.(*corev1.Node)) },
 		UpdateFunc: func(_, obj any) { o.node(obj.(*corev1.Node)) },
 		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj // deleted while the watch was down
+			}
 			if n, ok := obj.(*corev1.Node); ok {
 				o.mu.Lock()
 				delete(o.capacity, n.Name)
@@ -72,10 +75,11 @@ func newObserver(ctx context.Context, c kubernetes.Interface, def int64, publish
 				o.mu.Unlock()
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	if _, err := pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	pr, err := pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { o.pod(nil, obj.(*corev1.Pod)) },
 		UpdateFunc: func(old, obj any) { o.pod(old.(*corev1.Pod), obj.(*corev1.Pod)) },
 		DeleteFunc: func(obj any) {
@@ -89,15 +93,17 @@ func newObserver(ctx context.Context, c kubernetes.Interface, def int64, publish
 				o.gone(p)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	o.nodes, o.pods = ni.GetStore(), pi.GetStore()
 	f.Start(ctx.Done())
-	for _, ok := range f.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return nil, ctx.Err()
-		}
+	// The stores fill before the handlers have seen every object: wait for
+	// the handlers, or a snapshot lists nodes whose capacity is not known
+	// yet (5000 nodes: a third of the IPs missing, the churn sized to it).
+	if !cache.WaitForCacheSync(ctx.Done(), nr.HasSynced, pr.HasSynced) {
+		return nil, ctx.Err()
 	}
 	return o, nil
 }
