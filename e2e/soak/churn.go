@@ -42,8 +42,9 @@ type churn struct {
 	mu   sync.Mutex
 	bare []string
 	seq  int
-	// set is each underlay Deployment's replicas as the churn last set them.
-	set map[string]int32
+	// set is each underlay Deployment's replicas as the churn last set them;
+	// target where a paced walk is heading.
+	set, target map[string]int32
 	// Errors counts churn calls the apiserver refused (during its restart,
 	// mostly); they are logged, not fatal.
 	Errors int
@@ -76,7 +77,7 @@ func (ch *churn) replicas() int64 {
 // setUp creates the Deployments, sized to fill the cluster.
 func (ch *churn) setUp(ctx context.Context) error {
 	per := int32(ch.replicas() / int64(len(ch.ipDeployments)))
-	ch.set = map[string]int32{}
+	ch.set, ch.target = map[string]int32{}, map[string]int32{}
 	for _, name := range ch.ipDeployments {
 		ch.set[name] = per
 		if _, err := ch.c.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, per, 1), metav1.CreateOptions{}); err != nil {
@@ -113,14 +114,23 @@ func (ch *churn) note(err error) {
 }
 
 // scaleIP sets one underlay Deployment so that the total asks for 90% to
-// 115% of the capacity, moving it at most maxStep replicas when that is set.
+// 115% of the capacity; when maxStep is set, it walks there maxStep
+// replicas a scale.
 func (ch *churn) scaleIP(ctx context.Context) error {
 	name := ch.ipDeployments[ch.rng.IntN(len(ch.ipDeployments))]
 	share := float64(ch.capacity) / float64(len(ch.ipDeployments))
 	n := int32(share * (0.9 + 0.25*ch.rng.Float64()))
 	ch.mu.Lock()
 	if cur, ok := ch.set[name]; ok && ch.maxStep > 0 {
-		n = cur + max(-ch.maxStep, min(ch.maxStep, n-cur))
+		// Paced: walk to a target in the band, then pick the next one, so
+		// that demand still sweeps across capacity (binding and freeing IPs)
+		// rather than hovering above it.
+		t, ok := ch.target[name]
+		if !ok || t == cur {
+			t = n
+			ch.target[name] = t
+		}
+		n = cur + max(-ch.maxStep, min(ch.maxStep, t-cur))
 	}
 	ch.set[name] = n
 	ch.mu.Unlock()

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"testing"
@@ -38,8 +39,10 @@ func TestCapacityFor(t *testing.T) {
 }
 
 // TestScaleIPPaced: with maxStep set, every scale moves a Deployment by at
-// most maxStep and stays in the band; without it a scale may jump across
-// the band (the 1000-node soak, paced by kube-controller-manager).
+// most maxStep, stays in the band and still sweeps across most of it (a
+// demand that only hovers above capacity binds nothing); without it a
+// scale may jump across the band (the 1000-node soak, paced by
+// kube-controller-manager).
 func TestScaleIPPaced(t *testing.T) {
 	for _, c := range []struct {
 		maxStep   int32
@@ -55,8 +58,9 @@ func TestScaleIPPaced(t *testing.T) {
 			t.Fatal(err)
 		}
 		prev := map[string]int32{"ip-a": 5000, "ip-b": 5000}
+		lo, hi := map[string]int32{}, map[string]int32{}
 		biggest := int32(0)
-		for range 500 {
+		for range 1000 {
 			if err := ch.scaleIP(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -67,6 +71,7 @@ func TestScaleIPPaced(t *testing.T) {
 				}
 				n := *d.Spec.Replicas
 				biggest = max(biggest, n-was, was-n)
+				lo[name], hi[name] = min(n, cmp.Or(lo[name], n)), max(n, hi[name])
 				if n < 4500-c.maxStep || n > 5750+c.maxStep {
 					t.Fatalf("maxStep %d: %s at %d replicas, outside the band 4500..5750", c.maxStep, name, n)
 				}
@@ -75,6 +80,11 @@ func TestScaleIPPaced(t *testing.T) {
 		}
 		if c.wantLimit && biggest > c.maxStep {
 			t.Errorf("maxStep %d: a scale moved %d replicas", c.maxStep, biggest)
+		}
+		for name := range prev {
+			if hi[name]-lo[name] < 400 {
+				t.Errorf("maxStep %d: %s stayed within %d..%d of the band 4500..5750", c.maxStep, name, lo[name], hi[name])
+			}
 		}
 		if !c.wantLimit && biggest <= 3 {
 			t.Errorf("unpaced: the biggest scale moved %d replicas; the 1000-node soak's churn changed", biggest)
