@@ -38,6 +38,8 @@ type churn struct {
 	// maxStep, when not 0, is the most replicas one scale moves a
 	// Deployment by (see stepFor).
 	maxStep int32
+	// scheduler is the underlay pods' schedulerName (see schedulerFor).
+	scheduler string
 
 	mu   sync.Mutex
 	bare []string
@@ -50,7 +52,7 @@ type churn struct {
 	Errors int
 }
 
-func deployment(name string, replicas int32, ips int64) *appsv1.Deployment {
+func deployment(name string, replicas int32, ips int64, scheduler string) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	var res corev1.ResourceList
 	if ips > 0 {
@@ -62,6 +64,7 @@ func deployment(name string, replicas int32, ips int64) *appsv1.Deployment {
 			Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
+					SchedulerName:                 scheduler,
 					TerminationGracePeriodSeconds: ptr.To(int64(0)),
 					Containers: []corev1.Container{{Name: "app", Image: "registry.example/soak:1",
 						Resources: corev1.ResourceRequirements{Requests: res, Limits: res}}}}},
@@ -80,11 +83,11 @@ func (ch *churn) setUp(ctx context.Context) error {
 	ch.set, ch.target = map[string]int32{}, map[string]int32{}
 	for _, name := range ch.ipDeployments {
 		ch.set[name] = per
-		if _, err := ch.c.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, per, 1), metav1.CreateOptions{}); err != nil {
+		if _, err := ch.c.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, per, 1, ch.scheduler), metav1.CreateOptions{}); err != nil {
 			return err
 		}
 	}
-	_, err := ch.c.AppsV1().Deployments(Namespace).Create(ctx, deployment("plain", 20, 0), metav1.CreateOptions{})
+	_, err := ch.c.AppsV1().Deployments(Namespace).Create(ctx, deployment("plain", 20, 0, ""), metav1.CreateOptions{})
 	return err
 }
 
@@ -151,7 +154,7 @@ func (ch *churn) createBare(ctx context.Context) error {
 	ch.seq++
 	name := fmt.Sprintf("bare-%d", ch.seq)
 	ch.mu.Unlock()
-	d := deployment(name, 1, 2)
+	d := deployment(name, 1, 2, ch.scheduler)
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: map[string]string{"app": "bare"}}, Spec: d.Spec.Template.Spec}
 	if _, err := ch.c.CoreV1().Pods(Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		return err

@@ -111,6 +111,22 @@ func capacityOf(i int, n *corev1.Node) {
 // fills the cluster before it starts judging and paces its scaling.
 const largeCluster = 1000
 
+// schedulerFor is the profile the underlay pods name, as docs/scheduling.md
+// asks of a cluster that wants every pod on a node with the most free IPs:
+// capscale-scheduler, which scores every node, in extender and plugin mode.
+// On default-scheduler an extender sees only kube-scheduler's sample of the
+// nodes (500 of 5000), and a pod whose sample is full waits for its next
+// retry with IPs free elsewhere (docs/operations.md; the 5000-node
+// extender soak found one Pending 4 minutes with 3 IPs free). Native mode's
+// configuration has one profile, and kube-scheduler's own filter finds
+// room on any node.
+func schedulerFor(mode string) string {
+	if mode == "native" {
+		return ""
+	}
+	return "capscale-scheduler"
+}
+
 // stepFor is the most replicas one scale of an underlay Deployment moves
 // in a cluster of nodes nodes (0: no limit). At or below largeCluster,
 // kube-controller-manager's default 20 QPS paces the ReplicaSet controller:
@@ -238,7 +254,7 @@ func soak(ctx context.Context, s *stack.Stack, o Options, ld *load, r *Result, l
 		nodeNames = append(nodeNames, n.Name)
 	}
 	rng := rand.New(rand.NewPCG(1, uint64(o.Nodes)))
-	ch := &churn{c: s.Client, rng: rng, ipDeployments: []string{"ip-a", "ip-b", "ip-c", "ip-d"}, capacity: total, nodes: nodeNames, logf: logf, maxStep: stepFor(o.Nodes)}
+	ch := &churn{c: s.Client, rng: rng, ipDeployments: []string{"ip-a", "ip-b", "ip-c", "ip-d"}, capacity: total, nodes: nodeNames, logf: logf, maxStep: stepFor(o.Nodes), scheduler: schedulerFor(o.Mode)}
 	if err := ch.setUp(ctx); err != nil {
 		return err
 	}
@@ -384,7 +400,7 @@ func capscalePIDs(s *stack.Stack, mode string) map[string]int {
 // createHPA scales a plain Deployment on the load index through
 // capscale's APIService, so that an HPA reads it the whole run.
 func createHPA(ctx context.Context, s *stack.Stack) error {
-	if _, err := s.Client.AppsV1().Deployments(Namespace).Create(ctx, deployment("web", 1, 0), metav1.CreateOptions{}); err != nil {
+	if _, err := s.Client.AppsV1().Deployments(Namespace).Create(ctx, deployment("web", 1, 0, ""), metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	h := &autoscalingv2.HorizontalPodAutoscaler{

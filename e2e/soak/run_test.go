@@ -94,3 +94,46 @@ func TestScaleIPPaced(t *testing.T) {
 		t.Errorf("stepFor: 1000 nodes %d, 5000 nodes %d; want 0 and 3", stepFor(1000), stepFor(5000))
 	}
 }
+
+// TestUnderlayPodsNameTheProfile: in extender and plugin mode the churn's
+// underlay pods (Deployments and bare pods) name capscale-scheduler, the
+// profile that scores every node; plain pods and native mode keep
+// default-scheduler.
+func TestUnderlayPodsNameTheProfile(t *testing.T) {
+	for _, mode := range []string{"extender", "plugin", "native"} {
+		want := "capscale-scheduler"
+		if mode == "native" {
+			want = ""
+		}
+		client := fake.NewClientset()
+		ctx := context.Background()
+		ch := &churn{c: client, rng: rand.New(rand.NewPCG(1, 2)), ipDeployments: []string{"ip-a"}, capacity: 10, scheduler: schedulerFor(mode), logf: t.Logf}
+		if err := ch.setUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.createBare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		d, err := client.AppsV1().Deployments(Namespace).Get(ctx, "ip-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := client.AppsV1().Deployments(Namespace).Get(ctx, "plain", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bare, err := client.CoreV1().Pods(Namespace).Get(ctx, "bare-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.Spec.Template.Spec.SchedulerName; got != want {
+			t.Errorf("%s mode: underlay Deployment names %q, want %q", mode, got, want)
+		}
+		if got := bare.Spec.SchedulerName; got != want {
+			t.Errorf("%s mode: bare underlay pod names %q, want %q", mode, got, want)
+		}
+		if got := plain.Spec.Template.Spec.SchedulerName; got != "" {
+			t.Errorf("%s mode: plain pods name %q, want the default", mode, got)
+		}
+	}
+}
