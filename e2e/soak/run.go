@@ -83,6 +83,17 @@ func (r *Result) Verdicts() []string {
 	return out
 }
 
+// Applicable lists the invariants a mode has something to check for.
+func Applicable(mode string) []string {
+	var out []string
+	for _, inv := range Invariants {
+		if notApplicable(mode, inv) == "" {
+			out = append(out, inv)
+		}
+	}
+	return out
+}
+
 // notApplicable says why a mode has nothing to check for an invariant.
 func notApplicable(mode, inv string) string {
 	switch {

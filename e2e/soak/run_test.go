@@ -137,3 +137,14 @@ func TestUnderlayPodsNameTheProfile(t *testing.T) {
 		}
 	}
 }
+
+// TestApplicable: extender mode checks all seven invariants, native mode
+// four (no reservations, waiting set or requeue writes), plugin mode three
+// (nor a view of its own).
+func TestApplicable(t *testing.T) {
+	for mode, want := range map[string]int{"extender": 7, "native": 4, "plugin": 3} {
+		if got := len(Applicable(mode)); got != want {
+			t.Errorf("%s mode: %d invariants apply, want %d", mode, got, want)
+		}
+	}
+}
