@@ -89,6 +89,14 @@ type Plane struct {
 	procs  []*Process
 }
 
+// SchedulerEndpoint is SchedulerURL, read under the lock a restart of the
+// scheduler writes it under.
+func (p *Plane) SchedulerEndpoint() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.SchedulerURL
+}
+
 const defaultSchedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:

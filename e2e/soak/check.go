@@ -73,6 +73,9 @@ type Checker struct {
 	drift map[string]driftStart
 	// fits: pending pod UID -> since when some node had room for it.
 	fits map[string]time.Time
+	// fitsAttempts is kube-scheduler's attempt counter when each of fits
+	// began (absent: not read then).
+	fitsAttempts map[string]float64
 	// faultEnd: when the last fault ended (zero: none yet).
 	faultEnd time.Time
 	inFault  bool
@@ -81,12 +84,11 @@ type Checker struct {
 	// at the next sample.
 	pendingAt map[string]time.Time
 	waiting   *counted
-	// writes, lastWrites: requeue writes summed across extender restarts.
-	writes, lastWrites float64
-	haveWrites         bool
-	reportedWrites     float64
-	windowStart        time.Time
-	windowWrites       float64
+	// writes: requeue writes summed across extender restarts.
+	writes         counter
+	reportedWrites float64
+	windowStart    time.Time
+	windowWrites   float64
 	// overSeen: node -> the bind last reported over capacity.
 	overSeen map[string]time.Time
 	// Counts per invariant, and the samples checked.
@@ -106,7 +108,7 @@ type driftStart struct {
 
 // NewChecker returns a checker with bounds b.
 func NewChecker(b Bounds) *Checker {
-	return &Checker{b: b, overSeen: map[string]time.Time{}, drift: map[string]driftStart{}, fits: map[string]time.Time{}, pendingAt: map[string]time.Time{}, Counts: map[string]int{}}
+	return &Checker{b: b, overSeen: map[string]time.Time{}, drift: map[string]driftStart{}, fits: map[string]time.Time{}, fitsAttempts: map[string]float64{}, pendingAt: map[string]time.Time{}, Counts: map[string]int{}}
 }
 
 // Observe checks one sample and returns what it breaks.
@@ -293,19 +295,64 @@ func (c *Checker) checkWaits(s Sample, settled bool, add func(string, string, ..
 		live[p.UID] = true
 		since, ok := c.fits[p.UID]
 		if !ok {
-			c.fits[p.UID] = s.At
+			c.startWait(p.UID, s)
 			continue
 		}
 		if s.At.Sub(since) > c.b.MaxWait {
-			add(WaitWithRoom, "pod %s %s (needs %d, created %s before) Pending for %s while a node had %d IPs free", p.Name, p.UID, p.Need, s.At.Sub(p.Created).Round(time.Second), s.At.Sub(since).Round(time.Millisecond), most)
-			c.fits[p.UID] = s.At // one violation per MaxWait, not per sample
+			add(WaitWithRoom, "pod %s %s (needs %d, created %s before) Pending for %s while a node had %d IPs free%s", p.Name, p.UID, p.Need, s.At.Sub(p.Created).Round(time.Second), s.At.Sub(since).Round(time.Millisecond), most, c.attemptsSince(p.UID, s))
+			c.startWait(p.UID, s) // one violation per MaxWait, not per sample
 		}
 	}
 	for uid := range c.fits {
 		if !live[uid] {
 			delete(c.fits, uid)
+			delete(c.fitsAttempts, uid)
 		}
 	}
+}
+
+// startWait starts a pod's wait at s, with the scheduler's attempts then.
+func (c *Checker) startWait(uid string, s Sample) {
+	c.fits[uid] = s.At
+	delete(c.fitsAttempts, uid)
+	if s.SchedulerAttempts != nil {
+		c.fitsAttempts[uid] = *s.SchedulerAttempts
+	}
+}
+
+// attemptsSince says how many scheduling attempts kube-scheduler made
+// during a pod's wait: a busy scheduler means the pod waited in its queue,
+// an idle one that nothing requeued it. Empty when either count is missing
+// or the counter began again (the scheduler restarted).
+func (c *Checker) attemptsSince(uid string, s Sample) string {
+	start, ok := c.fitsAttempts[uid]
+	if !ok || s.SchedulerAttempts == nil || *s.SchedulerAttempts < start {
+		return ""
+	}
+	return fmt.Sprintf("; kube-scheduler made %.0f scheduling attempts meanwhile", *s.SchedulerAttempts-start)
+}
+
+// counter sums a cumulative counter read now and then across restarts of
+// its process (a reading below the last: it began again at 0).
+type counter struct {
+	last, total float64
+	seen        bool
+}
+
+// add takes a reading and returns the rise since the last one (0 for the
+// first).
+func (c *counter) add(v float64) float64 {
+	d := 0.0
+	switch {
+	case !c.seen:
+	case v >= c.last:
+		d = v - c.last
+	default:
+		d = v
+	}
+	c.total += d
+	c.last, c.seen = v, true
+	return d
 }
 
 // checkRequeue: the writes over any second stay within the token bucket,
@@ -314,29 +361,20 @@ func (c *Checker) checkRequeue(s Sample, add func(string, string, ...any)) {
 	if s.RequeueWrites == nil {
 		return
 	}
-	w := *s.RequeueWrites
-	switch {
-	case !c.haveWrites:
-		c.haveWrites, c.windowStart = true, s.At
-	case w >= c.lastWrites:
-		c.writes += w - c.lastWrites
-		c.windowWrites += w - c.lastWrites
-	default:
-		// The extender restarted: its counter began again at 0.
-		c.writes += w
-		c.windowWrites += w
+	if !c.writes.seen {
+		c.windowStart = s.At
 	}
-	c.lastWrites = w
+	c.windowWrites += c.writes.add(*s.RequeueWrites)
 	if dt := s.At.Sub(c.windowStart).Seconds(); dt >= 10 {
 		if limit := c.b.RequeueQPS*dt + c.b.RequeueBurst; c.windowWrites > limit {
 			add(RequeueBound, "%v writes in %.0f s, above --requeue-qps' %v", c.windowWrites, dt, math.Floor(limit))
 		}
 		c.windowStart, c.windowWrites = s.At, 0
 	}
-	if limit := c.b.RequeuePerIP*float64(s.FreedIPs) + c.b.RequeueBurst; c.writes > limit && c.writes > c.reportedWrites {
+	if limit := c.b.RequeuePerIP*float64(s.FreedIPs) + c.b.RequeueBurst; c.writes.total > limit && c.writes.total > c.reportedWrites {
 		// Once per new excess, not at every later sample.
-		c.reportedWrites = c.writes
-		add(RequeueBound, "%v writes for %d IPs freed, above %v per IP", c.writes, s.FreedIPs, c.b.RequeuePerIP)
+		c.reportedWrites = c.writes.total
+		add(RequeueBound, "%v writes for %d IPs freed, above %v per IP", c.writes.total, s.FreedIPs, c.b.RequeuePerIP)
 	}
 }
 

@@ -257,3 +257,41 @@ func TestLeftPending(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitNamesTheSchedulersAttempts: a wait's report says how many
+// attempts kube-scheduler made meanwhile (busy: a queue; none: nothing
+// requeued the pod), and says nothing when the count is missing or the
+// counter began again.
+func TestWaitNamesTheSchedulersAttempts(t *testing.T) {
+	room := Sample{Nodes: []Node{node("a", 2, 1)}, Pending: []Pending{{UID: "p", Name: "soak/p", Need: 1}}}
+	with := func(sec float64, attempts *float64) Sample {
+		s := withAt(room, sec)
+		s.SchedulerAttempts = attempts
+		return s
+	}
+	for _, c := range []struct {
+		name    string
+		samples []Sample
+		want    string
+	}{
+		{"busy", []Sample{with(0, f64(100)), with(3, f64(130)), with(7, f64(160))}, "kube-scheduler made 60 scheduling attempts meanwhile"},
+		{"idle", []Sample{with(0, f64(100)), with(7, f64(100))}, "kube-scheduler made 0 scheduling attempts meanwhile"},
+		{"not read at the start", []Sample{with(0, nil), with(7, f64(100))}, ""},
+		{"scheduler restarted", []Sample{with(0, f64(100)), with(7, f64(4))}, ""},
+	} {
+		ch := NewChecker(DefaultBounds)
+		var got []Violation
+		for _, s := range c.samples {
+			got = append(got, ch.Observe(s)...)
+		}
+		if len(got) != 1 || got[0].Invariant != WaitWithRoom {
+			t.Fatalf("%s: got %v, want one %s", c.name, got, WaitWithRoom)
+		}
+		if c.want == "" && strings.Contains(got[0].Detail, "attempts") {
+			t.Errorf("%s: %q names attempts it cannot know", c.name, got[0].Detail)
+		}
+		if c.want != "" && !strings.Contains(got[0].Detail, c.want) {
+			t.Errorf("%s: %q, want it to say %q", c.name, got[0].Detail, c.want)
+		}
+	}
+}

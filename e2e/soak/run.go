@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/capscale/capscale/e2e/plane"
@@ -62,6 +63,9 @@ type Result struct {
 	Faults []string
 	// ChurnErrors counts churn calls refused (during faults, mostly).
 	ChurnErrors int
+	// SchedulerAttempts counts kube-scheduler's scheduling attempts over
+	// the run (across its restarts), as far as they were read.
+	SchedulerAttempts float64
 	// PublishLags are native mode's delays from a capacity change to the
 	// publisher's matching Node status.
 	PublishLags []time.Duration
@@ -296,6 +300,11 @@ func soak(ctx context.Context, s *stack.Stack, o Options, ld *load, r *Result, l
 	if err != nil {
 		return err
 	}
+	// kube-scheduler's /metrics takes the admin client certificate.
+	adminHTTP, err := rest.HTTPClientFor(s.Config)
+	if err != nil {
+		return err
+	}
 
 	runCtx, stop := context.WithTimeout(ctx, o.Duration)
 	defer stop()
@@ -328,6 +337,8 @@ func soak(ctx context.Context, s *stack.Stack, o Options, ld *load, r *Result, l
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	prevBinds := obs.binds()
+	startBinds := prevBinds // a large cluster's fill is not the run's
+	var attempts counter
 	for i := 0; ; i++ {
 		select {
 		case <-runCtx.Done():
@@ -339,7 +350,8 @@ func soak(ctx context.Context, s *stack.Stack, o Options, ld *load, r *Result, l
 				}
 				out.violation(v)
 			}
-			r.Samples, r.Counts, r.Binds, r.Faults, r.ChurnErrors = checker.Samples, checker.Counts, obs.binds(), fs.done, ch.Errors
+			r.Samples, r.Counts, r.Binds, r.Faults, r.ChurnErrors = checker.Samples, checker.Counts, obs.binds()-startBinds, fs.done, ch.Errors
+			r.SchedulerAttempts = attempts.total
 			r.PublishLags = obs.lags()
 			for name, pts := range usage {
 				r.Growth[name] = SecondHalfSlope(pts)
@@ -363,6 +375,12 @@ func soak(ctx context.Context, s *stack.Stack, o Options, ld *load, r *Result, l
 			}
 			if w, q, err := extenderCounters(ctx, hc, s.ExtenderURL); err == nil {
 				sample.WaitingPods, sample.RequeueWrites = &w, &q
+			}
+		}
+		if sample.Fault != "kill the scheduler" {
+			if n, err := schedulerAttempts(ctx, adminHTTP, s.Plane.SchedulerEndpoint()); err == nil {
+				sample.SchedulerAttempts = &n
+				attempts.add(n)
 			}
 		}
 		sample.Metrics = []Metric{readMetric(ctx, s, ld)}
@@ -527,8 +545,9 @@ func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f',
 func (r *Result) Summary() string {
 	var b strings.Builder
 	o := r.Options
-	fmt.Fprintf(&b, "soak %s mode: %d nodes, %s, %d samples, %d binds (%.1f/s), %d churn calls refused, faults: %s\n",
-		o.Mode, o.Nodes, o.Duration, r.Samples, r.Binds, float64(r.Binds)/o.Duration.Seconds(), r.ChurnErrors, strings.Join(r.Faults, ", "))
+	fmt.Fprintf(&b, "soak %s mode: %d nodes, %s, %d samples, %d binds (%.1f/s), %.0f scheduling attempts (%.1f/s), %d churn calls refused, faults: %s\n",
+		o.Mode, o.Nodes, o.Duration, r.Samples, r.Binds, float64(r.Binds)/o.Duration.Seconds(), r.SchedulerAttempts, r.SchedulerAttempts/o.Duration.Seconds(),
+		r.ChurnErrors, strings.Join(r.Faults, ", "))
 	for _, v := range r.Verdicts() {
 		fmt.Fprintln(&b, "  "+v)
 	}

@@ -148,3 +148,15 @@ func TestApplicable(t *testing.T) {
 		}
 	}
 }
+
+// TestCounter: a run's count is the counter's rises, and a restarted
+// process's count from 0.
+func TestCounter(t *testing.T) {
+	var c counter
+	for _, v := range []float64{100, 130, 160, 5, 25} {
+		c.add(v)
+	}
+	if c.total != 60+5+20 {
+		t.Errorf("total %v, want 85", c.total)
+	}
+}

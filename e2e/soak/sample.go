@@ -108,7 +108,12 @@ type Sample struct {
 	// raised). Both nil outside extender mode or while it is down.
 	RequeueWrites *float64 `json:"requeueWrites,omitempty"`
 	FreedIPs      int64    `json:"freedIPs"`
-	Metrics       []Metric `json:"metrics,omitempty"`
+	// SchedulerAttempts is kube-scheduler's scheduler_schedule_attempts_total
+	// (every profile and result); nil when not read. A pod that waited with
+	// an IP free while the scheduler kept attempting other pods waited in
+	// its queue; one that waited while it attempted nothing was not requeued.
+	SchedulerAttempts *float64 `json:"schedulerAttempts,omitempty"`
+	Metrics           []Metric `json:"metrics,omitempty"`
 	// Fault names the fault in progress, if any ("kill extender",
 	// "restart kube-apiserver"): the checker says which invariants it
 	// relaxes while one runs.

@@ -62,6 +62,22 @@ func extenderCounters(ctx context.Context, c *http.Client, url string) (waiting,
 	return waiting, writes, nil
 }
 
+// schedulerAttempts reads kube-scheduler's scheduling attempts, summed over
+// its profiles and results, from its /metrics.
+func schedulerAttempts(ctx context.Context, c *http.Client, url string) (float64, error) {
+	m, err := scrape(ctx, c, url+"/metrics")
+	if err != nil {
+		return 0, err
+	}
+	n := 0.0
+	for name, v := range m {
+		if strings.HasPrefix(name, "scheduler_schedule_attempts_total{") {
+			n += v
+		}
+	}
+	return n, nil
+}
+
 // scrape reads a Prometheus text exposition into series -> value.
 func scrape(ctx context.Context, c *http.Client, url string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
