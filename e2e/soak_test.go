@@ -44,6 +44,11 @@ func TestSoakShort(t *testing.T) {
 			if r.Binds < 200 {
 				t.Errorf("%d binds in the run: the churn did not churn", r.Binds)
 			}
+			// Every bind is an attempt; a few may fall in the scheduler's
+			// restart, unread.
+			if r.SchedulerAttempts < float64(r.Binds)/2 {
+				t.Errorf("%.0f scheduling attempts read for %d binds: the sampler does not read kube-scheduler's /metrics", r.SchedulerAttempts, r.Binds)
+			}
 		})
 	}
 }
