@@ -81,14 +81,13 @@ func (p *Plane) createNodes(ctx context.Context) error {
 			kwok = proc
 		}
 	}
-	tainted, mostTainted := 0, 0
+	ready, tainted, mostTainted := 0, 0, 0
 	err := p.waitUntil(ctx, kwok, nodeTimeout(p.Opts.Nodes), fmt.Sprintf("%d Ready, untainted nodes", p.Opts.Nodes), func(ctx context.Context) (bool, error) {
 		nodes, err := p.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
-		ready := 0
-		tainted = 0
+		ready, tainted = 0, 0
 		for i := range nodes.Items {
 			switch {
 			case !NodeReady(&nodes.Items[i]):
@@ -101,10 +100,14 @@ func (p *Plane) createNodes(ctx context.Context) error {
 		mostTainted = max(mostTainted, tainted)
 		return ready >= p.Opts.Nodes, nil
 	})
-	if err == nil && mostTainted > 0 {
+	if err != nil {
+		// Say which wait it was: nodes not Ready (kwok) or still tainted (kcm).
+		return fmt.Errorf("%w (at the end: %d Ready and untainted, %d Ready but tainted not-ready)", err, ready, tainted)
+	}
+	if mostTainted > 0 {
 		p.Opts.Logf("waited for kube-controller-manager to lift its not-ready taint from up to %d Ready nodes", mostTainted)
 	}
-	return err
+	return nil
 }
 
 // NotReadyTainted reports whether the node carries the NoSchedule taint
@@ -130,4 +133,7 @@ func NodeReady(n *corev1.Node) bool {
 	return false
 }
 
-func nodeTimeout(n int) time.Duration { return 60*time.Second + time.Duration(n)*100*time.Millisecond }
+// nodeTimeout: kwok makes nodes Ready quickly, but kube-controller-manager
+// lifts their not-ready taint at its default 20 QPS among its other writes:
+// 500 nodes took 119 s to come up untainted (110 s was too short).
+func nodeTimeout(n int) time.Duration { return 60*time.Second + time.Duration(n)*300*time.Millisecond }
