@@ -47,9 +47,10 @@ func soakRows(r *soak.Result) []row {
 	for _, n := range r.Counts {
 		broken += n
 	}
-	verdict := fmt.Sprintf("%d of %d invariants held over %d samples (the others apply to another mode)", len(soak.Applicable(o.Mode)), len(soak.Invariants), r.Samples)
-	if len(soak.Applicable(o.Mode)) == len(soak.Invariants) {
-		verdict = fmt.Sprintf("all %d invariants held over %d samples", len(soak.Invariants), r.Samples)
+	applied, all := len(soak.Applicable(o.Mode)), len(soak.Invariants)
+	verdict := fmt.Sprintf("all %d invariants held over %d samples", all, r.Samples)
+	if applied < all {
+		verdict = fmt.Sprintf("%d of %d invariants held over %d samples (the others apply to another mode)", applied, all, r.Samples)
 	}
 	if broken > 0 {
 		verdict = fmt.Sprintf("%d violations over %d samples (see the run's violations.txt)", broken, r.Samples)
