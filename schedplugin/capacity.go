@@ -1,6 +1,8 @@
 package schedplugin
 
 import (
+	"maps"
+	"sync"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -9,81 +11,84 @@ import (
 	"github.com/capscale/capscale/internal/underlay"
 )
 
-// capacities remembers each node's capacity, read from its annotation and
-// label, for as long as the scheduler hands the plugin the same Node object.
+// capacities remembers the capacity read from each Node object.
 //
 // Why: at 5000 nodes, reading the two small maps of every Node twice per
 // pod (Filter and Score) took 8.9% of kube-scheduler's CPU, the Nodes no
 // longer fitting the CPU's caches (BENCHMARKS.md "Plugin mode, 5000
 // nodes"). A memo keyed by node name cost more than it saved (hashing the
-// name misses as often as the maps do). This one is keyed by the NodeInfo
-// pointer, which the scheduler's snapshot keeps for the life of a node, and
-// checked against the Node pointer, which changes with every update of the
-// Node: a reading is used only for the exact object it was read from, so a
-// decision is the one reading the Node would give.
+// name misses as often as the maps do). This one is keyed by the *v1.Node
+// pointer: the informer delivers every update of a Node as a new object and
+// never changes one in place, so a reading is used only for the exact object
+// it was read from, and a decision is the one reading the Node would give.
+// A pointer key hashes in a few instructions and the reading sits beside it
+// in the map, so a lookup touches one place in memory.
 //
-// Filter and Score only read the index. A NodeInfo it does not hold (a node
-// added, or a clone made for preemption or nominated pods) is read
-// directly and noted; the next PreFilter rebuilds the index from the
-// snapshot's nodes, which also drops removed nodes and clones.
+// Filter and Score only read the map. A Node it does not hold (a node
+// added or updated since) is read directly and noted; the next PreFilter
+// publishes a copy with the new readings, and drops the Nodes the snapshot
+// no longer has once the map holds twice as many as it has.
 type capacities struct {
-	index  atomic.Pointer[map[fwk.NodeInfo]*capacitySlot]
-	missed atomic.Bool
-}
+	known atomic.Pointer[map[*v1.Node]underlay.Capacity]
 
-// capacitySlot holds the latest reading for one NodeInfo.
-type capacitySlot struct {
-	p atomic.Pointer[capacityReading]
-}
-
-type capacityReading struct {
-	node *v1.Node
-	c    underlay.Capacity
+	mu sync.Mutex
+	// fresh are the readings made since the last sync; guarded by mu.
+	fresh map[*v1.Node]underlay.Capacity
 }
 
 func newCapacities() *capacities {
-	c := &capacities{}
-	c.index.Store(&map[fwk.NodeInfo]*capacitySlot{})
+	c := &capacities{fresh: map[*v1.Node]underlay.Capacity{}}
+	c.known.Store(&map[*v1.Node]underlay.Capacity{})
 	return c
 }
 
-// of is the capacity of ni's node under the one rule, def where the node
-// sets none; a nil capacities reads the Node every time.
-func (cs *capacities) of(ni fwk.NodeInfo, node *v1.Node, def int64) underlay.Capacity {
+// of is the capacity of node under the one rule, def where the node sets
+// none; a nil capacities reads the Node every time.
+func (cs *capacities) of(node *v1.Node, def int64) underlay.Capacity {
 	if cs == nil {
 		return underlay.NodeCapacity(node.Annotations, node.Labels, def)
 	}
-	slot := (*cs.index.Load())[ni]
-	if slot == nil {
-		if !cs.missed.Load() {
-			cs.missed.Store(true)
-		}
-		return underlay.NodeCapacity(node.Annotations, node.Labels, def)
-	}
-	if r := slot.p.Load(); r != nil && r.node == node {
-		return r.c
+	if c, ok := (*cs.known.Load())[node]; ok {
+		return c
 	}
 	c := underlay.NodeCapacity(node.Annotations, node.Labels, def)
-	slot.p.Store(&capacityReading{node: node, c: c})
+	cs.mu.Lock()
+	cs.fresh[node] = c
+	cs.mu.Unlock()
 	return c
 }
 
-// sync makes the index hold exactly nodes, keeping their readings, when a
-// reader has missed since the last sync. PreFilter calls it; Filter and
-// Score of the same cycle run after it.
+// sync publishes the readings made since the last sync, and prunes the map
+// to the Nodes of nodes when it has grown to twice their number. PreFilter
+// calls it; Filter and Score of the same cycle run after it.
 func (cs *capacities) sync(nodes []fwk.NodeInfo) {
-	if cs == nil || !cs.missed.Load() {
+	if cs == nil {
 		return
 	}
-	cs.missed.Store(false)
-	old := *cs.index.Load()
-	next := make(map[fwk.NodeInfo]*capacitySlot, len(nodes))
-	for _, ni := range nodes {
-		s := old[ni]
-		if s == nil {
-			s = &capacitySlot{}
-		}
-		next[ni] = s
+	known := *cs.known.Load()
+	cs.mu.Lock()
+	fresh := cs.fresh
+	if len(fresh) == 0 && len(known) <= 2*len(nodes) {
+		cs.mu.Unlock()
+		return
 	}
-	cs.index.Store(&next)
+	cs.fresh = map[*v1.Node]underlay.Capacity{}
+	cs.mu.Unlock()
+
+	var next map[*v1.Node]underlay.Capacity
+	if len(known)+len(fresh) <= 2*len(nodes) {
+		next = maps.Clone(known)
+		maps.Copy(next, fresh)
+	} else {
+		next = make(map[*v1.Node]underlay.Capacity, len(nodes))
+		for _, ni := range nodes {
+			n := ni.Node()
+			if c, ok := known[n]; ok {
+				next[n] = c
+			} else if c, ok := fresh[n]; ok {
+				next[n] = c
+			}
+		}
+	}
+	cs.known.Store(&next)
 }

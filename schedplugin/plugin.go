@@ -97,7 +97,7 @@ func (pl *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, n
 	if node == nil {
 		return fwk.AsStatus(fmt.Errorf("%s filter of pod %s: node not found", Name, klog.KObj(pod)))
 	}
-	v := fit(need(state, pod), pl.capacity(nodeInfo, node), usedIPs(nodeInfo.GetRequested()))
+	v := fit(need(state, pod), pl.capacity(node), usedIPs(nodeInfo.GetRequested()))
 	if v.code == fwk.Success {
 		return nil
 	}
@@ -119,7 +119,7 @@ func (pl *Plugin) Score(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeIn
 	if node == nil {
 		return 0, fwk.AsStatus(fmt.Errorf("%s score of pod %s: node not found", Name, klog.KObj(pod)))
 	}
-	return freeIPs(pl.capacity(nodeInfo, node), usedIPs(nodeInfo.GetRequested())), nil
+	return freeIPs(pl.capacity(node), usedIPs(nodeInfo.GetRequested())), nil
 }
 
 // ScoreExtensions returns the plugin: it normalises its own scores.
@@ -141,7 +141,7 @@ func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *
 	return []fwk.SignFragment{{Key: SignerName, Value: underlay.PodNeed(pod)}}, nil
 }
 
-// capacity is the capacity of ni's node under the one rule.
-func (pl *Plugin) capacity(ni fwk.NodeInfo, node *v1.Node) underlay.Capacity {
-	return pl.caps.of(ni, node, pl.defaultCapacity)
+// capacity is the capacity of node under the one rule.
+func (pl *Plugin) capacity(node *v1.Node) underlay.Capacity {
+	return pl.caps.of(node, pl.defaultCapacity)
 }

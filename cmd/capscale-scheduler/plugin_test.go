@@ -331,10 +331,10 @@ func TestSignaturesKeepBatching(t *testing.T) {
 	}
 }
 
-// TestCapacityFollowsTheNode: the plugin remembers a node's capacity per
-// NodeInfo, but only for the Node object it read it from: an update of the
-// Node (a new object, as the informer delivers it) is read again at once,
-// and a NodeInfo clone (preemption, nominated pods) gets the same answer.
+// TestCapacityFollowsTheNode: the plugin remembers a node's capacity for
+// the Node object it read it from: an update of the Node (a new object, as
+// the informer delivers it) is read again at once, and a NodeInfo clone
+// (preemption, nominated pods) gets the same answer.
 func TestCapacityFollowsTheNode(t *testing.T) {
 	pl := newPlugin(t)
 	ctx := context.Background()
@@ -348,8 +348,8 @@ func TestCapacityFollowsTheNode(t *testing.T) {
 		}
 		return pl.Filter(ctx, state, pod, ni)
 	}
-	// The first Filter misses the index, the next PreFilter adds the node,
-	// the Filter after it keeps the reading.
+	// The first Filter reads the Node, the next PreFilter keeps the
+	// reading, the Filter after it uses it.
 	for i := 0; i < 3; i++ {
 		if st := filter(ni); !st.IsSuccess() {
 			t.Fatalf("capacity 3, 2 used, round %d: %v", i, st)
@@ -372,7 +372,7 @@ func TestCapacityFollowsTheNode(t *testing.T) {
 	if !st.IsSuccess() || score != 0 {
 		t.Fatalf("Score after the update = %d %v, want 0 free", score, st)
 	}
-	// A clone the index does not hold answers the same.
+	// A clone answers the same.
 	clone := ni.Snapshot()
 	if st := pl.Filter(ctx, framework.NewCycleState(), ipPod("p", "", 1, 0), clone); st.Code() != fwk.Unschedulable {
 		t.Fatalf("clone: %v, want Unschedulable", st)
