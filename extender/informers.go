@@ -92,6 +92,11 @@ type Tracker struct {
 	Waiting *Waiting
 	// Metrics must not be nil.
 	Metrics *Metrics
+	// UsageChanged, if not nil, learns the node of every pod event that may
+	// move the IPs in use there (a pod needing IPs bound, finished or
+	// deleted), after the ledger has applied it: native mode's publisher
+	// republishes an invalid node, which publishes exactly those IPs.
+	UsageChanged func(node string)
 	// after runs f after d; nil is time.AfterFunc (tests run f at once).
 	after func(d time.Duration, f func())
 }
@@ -188,6 +193,7 @@ func (t *Tracker) expire() {
 // SetPod applies a pod add or update (tests and the informer).
 func (t *Tracker) SetPod(pod *CachedPod) {
 	t.Waiting.Freed(t.Ledger.SetCachedPod(pod))
+	t.usageChanged(pod)
 	switch {
 	case Holds(pod):
 		if d, ok := t.Waiting.Bound(pod.UID); ok {
@@ -227,6 +233,14 @@ func (t *Tracker) onPod(obj any) {
 	}
 }
 
+// usageChanged tells UsageChanged of a pod event on a node where the pod
+// needs IPs.
+func (t *Tracker) usageChanged(pod *CachedPod) {
+	if t.UsageChanged != nil && pod.NodeName != "" && pod.Need > 0 {
+		t.UsageChanged(pod.NodeName)
+	}
+}
+
 func (t *Tracker) onPodDelete(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -234,8 +248,12 @@ func (t *Tracker) onPodDelete(obj any) {
 	switch pod := obj.(type) {
 	case *CachedPod:
 		t.DeletePod(pod.UID)
+		t.usageChanged(pod)
 	case *v1.Pod:
 		t.DeletePod(pod.UID)
+		if t.UsageChanged != nil {
+			t.usageChanged(Compact(pod))
+		}
 	default:
 		klog.ErrorS(nil, "Unexpected object in pod delete event", "type", fmt.Sprintf("%T", obj))
 	}

@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -108,5 +109,27 @@ func TestPendingGone(t *testing.T) {
 	tr.pendingGone(meta("bound"), func(string, string) (*CachedPod, bool) { return nil, false })
 	if n := w.Len(); n != 0 {
 		t.Errorf("waiting set holds %d pods, want none", n)
+	}
+}
+
+// TestTrackerTellsUsageChanged: each event of a pod needing IPs on a node
+// is passed on after the ledger applied it, deletes and tombstones too;
+// pods needing none, and pods not bound, are not.
+func TestTrackerTellsUsageChanged(t *testing.T) {
+	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
+	l.SetNode(node("a", ""))
+	var told []string
+	tr := &Tracker{Ledger: l, Metrics: NewMetrics(nil), UsageChanged: func(n string) {
+		told = append(told, fmt.Sprintf("%s:%d", n, l.Usage(n).Used))
+	}}
+	tr.onPod(pod("pending", "", 1))
+	tr.onPod(pod("plain", "a", 0))
+	tr.onPod(pod("p", "a", 3))
+	tr.onPod(Compact(pod("q", "a", 1)))
+	tr.onPodDelete(pod("p", "a", 3))
+	tr.onPodDelete(cache.DeletedFinalStateUnknown{Key: "ns/q", Obj: Compact(pod("q", "a", 1))})
+	want := []string{"a:3", "a:4", "a:1", "a:0"}
+	if fmt.Sprint(told) != fmt.Sprint(want) {
+		t.Fatalf("told %v, want %v (node:used after each event)", told, want)
 	}
 }

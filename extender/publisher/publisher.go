@@ -173,6 +173,20 @@ func (p *Publisher) enqueue(obj any) {
 	}
 }
 
+// UsageChanged is told that the IPs in use on node may have moved (the
+// extender's Tracker calls it after its ledger applied a pod event). An
+// invalid node publishes exactly those IPs, so it is queued at once: a
+// holder leaving must not leave kube-scheduler a free IP there. Other nodes
+// publish their capacity, which pods do not move.
+func (p *Publisher) UsageChanged(node string) {
+	if p.stateOf(node) != stateInvalid {
+		return
+	}
+	if t := p.term.Load(); t != nil {
+		t.queue.Add(node)
+	}
+}
+
 func (p *Publisher) forget(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
@@ -210,9 +224,9 @@ func (p *Publisher) Run(ctx context.Context) {
 		<-ctx.Done()
 		t.queue.ShutDown()
 	}()
-	// What an invalid node publishes follows the IPs in use. When a pod
-	// leaves one, kube-scheduler may see a free IP there for up to this
-	// interval (plus a patch) before the lower value is published.
+	// What an invalid node publishes follows the IPs in use: UsageChanged
+	// queues it on each pod event; this recheck is the backstop for an
+	// InUse whose owner does not call it.
 	go wait.Until(func() {
 		for _, name := range p.inState(stateInvalid) {
 			t.queue.Add(name)

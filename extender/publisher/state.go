@@ -49,3 +49,10 @@ func (p *Publisher) inState(state string) []string {
 	}
 	return out
 }
+
+// stateOf is node's last state.
+func (p *Publisher) stateOf(node string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state[node].state
+}

@@ -135,6 +135,8 @@ func (o *Options) config(cs kubernetes.Interface, mc metadata.Interface, health 
 		if err != nil {
 			return nil, err
 		}
+		// Set before the informers start (Run), so no event races it.
+		tracker.UsageChanged = pub.UsageChanged
 	}
 	lease, err := binderlease.New(cs, o.LeaderElectNamespace, o.BinderID, reg)
 	if err != nil {

@@ -49,3 +49,20 @@ func TestConfigCachesCompactNodes(t *testing.T) {
 		t.Errorf("ledger capacity %d from the cached node, want its label's 3", rep.Totals.Capacity)
 	}
 }
+
+// TestConfigTellsThePublisherOfPods: in native mode the ledger's pod events
+// reach the publisher (an invalid node publishes the IPs in use and must
+// follow a holder leaving at once); in extender mode there is no publisher.
+func TestConfigTellsThePublisherOfPods(t *testing.T) {
+	for _, publish := range []bool{true, false} {
+		o := NewOptions()
+		o.PublishCapacity = publish
+		c, err := o.ConfigWithClient(fake.NewClientset())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Tracker.UsageChanged != nil; got != publish {
+			t.Errorf("--publish-capacity=%v: the tracker tells of pod events: %v", publish, got)
+		}
+	}
+}
