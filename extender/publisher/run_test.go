@@ -148,16 +148,9 @@ func TestPublisherRestoresZeroed(t *testing.T) {
 func TestPublisherInvalidPublishesInUse(t *testing.T) {
 	n := node(map[string]string{names.UnderlayIPCapacityAnnotation: "5", PublishedAnnotation: "5"}, "5", "5")
 	cs := fake.NewClientset(n)
-	var inUse, calls atomic.Int64
+	inUse, calls := &atomic.Int64{}, &atomic.Int64{}
 	inUse.Store(3)
-	p, events := newTestPublisher(t, cs, Options{
-		DefaultCapacity: 10,
-		InUse: func(string) int64 {
-			calls.Add(1)
-			return inUse.Load()
-		},
-		RecheckInterval: 10 * time.Millisecond,
-	})
+	p, events := newTestPublisher(t, cs, Options{DefaultCapacity: 10, InUse: counted(inUse, calls), RecheckInterval: 10 * time.Millisecond})
 	defer runTerm(p)()
 	waitPublished(t, cs, n.Name, 5)
 
@@ -188,6 +181,14 @@ func TestPublisherInvalidPublishesInUse(t *testing.T) {
 	waitPublished(t, cs, n.Name, 4)
 }
 
+// counted is an InUse that answers inUse and counts its calls.
+func counted(inUse, calls *atomic.Int64) func(string) int64 {
+	return func(string) int64 {
+		calls.Add(1)
+		return inUse.Load()
+	}
+}
+
 func drain(r *record.FakeRecorder) []string {
 	var out []string
 	for {
@@ -209,16 +210,9 @@ func TestPublisherInvalidFollowsAHolderAtOnce(t *testing.T) {
 	valid := node(map[string]string{names.UnderlayIPCapacityAnnotation: "4"}, "", "")
 	valid.Name = "valid"
 	cs := fake.NewClientset(n, valid)
-	var inUse, calls atomic.Int64
+	inUse, calls := &atomic.Int64{}, &atomic.Int64{}
 	inUse.Store(3)
-	p, _ := newTestPublisher(t, cs, Options{
-		DefaultCapacity: 10,
-		InUse: func(string) int64 {
-			calls.Add(1)
-			return inUse.Load()
-		},
-		RecheckInterval: time.Hour,
-	})
+	p, _ := newTestPublisher(t, cs, Options{DefaultCapacity: 10, InUse: counted(inUse, calls), RecheckInterval: time.Hour})
 	defer runTerm(p)()
 	waitPublished(t, cs, n.Name, 3)
 	waitPublished(t, cs, valid.Name, 4)
