@@ -159,9 +159,7 @@ func (t *Tracker) AttachPending(pending cache.SharedIndexInformer, bound PodLook
 }
 
 func (t *Tracker) pendingGone(obj any, bound PodLookup) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
+	obj = kube.Deleted(obj)
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
@@ -242,9 +240,7 @@ func (t *Tracker) usageChanged(pod *CachedPod) {
 }
 
 func (t *Tracker) onPodDelete(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
+	obj = kube.Deleted(obj)
 	switch pod := obj.(type) {
 	case *CachedPod:
 		t.DeletePod(pod.UID)
@@ -266,9 +262,7 @@ func (t *Tracker) onNode(obj any) {
 }
 
 func (t *Tracker) onNodeDelete(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
+	obj = kube.Deleted(obj)
 	node, ok := obj.(*v1.Node)
 	if !ok {
 		klog.ErrorS(nil, "Unexpected object in node delete event", "type", fmt.Sprintf("%T", obj))

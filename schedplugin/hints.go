@@ -5,10 +5,10 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/underlay"
 )
 
@@ -74,9 +74,7 @@ func as[T *v1.Pod | *v1.Node](obj any) (T, error) {
 	if obj == nil {
 		return zero, nil
 	}
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
+	obj = kube.Deleted(obj)
 	t, ok := obj.(T)
 	if !ok {
 		return zero, fmt.Errorf("%s queueing hint: want %T, got %T", Name, zero, obj)

@@ -143,10 +143,7 @@ func (c *Controller) enqueueObject(obj any) {
 // enqueueOwner wakes the ElasticWeb that controls obj, and the one its label
 // names (an object in the way of an ElasticWeb carries no owner of it).
 func (c *Controller) enqueueOwner(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	m, ok := obj.(metav1.Object)
+	m, ok := kube.Deleted(obj).(metav1.Object)
 	if !ok {
 		return
 	}

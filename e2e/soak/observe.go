@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/underlay"
 )
 
@@ -62,7 +63,7 @@ func newObserver(ctx context.Context, c kubernetes.Interface, def int64, publish
 		AddFunc:    func(obj any) { o.node(obj.(*corev1.Node)) },
 		UpdateFunc: func(_, obj any) { o.node(obj.(*corev1.Node)) },
 		DeleteFunc: func(obj any) {
-			if n, ok := deleted(obj).(*corev1.Node); ok {
+			if n, ok := kube.Deleted(obj).(*corev1.Node); ok {
 				o.mu.Lock()
 				delete(o.capacity, n.Name)
 				delete(o.lowered, n.Name)
@@ -80,7 +81,7 @@ func newObserver(ctx context.Context, c kubernetes.Interface, def int64, publish
 		AddFunc:    func(obj any) { o.pod(nil, obj.(*corev1.Pod)) },
 		UpdateFunc: func(old, obj any) { o.pod(old.(*corev1.Pod), obj.(*corev1.Pod)) },
 		DeleteFunc: func(obj any) {
-			if p, ok := deleted(obj).(*corev1.Pod); ok {
+			if p, ok := kube.Deleted(obj).(*corev1.Pod); ok {
 				o.gone(p)
 			}
 		},
@@ -97,16 +98,6 @@ func newObserver(ctx context.Context, c kubernetes.Interface, def int64, publish
 		return nil, ctx.Err()
 	}
 	return o, nil
-}
-
-// deleted is the object a delete event carries, unwrapped from the
-// tombstone an informer sends for a deletion it missed while its watch was
-// down.
-func deleted(obj any) any {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return t.Obj
-	}
-	return obj
 }
 
 func (o *observer) node(n *corev1.Node) {

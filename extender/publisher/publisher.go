@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/internal/underlay"
 )
@@ -188,10 +189,7 @@ func (p *Publisher) UsageChanged(node string) {
 }
 
 func (p *Publisher) forget(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if n, ok := obj.(*v1.Node); ok {
+	if n, ok := kube.Deleted(obj).(*v1.Node); ok {
 		p.setState(n.Name, nodeState{})
 	}
 }

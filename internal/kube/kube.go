@@ -116,3 +116,13 @@ func podInformer(factory informers.SharedInformerFactory, selector string, trans
 	}
 	return inf, nil
 }
+
+// Deleted is the object a delete event carries, unwrapped from the
+// tombstone an informer sends for a deletion it missed while its watch was
+// down. Every delete handler in capscale calls it.
+func Deleted(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}

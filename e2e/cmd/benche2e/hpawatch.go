@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/capscale/capscale/internal/kube"
 )
 
 // hpaState is what the keda scenario reads of one HPA's status.
@@ -84,10 +86,7 @@ func (w *hpaWatch) observe(obj any) {
 }
 
 func (w *hpaWatch) forget(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	if h, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler); ok {
+	if h, ok := kube.Deleted(obj).(*autoscalingv2.HorizontalPodAutoscaler); ok {
 		w.mu.Lock()
 		delete(w.state, h.Spec.ScaleTargetRef.Name)
 		w.mu.Unlock()
