@@ -2,6 +2,7 @@ package schedplugin
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -40,7 +41,7 @@ func TestCapacitiesKeepTheReadingOfOneObject(t *testing.T) {
 		t.Fatalf("first read: %d, want 3", c.IPs)
 	}
 	cs.sync(infos(n))
-	if got := len(*cs.known.Load()); got != 1 {
+	if got := held(cs); got != 1 {
 		t.Fatalf("after sync the map holds %d readings, want 1", got)
 	}
 	// Evidence that the reading is kept: the object changed in place (which
@@ -65,8 +66,15 @@ func TestCapacitiesKeepTheReadingOfOneObject(t *testing.T) {
 	}
 }
 
+// held is how many readings cs has published.
+func held(cs *capacities) int {
+	r := cs.known.Load()
+	return len(r.base) + len(r.recent)
+}
+
 // TestCapacitiesForgetOldNodes: a cluster whose Nodes are updated again and
-// again holds at most twice its nodes' readings, never every object it saw.
+// again holds at most twice its nodes' readings and the recent ones, never
+// every object it saw.
 func TestCapacitiesForgetOldNodes(t *testing.T) {
 	cs := newCapacities()
 	nodes := make([]*v1.Node, 10)
@@ -81,18 +89,62 @@ func TestCapacitiesForgetOldNodes(t *testing.T) {
 			}
 		}
 		cs.sync(infos(nodes...))
-		if got := len(*cs.known.Load()); got > 2*len(nodes) {
+		if got := held(cs); got > 2*len(nodes)+64 {
 			t.Fatalf("round %d: the map holds %d readings for %d nodes", round, got, len(nodes))
 		}
 	}
 	// The cluster shrinks to one node and nothing new is read: the next
 	// sync still drops the others.
 	cs.sync(infos(nodes[0]))
-	if got := len(*cs.known.Load()); got != 1 {
+	if got := held(cs); got != 1 {
 		t.Fatalf("after the cluster shrank to 1 node the map holds %d readings", got)
 	}
 	if c := cs.of(nodes[0], 10); c.IPs != 5 {
 		t.Fatalf("the remaining node: %d, want 5", c.IPs)
+	}
+}
+
+// TestCapacitiesUpdateCopiesLittle: in a 5000-node cluster whose Nodes keep
+// being updated (one per PreFilter here; kubelets' status reports come at
+// about half that rate), a sync copies the recent readings, not every
+// reading: copying the 5000 of them took 0.28 ms and 0.7 MB a sync.
+func TestCapacitiesUpdateCopiesLittle(t *testing.T) {
+	const n, updates = 5000, 2000
+	objs := make([]*v1.Node, n)
+	for i := range objs {
+		objs[i] = ipNode(fmt.Sprintf("n%d", i), "5")
+	}
+	cs := newCapacities()
+	nodes := infos(objs...)
+	for _, o := range objs {
+		cs.of(o, 10)
+	}
+	cs.sync(nodes)
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := 0; i < updates; i++ {
+		k := i % n
+		objs[k] = objs[k].DeepCopy()
+		nodes[k] = nodeOnly{node: objs[k]}
+		if c := cs.of(objs[k], 10); c.IPs != 5 {
+			t.Fatalf("update %d: %d, want 5", i, c.IPs)
+		}
+		cs.sync(nodes)
+	}
+	runtime.ReadMemStats(&after)
+	// Each update's DeepCopy is about 1.5 KB of this; a copy of every
+	// reading would be 300 KB or more.
+	if per := (after.TotalAlloc - before.TotalAlloc) / updates; per > 48<<10 {
+		t.Fatalf("%d bytes allocated per update and sync, want under 48 KiB", per)
+	}
+	for _, o := range objs {
+		if c := cs.of(o, 10); c.IPs != 5 {
+			t.Fatalf("after the updates: %d, want 5", c.IPs)
+		}
+	}
+	if got := held(cs); got > n+max(64, n/16) {
+		t.Fatalf("%d readings held for %d nodes", got, n)
 	}
 }
 
@@ -123,4 +175,35 @@ func TestCapacitiesConcurrent(t *testing.T) {
 		cs.sync(infos(nodes...))
 	}
 	wg.Wait()
+}
+
+// BenchmarkCapacitiesChurn is a PreFilter's sync in a cluster whose Nodes
+// keep being updated (kubelets' status reports: at 5000 nodes one every
+// second or third pod): per op one Node is replaced by a new object, read by
+// Filter, and synced.
+func BenchmarkCapacitiesChurn(b *testing.B) {
+	const n, versions = 5000, 4
+	objs := make([][]*v1.Node, versions)
+	for v := range objs {
+		objs[v] = make([]*v1.Node, n)
+		for i := range objs[v] {
+			objs[v][i] = ipNode(fmt.Sprintf("n%d", i), "5")
+		}
+	}
+	cs := newCapacities()
+	nodes := infos(objs[0]...)
+	for _, ni := range nodes {
+		cs.of(ni.Node(), 10)
+	}
+	cs.sync(nodes)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := i % n
+		i++
+		node := objs[(i/n+1)%versions][k]
+		nodes[k] = nodeOnly{node: node}
+		cs.of(node, 10)
+		cs.sync(nodes)
+	}
 }
