@@ -321,3 +321,31 @@ func TestThroughputSides(t *testing.T) {
 		t.Errorf("the default side does not get the same client QPS:\n%s", s[1].Config)
 	}
 }
+
+func TestRuntimePerPod(t *testing.T) {
+	scrape := func(allocs, gcCPU, cycles string) metricFamilies {
+		t.Helper()
+		m, err := parseMetrics([]byte("# TYPE go_gc_heap_allocs_bytes_total counter\ngo_gc_heap_allocs_bytes_total " + allocs +
+			"\n# TYPE go_cpu_classes_gc_total_cpu_seconds_total counter\ngo_cpu_classes_gc_total_cpu_seconds_total " + gcCPU +
+			"\n# TYPE go_gc_cycles_total_gc_cycles_total counter\ngo_gc_cycles_total_gc_cycles_total " + cycles + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	got := runtimePerPod(scrape("1048576", "1.5", "10"), scrape("525336576", "6.5", "60"), 500)
+	want := map[string]float64{"alloc MB": 1, "GC CPU ms": 10, "GC cycles": 0.1}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g < w*0.999 || g > w*1.001 {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, w)
+		}
+	}
+	// A restarted scheduler (counters went down) and a missing counter give
+	// no figure rather than a wrong one.
+	if got := runtimePerPod(scrape("9", "9", "9"), scrape("1", "1", "1"), 500); len(got) != 0 {
+		t.Errorf("counters that went down: %v, want none", got)
+	}
+	if got := runtimePerPod(metricFamilies{}, metricFamilies{}, 500); len(got) != 0 {
+		t.Errorf("no counters: %v, want none", got)
+	}
+}

@@ -109,6 +109,7 @@ type batchResult struct {
 	SLIP99     float64
 	Extender   map[string]float64 // p50 ms per route
 	Requests   map[string]float64 // apiserver requests per pod by verb/resource/subresource
+	Runtime    map[string]float64 // kube-scheduler's Go runtime per pod (runtimePerPod)
 	QuietWait  time.Duration
 	Quiet      bool
 }
@@ -127,6 +128,9 @@ type sideReport struct {
 	SLIP99Ms         float64            `json:"pod_scheduling_sli_p99_ms"`
 	ExtenderP50Ms    map[string]float64 `json:"extender_p50_ms,omitempty"`
 	RequestsPerPod   map[string]float64 `json:"apiserver_requests_per_pod"`
+	// RuntimePerPod is kube-scheduler's allocation and garbage collection
+	// per pod, the medians of the rounds (runtimePerPod).
+	RuntimePerPod map[string]float64 `json:"kube_scheduler_runtime_per_pod,omitempty"`
 	// CPUMsPerPodCI95 is each process's median CPU per pod with its 95%
 	// distribution-free interval over the rounds.
 	CPUMsPerPodCI95 map[string]interval `json:"cpu_ms_per_pod_ci95"`
@@ -427,6 +431,7 @@ func (r *rig) measure(ctx context.Context, sd side, round int) (batchResult, err
 	if c, ok := after.extender.counters("capscale_extender_http_connections_total")[""]; ok && r.batch > 0 {
 		res.Extender["connections/pod"] = (c - before.extender.counters("capscale_extender_http_connections_total")[""]) / float64(r.batch)
 	}
+	res.Runtime = runtimePerPod(before.sched, after.sched, r.batch)
 	bReq := before.apiSrv.counters("apiserver_request_total", "verb", "resource", "subresource")
 	for k, v := range after.apiSrv.counters("apiserver_request_total", "verb", "resource", "subresource") {
 		if d := (v - bReq[k]) / float64(r.batch); d >= 0.05 {
@@ -558,8 +563,8 @@ func report(o rigOptions, load string, idle map[string]float64, sides [2]side, r
 				mine = append(mine, r)
 			}
 		}
-		sr := sideReport{CPUMsPerPod: map[string]float64{}, CPUMsPerPodCI95: map[string]interval{}, ExtenderP50Ms: map[string]float64{}, RequestsPerPod: map[string]float64{}}
-		perProc, perRoute, perReq := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+		sr := sideReport{CPUMsPerPod: map[string]float64{}, CPUMsPerPodCI95: map[string]interval{}, ExtenderP50Ms: map[string]float64{}, RequestsPerPod: map[string]float64{}, RuntimePerPod: map[string]float64{}}
+		perProc, perRoute, perReq, perRuntime := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		var att50, att99, sli50, sli99 []float64
 		for _, r := range mine {
 			sr.RoundsPodsPerS = append(sr.RoundsPodsPerS, r.PodsPerS)
@@ -572,6 +577,9 @@ func report(o rigOptions, load string, idle map[string]float64, sides [2]side, r
 			}
 			for k, v := range r.Requests {
 				perReq[k] = append(perReq[k], v)
+			}
+			for k, v := range r.Runtime {
+				perRuntime[k] = append(perRuntime[k], v)
 			}
 			att50, att99 = append(att50, r.AttemptP50), append(att99, r.AttemptP99)
 			sli50, sli99 = append(sli50, r.SLIP50), append(sli99, r.SLIP99)
@@ -590,6 +598,9 @@ func report(o rigOptions, load string, idle map[string]float64, sides [2]side, r
 		}
 		for k, v := range perReq {
 			sr.RequestsPerPod[k] = summarize(v).Median
+		}
+		for k, v := range perRuntime {
+			sr.RuntimePerPod[k] = summarize(v).Median
 		}
 		sr.AttemptP50Ms, sr.AttemptP99Ms = summarize(att50).Median, summarize(att99).Median
 		sr.SLIP50Ms, sr.SLIP99Ms = summarize(sli50).Median, summarize(sli99).Median
@@ -616,6 +627,9 @@ func printReport(rep rigReport, sides [2]side) {
 			fmt.Printf("  extender (median of rounds): %s\n", formatMap(sr.ExtenderP50Ms, 1))
 		}
 		fmt.Printf("  apiserver requests per pod: %s\n", formatMap(sr.RequestsPerPod, 1))
+		if len(sr.RuntimePerPod) > 0 {
+			fmt.Printf("  kube-scheduler's Go runtime per pod (median of rounds): %s\n", formatMap(sr.RuntimePerPod, 1))
+		}
 	}
 	fmt.Printf("ratio of medians %s/%s: %.2f (paired rounds %.2f–%.2f); CPU per pod ratio %.2f\n",
 		sides[0].Name, sides[1].Name, rep.RatioOfMedians, rep.PairedRatioMin, rep.PairedRatioMax, rep.CPURatioOfMedians)
@@ -625,6 +639,37 @@ func printReport(rep rigReport, sides [2]side) {
 		fmt.Printf("  %s CPU ms/pod [95%% interval]: kube-scheduler %s, extender %s\n", sd.Name,
 			rep.Sides[sd.Name].CPUMsPerPodCI95["kube-scheduler"], rep.Sides[sd.Name].CPUMsPerPodCI95["extender"])
 	}
+}
+
+// schedRuntime are the Go runtime counters of kube-scheduler's /metrics
+// (client_golang's Go collector with every runtime metric, as component-base
+// registers it) that runtimePerPod reports, with the unit each is shown in.
+var schedRuntime = []struct {
+	key, metric string
+	scale       float64
+}{
+	{"alloc MB", "go_gc_heap_allocs_bytes_total", 1.0 / (1 << 20)},
+	{"GC CPU ms", "go_cpu_classes_gc_total_cpu_seconds_total", 1000},
+	{"GC cycles", "go_gc_cycles_total_gc_cycles_total", 1},
+}
+
+// runtimePerPod is how much kube-scheduler allocated and collected per pod
+// of a batch: it tells a plugin's own CPU from the garbage collection that
+// the framework's allocations for one more plugin cost. A counter the
+// scheduler does not expose is left out.
+func runtimePerPod(before, after metricFamilies, batch int) map[string]float64 {
+	out := map[string]float64{}
+	if batch <= 0 {
+		return out
+	}
+	for _, m := range schedRuntime {
+		b, okB := before.counters(m.metric)[""]
+		a, okA := after.counters(m.metric)[""]
+		if okA && okB && a >= b {
+			out[m.key] = (a - b) * m.scale / float64(batch)
+		}
+	}
+	return out
 }
 
 // formatCPU prints the measured processes in a fixed order.
