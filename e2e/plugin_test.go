@@ -3,11 +3,15 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
@@ -79,4 +83,79 @@ func TestMostFreeByCount(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPluginCapacityChange: a node's capacity annotation changes while pods
+// wait. The plugin keeps each Node object's capacity reading and reads an
+// update, a new object, at once (schedplugin/capacity.go); its queueing hint
+// retries a waiting pod when a node's capacity grows. One node of 2 IPs and
+// 3 pods: 2 bound, 1 waits. Raised to 3: the waiting pod binds within 5 s,
+// with no write by anyone but the test. Lowered to 1: nothing bound is
+// evicted, and a new pod waits, its event naming 3/1 used. Raised to 4: it
+// binds within 5 s.
+func TestPluginCapacityChange(t *testing.T) {
+	s := startPluginStack(t, 1, func(int) string { return "2" })
+	ctx := testContext(t, 4*time.Minute)
+	const ns = "capchange"
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	node := plane.NodeName(0)
+	createPods(ctx, t, s, underlayPod(ns, "p-0", "p"), underlayPod(ns, "p-1", "p"), underlayPod(ns, "p-2", "p"))
+	waitUnderlay(ctx, t, s, ns, map[string]int{node: 2}, 2, 1)
+	waitRejected(ctx, t, s, ns, pendingPod(ctx, t, s, ns))
+
+	setCapacity(ctx, t, s, node, "3")
+	waitBoundWithin(ctx, t, s, ns, map[string]int{node: 3}, 3, 5*time.Second)
+
+	setCapacity(ctx, t, s, node, "1")
+	createPods(ctx, t, s, underlayPod(ns, "p-3", "p"))
+	waitRejected(ctx, t, s, ns, "p-3")
+	waitPendingMessage(ctx, t, s, ns, "underlay IPs exhausted: 3/1 used, pod needs 1")
+	// Lowering a capacity evicts no one: the three stay bound, p-3 waits.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		if _, bound, pending, err := underlayUsage(ctx, s, ns); err != nil {
+			t.Fatal(err)
+		} else if bound != 3 || pending != 1 {
+			t.Fatalf("after lowering the capacity to 1: %d bound and %d pending, want 3 and 1", bound, pending)
+		}
+	}
+
+	setCapacity(ctx, t, s, node, "4")
+	waitBoundWithin(ctx, t, s, ns, map[string]int{node: 4}, 4, 5*time.Second)
+}
+
+// setCapacity sets node's capacity annotation to v.
+func setCapacity(ctx context.Context, t *testing.T, s *stack.Stack, node, v string) {
+	t.Helper()
+	patch := []byte(`{"metadata":{"annotations":{"` + names.UnderlayIPCapacityAnnotation + `":"` + v + `"}}}`)
+	if _, err := s.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pendingPod is the name of the one pod of ns not bound.
+func pendingPod(ctx context.Context, t *testing.T, s *stack.Stack, ns string) string {
+	t.Helper()
+	var name string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := s.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		var waiting []string
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "" {
+				waiting = append(waiting, p.Name)
+			}
+		}
+		if len(waiting) == 1 {
+			name = waiting[0]
+		}
+		return len(waiting) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("no single pending pod in %s: %v", ns, err)
+	}
+	return name
 }
