@@ -59,7 +59,7 @@ func main() {
 	nodeLease := flag.Duration("node-lease", 40*time.Second, "throughput: the kwok nodes' Lease duration (they renew every quarter of it); at 5000 nodes the kubelet's 40s means 500 Lease writes a second, which saturate a 2-core plane")
 	extenderFloor := flag.String("extender-floor", "", "throughput, --mode extender: run the null extender (e2e/cmd/nullextender; make bench-e2e builds it) in the extender's place, to read the protocol's floor: 'bind' with filter and bind as deployed, 'filter' with kube-scheduler binding itself")
 	extenderHTTPS := flag.Bool("extender-https", false, "throughput: serve the extender over verified TLS, so that kube-scheduler's client multiplexes its calls on one HTTP/2 connection")
-	pprofDir := flag.String("pprof-dir", "", "throughput: save 25 s CPU profiles of kube-scheduler and the extender, taken from the first measured round on, in this directory")
+	pprofDir := flag.String("pprof-dir", "", "throughput: save 8 s CPU profiles of kube-scheduler and the extender in the first measured round of each side (<process>-<side>.pprof) and its last (<process>-<side>-last.pprof), in this directory")
 	jsonFile := flag.String("json", "", "throughput: write the figures to this file as JSON")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
 	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate, keda (KEDA's operator on capscale's scaler beside capscale's APIService; make bench-keda), soak (churn and faults, invariants checked every second), gobench (go test -bench output on stdin, printed as table rows) or all (throughput, reaction and memory)")

@@ -281,7 +281,7 @@ func throughput(o rigOptions) error {
 	idle := idleRates(a, b, time.Since(t0))
 	fmt.Printf("# idle CPU (ms per s): %s\n", formatMap(idle, 1000))
 
-	r := &rig{s: s, bench: bench, adminHTTP: adminHTTP, extHTTP: extHTTP, w: w, ns: ns, idle: idle, batch: o.Batch, pprofDir: o.PprofDir}
+	r := &rig{s: s, bench: bench, adminHTTP: adminHTTP, extHTTP: extHTTP, w: w, ns: ns, idle: idle, batch: o.Batch, pprofDir: o.PprofDir, lastRound: o.Rounds - 1}
 	current := sides[0].Name
 	var results []batchResult
 	fmt.Printf("round\tside\tpods/s\tcpu ms/pod (sched ext api etcd kwok kcm)\tattempt p50/p99 ms\tsli p50/p99 ms\tquiet wait\n")
@@ -345,6 +345,7 @@ type rig struct {
 	idle               map[string]float64
 	batch              int
 	pprofDir           string
+	lastRound          int
 }
 
 // scrapes is everything read before and after a batch.
@@ -384,10 +385,15 @@ func (r *rig) measure(ctx context.Context, sd side, round int) (batchResult, err
 		return batchResult{}, err
 	}
 	prefix := fmt.Sprintf("%s-%d", sd.Name, round+1)
-	if r.pprofDir != "" && round == 0 {
-		// The first measured batch of each side: long enough to cover the
-		// scheduling, short enough to end before the next batch.
-		defer r.profile(r.pprofDir, sd.Name, 8)()
+	if r.pprofDir != "" && (round == 0 || round == r.lastRound) {
+		// The first and the last measured batch of each side (a cost that
+		// grows with the pods bound shows between them): long enough to
+		// cover the scheduling, short enough to end before the next batch.
+		name := sd.Name
+		if round != 0 {
+			name += "-last"
+		}
+		defer r.profile(r.pprofDir, name, 8)()
 	}
 	start := time.Now()
 	if err := createBatch(ctx, r.bench, r.ns, prefix, sd.Resource, sd.Scheduler, r.batch); err != nil {
