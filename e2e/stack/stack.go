@@ -34,6 +34,9 @@ type Options struct {
 	ExtenderArgs []string
 	// ExtenderBinary replaces BinDir/extender (benche2e's null extender).
 	ExtenderBinary string
+	// SchedulerBinary replaces BinDir/capscale-scheduler in plugin mode
+	// (benche2e's scheduler with the null plugin).
+	SchedulerBinary string
 	// ExtenderHTTPS serves the extender over TLS with a certificate for
 	// 127.0.0.1 from a CA of its own, which kube-scheduler verifies
 	// (enableHTTPS, tlsConfig.caFile): its client then speaks HTTP/2 and
@@ -146,6 +149,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		o.Plane.SchedulerConfig = string(b)
 		o.Plane.SchedulerBinary = filepath.Join(o.BinDir, "capscale-scheduler")
+		if o.SchedulerBinary != "" {
+			o.Plane.SchedulerBinary = o.SchedulerBinary
+		}
 	}
 	s.Opts = o
 	if s.Plane, err = plane.Start(ctx, o.Plane); err != nil {

@@ -55,7 +55,7 @@ func main() {
 	nodes := flag.Int("nodes", 500, "kwok nodes for the throughput scenario")
 	batch := flag.Int("batch", 500, "throughput: pods per batch")
 	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
-	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), native-prioritize (native mode with the extender as prioritizer only, vs the same) tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults) or plugin-tax (pods without underlay IPs: capscale-scheduler with deploy/plugin's configuration vs stock kube-scheduler with its defaults)")
+	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), plugin-floor (the same resource with and without a plugin that does nothing: the framework's price for one more plugin), native-prioritize (native mode with the extender as prioritizer only, vs the same) tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults) or plugin-tax (pods without underlay IPs: capscale-scheduler with deploy/plugin's configuration vs stock kube-scheduler with its defaults)")
 	nodeLease := flag.Duration("node-lease", 40*time.Second, "throughput: the kwok nodes' Lease duration (they renew every quarter of it); at 5000 nodes the kubelet's 40s means 500 Lease writes a second, which saturate a 2-core plane")
 	extenderFloor := flag.String("extender-floor", "", "throughput, --mode extender: run the null extender (e2e/cmd/nullextender; make bench-e2e builds it) in the extender's place, to read the protocol's floor: 'bind' with filter and bind as deployed, 'filter' with kube-scheduler binding itself")
 	extenderHTTPS := flag.Bool("extender-https", false, "throughput: serve the extender over verified TLS, so that kube-scheduler's client multiplexes its calls on one HTTP/2 connection")
@@ -85,9 +85,9 @@ func main() {
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
 	switch *mode {
-	case "extender", "native", "plugin", "native-prioritize", "tax", "plugin-tax":
+	case "extender", "native", "plugin", "plugin-floor", "native-prioritize", "tax", "plugin-tax":
 	default:
-		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, plugin, native-prioritize, tax or plugin-tax, got %q\n", *mode)
+		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, plugin, plugin-floor, native-prioritize, tax or plugin-tax, got %q\n", *mode)
 		os.Exit(2)
 	}
 	if err := checkFloor(*extenderFloor, *mode, *pprofDir, *extenderHTTPS); err != nil {
@@ -291,10 +291,10 @@ func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error
 	switch mode {
 	case "native", "native-prioritize":
 		file = stack.DeployFile("native/kube-scheduler-config.yaml")
-	case "plugin", "plugin-tax":
+	case "plugin", "plugin-tax", "plugin-floor":
 		file = stack.DeployFile("plugin/kube-scheduler-config.yaml")
 	}
-	if qps == 0 && mode != "native-prioritize" && !noBind {
+	if qps == 0 && mode != "native-prioritize" && mode != "plugin-floor" && !noBind {
 		return file, nil, nil
 	}
 	b, err := os.ReadFile(file)
@@ -320,6 +320,11 @@ func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error
 			return "", nil, fmt.Errorf("%s: the extender has no bindVerb to drop", file)
 		}
 		delete(ext, "bindVerb")
+	}
+	if mode == "plugin-floor" {
+		if err := addNullProfile(m); err != nil {
+			return "", nil, fmt.Errorf("%s: %w", file, err)
+		}
 	}
 	if mode == "native-prioritize" {
 		m["extenders"] = []any{map[string]any{
@@ -348,4 +353,39 @@ func qpsLabel(qps int) string {
 		return "as deployed (50, burst 100)"
 	}
 	return fmt.Sprintf("%d, burst %d", qps, 2*qps)
+}
+
+// nullProfile is plugin-floor's profile: exactProfile with the null plugin
+// of cmd/capscale-scheduler/nullplugin added.
+const nullProfile = exactProfile + "-null"
+
+// addNullProfile adds nullProfile to the scheduler configuration m: a copy
+// of exactProfile that also enables NullPlugin at every extension point.
+func addNullProfile(m map[string]any) error {
+	profiles, _ := m["profiles"].([]any)
+	for _, p := range profiles {
+		prof, _ := p.(map[string]any)
+		if prof["schedulerName"] != exactProfile {
+			continue
+		}
+		b, err := yaml.Marshal(prof)
+		if err != nil {
+			return err
+		}
+		var null map[string]any
+		if err := yaml.Unmarshal(b, &null); err != nil {
+			return err
+		}
+		null["schedulerName"] = nullProfile
+		plugins, _ := null["plugins"].(map[string]any)
+		mp, _ := plugins["multiPoint"].(map[string]any)
+		enabled, _ := mp["enabled"].([]any)
+		if plugins == nil || mp == nil {
+			return fmt.Errorf("profile %s enables no multiPoint plugins", exactProfile)
+		}
+		mp["enabled"] = append(enabled, map[string]any{"name": "NullPlugin"})
+		m["profiles"] = append(profiles, null)
+		return nil
+	}
+	return fmt.Errorf("no profile %s to copy", exactProfile)
 }

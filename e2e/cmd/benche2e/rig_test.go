@@ -304,7 +304,7 @@ func TestSchedulerConfigNoBind(t *testing.T) {
 // plugin-tax mode's differ in their binary (a mode missing from the switch
 // once ran with no sides at all).
 func TestThroughputSides(t *testing.T) {
-	for _, mode := range []string{"extender", "native", "plugin", "native-prioritize", "tax", "plugin-tax"} {
+	for _, mode := range []string{"extender", "native", "plugin", "plugin-floor", "native-prioritize", "tax", "plugin-tax"} {
 		sides := throughputSides(mode, "plane.yaml", "/bin", 2000)
 		if sides[0].Name == "" || sides[1].Name == "" || sides[0].Name == sides[1].Name {
 			t.Errorf("%s: sides %q and %q, want two distinct names", mode, sides[0].Name, sides[1].Name)
@@ -347,5 +347,44 @@ func TestRuntimePerPod(t *testing.T) {
 	}
 	if got := runtimePerPod(metricFamilies{}, metricFamilies{}, 500); len(got) != 0 {
 		t.Errorf("no counters: %v, want none", got)
+	}
+}
+
+// plugin-floor's configuration: deploy/plugin's profiles and a copy of the
+// capscale-scheduler profile that also enables the null plugin.
+func TestNullProfile(t *testing.T) {
+	file, _, err := schedulerConfig(2000, "plugin-floor", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(file)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Profiles []struct {
+			SchedulerName string `json:"schedulerName"`
+			Plugins       struct {
+				MultiPoint struct {
+					Enabled []struct{ Name string } `json:"enabled"`
+				} `json:"multiPoint"`
+			} `json:"plugins"`
+		} `json:"profiles"`
+	}
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	enabled := map[string][]string{}
+	for _, p := range cfg.Profiles {
+		for _, e := range p.Plugins.MultiPoint.Enabled {
+			enabled[p.SchedulerName] = append(enabled[p.SchedulerName], e.Name)
+		}
+	}
+	if got := strings.Join(enabled[exactProfile], ","); got != "UnderlayIP" {
+		t.Errorf("%s enables %q, want UnderlayIP alone", exactProfile, got)
+	}
+	if got := strings.Join(enabled[nullProfile], ","); got != "UnderlayIP,NullPlugin" {
+		t.Errorf("%s enables %q, want UnderlayIP,NullPlugin", nullProfile, got)
 	}
 }

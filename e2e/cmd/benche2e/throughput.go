@@ -78,6 +78,9 @@ func throughputSides(mode, planeConfig, binDir string, clientQPS int) [2]side {
 		// One capscale-scheduler, one profile: the plugin is the only
 		// difference (it skips the other side's pods in PreFilter and PreScore).
 		return [2]side{{Name: "plugin", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
+	case "plugin-floor":
+		// One binary, one resource: the null plugin is the only difference.
+		return [2]side{{Name: "null-plugin", Resource: nativeResource, Scheduler: nullProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
 	case "tax", "plugin-tax":
 		// The same client limits on both sides: only the scheduling
 		// configuration differs.
@@ -194,7 +197,14 @@ func throughput(o rigOptions) error {
 		defer os.Remove(schedCfg)
 	}
 	native := o.Mode == "native" || o.Mode == "native-prioritize"
-	plugin := o.Mode == "plugin" || o.Mode == "plugin-tax"
+	plugin := o.Mode == "plugin" || o.Mode == "plugin-tax" || o.Mode == "plugin-floor"
+	var schedBin string
+	if o.Mode == "plugin-floor" {
+		schedBin = filepath.Join(o.BinDir, "capscale-scheduler-null")
+		if _, err := os.Stat(schedBin); err != nil {
+			return fmt.Errorf("the null plugin's scheduler is missing (make bench-e2e builds it): %w", err)
+		}
+	}
 	var schedFlags []string
 	if o.PprofDir != "" {
 		extArgs = append(extArgs, "--profiling")
@@ -224,10 +234,11 @@ func throughput(o rigOptions) error {
 			ExtraControllerManagerFlags: kcmFlags,
 			NodeLeaseDuration:           o.NodeLease,
 		},
-		Extender:      !plugin,
-		ExtenderHTTPS: o.ExtenderHTTPS,
-		Native:        native,
-		Plugin:        plugin,
+		Extender:        !plugin,
+		ExtenderHTTPS:   o.ExtenderHTTPS,
+		Native:          native,
+		Plugin:          plugin,
+		SchedulerBinary: schedBin,
 	})
 	if err != nil {
 		return err
