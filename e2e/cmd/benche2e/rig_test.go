@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	configv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -362,23 +363,17 @@ func TestNullProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg struct {
-		Profiles []struct {
-			SchedulerName string `json:"schedulerName"`
-			Plugins       struct {
-				MultiPoint struct {
-					Enabled []struct{ Name string } `json:"enabled"`
-				} `json:"multiPoint"`
-			} `json:"plugins"`
-		} `json:"profiles"`
-	}
+	var cfg configv1.KubeSchedulerConfiguration
 	if err := yaml.Unmarshal(b, &cfg); err != nil {
 		t.Fatal(err)
 	}
 	enabled := map[string][]string{}
 	for _, p := range cfg.Profiles {
+		if p.SchedulerName == nil || p.Plugins == nil {
+			continue
+		}
 		for _, e := range p.Plugins.MultiPoint.Enabled {
-			enabled[p.SchedulerName] = append(enabled[p.SchedulerName], e.Name)
+			enabled[*p.SchedulerName] = append(enabled[*p.SchedulerName], e.Name)
 		}
 	}
 	if got := strings.Join(enabled[exactProfile], ","); got != "UnderlayIP" {
