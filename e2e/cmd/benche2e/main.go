@@ -55,7 +55,7 @@ func main() {
 	nodes := flag.Int("nodes", 500, "kwok nodes for the throughput scenario")
 	batch := flag.Int("batch", 500, "throughput: pods per batch")
 	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
-	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), plugin-floor (the same resource with and without a plugin that does nothing: the framework's price for one more plugin), native-prioritize (native mode with the extender as prioritizer only, vs the same) tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults) or plugin-tax (pods without underlay IPs: capscale-scheduler with deploy/plugin's configuration vs stock kube-scheduler with its defaults)")
+	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), plugin-floor (the same resource with and without a plugin that does nothing: the framework's price for one more plugin), plugin-null (plugin mode's pods against the plain resource's on the profile with that plugin: UnderlayIP against the floor), native-prioritize (native mode with the extender as prioritizer only, vs the same) tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults) or plugin-tax (pods without underlay IPs: capscale-scheduler with deploy/plugin's configuration vs stock kube-scheduler with its defaults)")
 	nodeLease := flag.Duration("node-lease", 40*time.Second, "throughput: the kwok nodes' Lease duration (they renew every quarter of it); at 5000 nodes the kubelet's 40s means 500 Lease writes a second, which saturate a 2-core plane")
 	extenderFloor := flag.String("extender-floor", "", "throughput, --mode extender: run the null extender (e2e/cmd/nullextender; make bench-e2e builds it) in the extender's place, to read the protocol's floor: 'bind' with filter and bind as deployed, 'filter' with kube-scheduler binding itself")
 	extenderHTTPS := flag.Bool("extender-https", false, "throughput: serve the extender over verified TLS, so that kube-scheduler's client multiplexes its calls on one HTTP/2 connection")
@@ -85,9 +85,9 @@ func main() {
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
 	switch *mode {
-	case "extender", "native", "plugin", "plugin-floor", "native-prioritize", "tax", "plugin-tax":
+	case "extender", "native", "plugin", "plugin-floor", "plugin-null", "native-prioritize", "tax", "plugin-tax":
 	default:
-		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, plugin, plugin-floor, native-prioritize, tax or plugin-tax, got %q\n", *mode)
+		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, plugin, plugin-floor, plugin-null, native-prioritize, tax or plugin-tax, got %q\n", *mode)
 		os.Exit(2)
 	}
 	if err := checkFloor(*extenderFloor, *mode, *pprofDir, *extenderHTTPS); err != nil {
@@ -291,10 +291,10 @@ func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error
 	switch mode {
 	case "native", "native-prioritize":
 		file = stack.DeployFile("native/kube-scheduler-config.yaml")
-	case "plugin", "plugin-tax", "plugin-floor":
+	case "plugin", "plugin-tax", "plugin-floor", "plugin-null":
 		file = stack.DeployFile("plugin/kube-scheduler-config.yaml")
 	}
-	if qps == 0 && mode != "native-prioritize" && mode != "plugin-floor" && !noBind {
+	if qps == 0 && mode != "native-prioritize" && !nullPlugin(mode) && !noBind {
 		return file, nil, nil
 	}
 	b, err := os.ReadFile(file)
@@ -321,7 +321,7 @@ func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error
 		}
 		delete(ext, "bindVerb")
 	}
-	if mode == "plugin-floor" {
+	if nullPlugin(mode) {
 		if err := addNullProfile(m); err != nil {
 			return "", nil, fmt.Errorf("%s: %w", file, err)
 		}
@@ -354,6 +354,9 @@ func qpsLabel(qps int) string {
 	}
 	return fmt.Sprintf("%d, burst %d", qps, 2*qps)
 }
+
+// nullPlugin says whether mode runs the scheduler built with the null plugin.
+func nullPlugin(mode string) bool { return mode == "plugin-floor" || mode == "plugin-null" }
 
 // nullProfile is plugin-floor's profile: exactProfile with the null plugin
 // of cmd/capscale-scheduler/nullplugin added.

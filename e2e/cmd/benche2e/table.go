@@ -115,7 +115,7 @@ func throughputRows(rep rigReport, a, b string) []row {
 		rateGoal = "≥ 0.95 (issue 11)"
 	case rep.Scenario == "plugin":
 		rateGoal, cpuGoal = "≥ 0.98 (issue 26)", "within 5% (issue 26)"
-	case rep.Scenario == "plugin-floor":
+	case rep.Scenario == "plugin-floor" || rep.Scenario == "plugin-null":
 		rateGoal, cpuGoal = "— (the floor under issue 26's goal)", "— (the floor under issue 26's goal)"
 	case rep.Scenario == "tax":
 		rateGoal, cpuGoal = "within 5% of the default", "within 5% of the default"
@@ -133,7 +133,7 @@ func throughputRows(rep rigReport, a, b string) []row {
 	figure := fmt.Sprintf("all processes %.2f / %.2f (median paired ratio %s); kube-scheduler %s / %s",
 		sa.CPUMsPerPodTotal, sb.CPUMsPerPodTotal, rep.PairedCPUCI95,
 		ms2(sa.CPUMsPerPodCI95["kube-scheduler"]), ms2(sb.CPUMsPerPodCI95["kube-scheduler"]))
-	if rep.Scenario == "plugin" || rep.Scenario == "plugin-tax" || rep.Scenario == "plugin-floor" {
+	if rep.Scenario == "plugin" || rep.Scenario == "plugin-tax" || nullPlugin(rep.Scenario) {
 		// No extender runs; the plugin's cost is in kube-scheduler's CPU.
 		figure += fmt.Sprintf(" (median paired ratio %s)", rep.PairedSchedCPUCI95)
 	} else {

@@ -81,6 +81,9 @@ func throughputSides(mode, planeConfig, binDir string, clientQPS int) [2]side {
 	case "plugin-floor":
 		// One binary, one resource: the null plugin is the only difference.
 		return [2]side{{Name: "null-plugin", Resource: nativeResource, Scheduler: nullProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
+	case "plugin-null":
+		// One more plugin on each side: UnderlayIP's work against none.
+		return [2]side{{Name: "plugin", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "null-plugin", Resource: nativeResource, Scheduler: nullProfile}}
 	case "tax", "plugin-tax":
 		// The same client limits on both sides: only the scheduling
 		// configuration differs.
@@ -197,9 +200,9 @@ func throughput(o rigOptions) error {
 		defer os.Remove(schedCfg)
 	}
 	native := o.Mode == "native" || o.Mode == "native-prioritize"
-	plugin := o.Mode == "plugin" || o.Mode == "plugin-tax" || o.Mode == "plugin-floor"
+	plugin := o.Mode == "plugin" || o.Mode == "plugin-tax" || nullPlugin(o.Mode)
 	var schedBin string
-	if o.Mode == "plugin-floor" {
+	if nullPlugin(o.Mode) {
 		schedBin = filepath.Join(o.BinDir, "capscale-scheduler-null")
 		if _, err := os.Stat(schedBin); err != nil {
 			return fmt.Errorf("the null plugin's scheduler is missing (make bench-e2e builds it): %w", err)
