@@ -31,13 +31,16 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -84,10 +87,8 @@ func main() {
 	kedaSides := flag.String("keda-sides", "apiservice,keda", "keda: the sides to run (the APIService side always first)")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
-	switch *mode {
-	case "extender", "native", "plugin", "plugin-floor", "plugin-null", "native-prioritize", "tax", "plugin-tax":
-	default:
-		fmt.Fprintf(os.Stderr, "benche2e: --mode must be extender, native, plugin, plugin-floor, plugin-null, native-prioritize, tax or plugin-tax, got %q\n", *mode)
+	if !slices.Contains(throughputModes, *mode) {
+		fmt.Fprintf(os.Stderr, "benche2e: --mode must be one of %s, got %q\n", strings.Join(throughputModes, ", "), *mode)
 		os.Exit(2)
 	}
 	if err := checkFloor(*extenderFloor, *mode, *pprofDir, *extenderHTTPS); err != nil {
@@ -288,10 +289,10 @@ func checkFloor(floor, mode, pprofDir string, https bool) error {
 // binds the resource itself.
 func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error) {
 	file := stack.DeployFile("scheduler/kube-scheduler-config.yaml")
-	switch mode {
-	case "native", "native-prioritize":
+	switch {
+	case mode == "native" || mode == "native-prioritize":
 		file = stack.DeployFile("native/kube-scheduler-config.yaml")
-	case "plugin", "plugin-tax", "plugin-floor", "plugin-null":
+	case pluginMode(mode):
 		file = stack.DeployFile("plugin/kube-scheduler-config.yaml")
 	}
 	if qps == 0 && mode != "native-prioritize" && !nullPlugin(mode) && !noBind {
@@ -355,6 +356,14 @@ func qpsLabel(qps int) string {
 	return fmt.Sprintf("%d, burst %d", qps, 2*qps)
 }
 
+// throughputModes are the values --mode takes.
+var throughputModes = []string{"extender", "native", "plugin", "plugin-floor", "plugin-null", "native-prioritize", "tax", "plugin-tax"}
+
+// pluginMode says whether mode runs plugin mode's scheduler (no extender).
+func pluginMode(mode string) bool {
+	return mode == "plugin" || mode == "plugin-tax" || nullPlugin(mode)
+}
+
 // nullPlugin says whether mode runs the scheduler built with the null plugin.
 func nullPlugin(mode string) bool { return mode == "plugin-floor" || mode == "plugin-null" }
 
@@ -371,14 +380,7 @@ func addNullProfile(m map[string]any) error {
 		if prof["schedulerName"] != exactProfile {
 			continue
 		}
-		b, err := yaml.Marshal(prof)
-		if err != nil {
-			return err
-		}
-		var null map[string]any
-		if err := yaml.Unmarshal(b, &null); err != nil {
-			return err
-		}
+		null := runtime.DeepCopyJSON(prof)
 		null["schedulerName"] = nullProfile
 		plugins, _ := null["plugins"].(map[string]any)
 		mp, _ := plugins["multiPoint"].(map[string]any)

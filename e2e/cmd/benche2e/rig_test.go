@@ -305,7 +305,7 @@ func TestSchedulerConfigNoBind(t *testing.T) {
 // plugin-tax mode's differ in their binary (a mode missing from the switch
 // once ran with no sides at all).
 func TestThroughputSides(t *testing.T) {
-	for _, mode := range []string{"extender", "native", "plugin", "plugin-floor", "plugin-null", "native-prioritize", "tax", "plugin-tax"} {
+	for _, mode := range throughputModes {
 		sides := throughputSides(mode, "plane.yaml", "/bin", 2000)
 		if sides[0].Name == "" || sides[1].Name == "" || sides[0].Name == sides[1].Name {
 			t.Errorf("%s: sides %q and %q, want two distinct names", mode, sides[0].Name, sides[1].Name)

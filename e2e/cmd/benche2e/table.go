@@ -133,7 +133,7 @@ func throughputRows(rep rigReport, a, b string) []row {
 	figure := fmt.Sprintf("all processes %.2f / %.2f (median paired ratio %s); kube-scheduler %s / %s",
 		sa.CPUMsPerPodTotal, sb.CPUMsPerPodTotal, rep.PairedCPUCI95,
 		ms2(sa.CPUMsPerPodCI95["kube-scheduler"]), ms2(sb.CPUMsPerPodCI95["kube-scheduler"]))
-	if rep.Scenario == "plugin" || rep.Scenario == "plugin-tax" || nullPlugin(rep.Scenario) {
+	if pluginMode(rep.Scenario) {
 		// No extender runs; the plugin's cost is in kube-scheduler's CPU.
 		figure += fmt.Sprintf(" (median paired ratio %s)", rep.PairedSchedCPUCI95)
 	} else {

@@ -200,7 +200,7 @@ func throughput(o rigOptions) error {
 		defer os.Remove(schedCfg)
 	}
 	native := o.Mode == "native" || o.Mode == "native-prioritize"
-	plugin := o.Mode == "plugin" || o.Mode == "plugin-tax" || nullPlugin(o.Mode)
+	plugin := pluginMode(o.Mode)
 	var schedBin string
 	if nullPlugin(o.Mode) {
 		schedBin = filepath.Join(o.BinDir, "capscale-scheduler-null")
