@@ -133,7 +133,7 @@ func setCapacity(ctx context.Context, t *testing.T, s *stack.Stack, node, v stri
 	}
 }
 
-// pendingPod is the name of a pod of ns not bound ("" if none).
+// pendingPod is the name of a pod of ns not bound; the test fails if none is.
 func pendingPod(ctx context.Context, t *testing.T, s *stack.Stack, ns string) string {
 	t.Helper()
 	pods, err := s.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -145,5 +145,6 @@ func pendingPod(ctx context.Context, t *testing.T, s *stack.Stack, ns string) st
 			return p.Name
 		}
 	}
+	t.Fatalf("no pod of %s is pending", ns)
 	return ""
 }
