@@ -114,7 +114,7 @@ bench: build control-plane ## Handler and provider benchmarks, external-metrics 
 .PHONY: bench-e2e
 bench-e2e: build control-plane ## On real local planes: scheduling throughput with vs without the extender, reaction time, memory at 5000 nodes (prints figures and rows for BENCHMARKS.md's table).
 	$(GO) build -o $(BIN)/nullextender ./e2e/cmd/nullextender
-	cd $(SCHED_MOD) && $(GO) build -trimpath -o $(abspath $(BIN))/capscale-scheduler-null ./nullplugin
+	cd $(SCHED_MOD) && $(GO) build -trimpath -ldflags '$(LDFLAGS) $(K8S_STAMP)' -o $(abspath $(BIN))/capscale-scheduler-null ./nullplugin
 	$(GO) run ./e2e/cmd/benche2e --bin-dir $(BIN) $(BENCH_E2E_FLAGS)
 
 # KEDA at scale (issue 27): N ScaledObjects on capscale's external scaler
