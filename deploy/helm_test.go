@@ -40,32 +40,13 @@ var helmAddedLabels = []string{
 // by field, except for the labels Helm adds.
 func TestHelmRendersKustomize(t *testing.T) {
 	want := kustomize(t, "deploy")
-	// CRDs ship in the chart's crds/ directory, which helm template leaves
-	// out; apis/capscale/v1alpha1's unit test keeps it equal to deploy/crd.
-	for k, o := range want {
-		if o.raw["kind"] == "CustomResourceDefinition" {
-			delete(want, k)
-		}
-	}
+	want.dropCRDs()
 	got, err := helmTemplate(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range want.keys() {
-		if _, ok := got[k]; !ok {
-			t.Errorf("the chart does not render %s", k)
-		}
-	}
-	for _, k := range got.keys() {
-		if _, ok := want[k]; !ok {
-			t.Errorf("the chart renders %s, which deploy/ does not have", k)
-		}
-	}
-	for _, k := range want.keys() {
-		g, ok := got[k]
-		if !ok {
-			continue
-		}
+	for _, k := range commonKeys(t, want, got, "deploy/") {
+		g := got[k]
 		t.Run(k, func(t *testing.T) {
 			w := want[k].raw
 			gl := labelsOf(g.raw)

@@ -154,11 +154,7 @@ func extenderModeScheduler(t *testing.T) rendered {
 // labels Helm adds.
 func TestHelmPluginMode(t *testing.T) {
 	want := kustomize(t, "deploy")
-	for k, o := range want {
-		if o.raw["kind"] == "CustomResourceDefinition" {
-			delete(want, k)
-		}
-	}
+	want.dropCRDs()
 	for k := range extenderModeScheduler(t) {
 		delete(want, k)
 	}
@@ -169,21 +165,8 @@ func TestHelmPluginMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range want.keys() {
-		if _, ok := got[k]; !ok {
-			t.Errorf("the chart does not render %s", k)
-		}
-	}
-	for _, k := range got.keys() {
-		if _, ok := want[k]; !ok {
-			t.Errorf("the chart renders %s, which plugin mode does not have", k)
-		}
-	}
-	for _, k := range want.keys() {
-		g, ok := got[k]
-		if !ok {
-			continue
-		}
+	for _, k := range commonKeys(t, want, got, "plugin mode") {
+		g := got[k]
 		w := want[k].raw
 		// The same JSON round trip on both sides (kustomize renders flow
 		// style and comments differently from a plain file).

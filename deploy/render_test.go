@@ -126,6 +126,38 @@ func (r rendered) keys() []string {
 	return keys
 }
 
+// dropCRDs removes the CustomResourceDefinitions: the chart ships them in
+// its crds/ directory, which helm template leaves out (apis/capscale/v1alpha1's
+// unit test keeps that directory equal to deploy/crd).
+func (r rendered) dropCRDs() {
+	for k, o := range r {
+		if o.raw["kind"] == "CustomResourceDefinition" {
+			delete(r, k)
+		}
+	}
+}
+
+// commonKeys reports each object the chart does not render and each it
+// renders that want (what source describes) lacks, and returns the keys of
+// the objects both have, sorted.
+func commonKeys(t *testing.T, want, got rendered, source string) []string {
+	t.Helper()
+	var both []string
+	for _, k := range want.keys() {
+		if _, ok := got[k]; ok {
+			both = append(both, k)
+		} else {
+			t.Errorf("the chart does not render %s", k)
+		}
+	}
+	for _, k := range got.keys() {
+		if _, ok := want[k]; !ok {
+			t.Errorf("the chart renders %s, which %s does not have", k, source)
+		}
+	}
+	return both
+}
+
 // get returns the typed object of key, failing the test when it is absent.
 func get[T runtime.Object](t *testing.T, r rendered, key string) T {
 	t.Helper()
