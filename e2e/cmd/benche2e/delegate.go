@@ -17,9 +17,9 @@ import (
 // delegation mode (capscale authorizes, forwards, the delegate authorizes
 // capscale and answers) and to the test-adapter directly, alternating
 // request by request in one run, one request in flight.
-func delegateOverhead(samples int, binDir string) error {
+func delegateOverhead(ctx context.Context, samples int, binDir string) error {
 	run := thisRun(time.Now(), loadAverage())
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
 	taBin := stack.TestAdapterBin(binDir)
 	if _, err := os.Stat(taBin); err != nil {

@@ -43,11 +43,11 @@ func checkKEDABins(binDir string, sides []string) error {
 	return nil
 }
 
-func kedaBench(o kedaOptions) error {
+func kedaBench(ctx context.Context, o kedaOptions) error {
 	run := thisRun(time.Now(), loadAverage())
 	// Generous: at most 15 minutes to steady and 10 a round per side.
 	limit := 20*time.Minute + time.Duration(len(o.Sides))*(15*time.Minute+o.Steady+time.Duration(o.Rounds)*10*time.Minute)
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	r, err := startKEDARig(ctx, o)
 	if err != nil {

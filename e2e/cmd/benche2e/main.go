@@ -31,10 +31,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -122,33 +124,41 @@ func main() {
 		}
 	}
 	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir, NodeLease: *nodeLease, ExtenderHTTPS: *extenderHTTPS, ExtenderFloor: *extenderFloor}
+	// Ctrl-C or SIGTERM cancels the run: the plane stops and its directory
+	// is removed on the way out; a second one kills at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() { <-ctx.Done(); stop() }()
 	var err error
 	switch *scenario {
 	case "throughput":
-		err = throughput(rig)
+		err = throughput(ctx, rig)
 	case "reaction":
-		err = reaction(*changes, *binDir)
+		err = reaction(ctx, *changes, *binDir)
 	case "memory":
-		err = memory(*memNodes, *memPods, *binDir, *baselineAdapter)
+		err = memory(ctx, *memNodes, *memPods, *binDir, *baselineAdapter)
 	case "metrics":
-		err = metricsLoad(*series, *clients, *rate, *phase, *binDir)
+		err = metricsLoad(ctx, *series, *clients, *rate, *phase, *binDir)
 	case "delegate":
-		err = delegateOverhead(*samples, *binDir)
+		err = delegateOverhead(ctx, *samples, *binDir)
 	case "gobench":
 		err = goBench(*gobenchCommand)
 	case "keda":
-		err = kedaBench(keda)
+		err = kedaBench(ctx, keda)
 	case "soak":
-		err = soakRun(*soakModes, *nodes, *soakDuration, *soakRate, *soakOut, *binDir, *nodeLease)
+		err = soakRun(ctx, *soakModes, *nodes, *soakDuration, *soakRate, *soakOut, *binDir, *nodeLease)
 	case "all":
-		if err = throughput(rig); err == nil {
-			err = reaction(*changes, *binDir)
+		if err = throughput(ctx, rig); err == nil {
+			err = reaction(ctx, *changes, *binDir)
 		}
 		if err == nil {
-			err = memory(*memNodes, *memPods, *binDir, *baselineAdapter)
+			err = memory(ctx, *memNodes, *memPods, *binDir, *baselineAdapter)
 		}
 	default:
 		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate, keda, soak, gobench or all, got %q", *scenario)
+	}
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("interrupted; the plane has been stopped and removed (%w)", err)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benche2e:", err)

@@ -27,12 +27,12 @@ import (
 // initial list of every pod is the peak). With baselineAdapter, that binary
 // runs beside the adapter against the same plane and is reported too
 // (issue 18: before and after, same run).
-func memory(nodes, pods int, binDir, baselineAdapter string) error {
+func memory(ctx context.Context, nodes, pods int, binDir, baselineAdapter string) error {
 	if pods > nodes*10 {
 		return fmt.Errorf("at most 10 pods per node: %d pods need %d nodes", pods, (pods+9)/10)
 	}
 	run := thisRun(time.Now(), loadAverage())
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Minute)
 	defer cancel()
 	start := time.Now()
 	s, err := stack.Start(ctx, stack.Options{

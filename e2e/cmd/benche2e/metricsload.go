@@ -32,9 +32,9 @@ import (
 // aggregator, against capscale's adapter and, alternating in the same run,
 // the floor of the same framework: custom-metrics-apiserver's test-adapter
 // serving static values (issue 7, item 3).
-func metricsLoad(series, clients, rate int, phase time.Duration, binDir string) error {
+func metricsLoad(ctx context.Context, series, clients, rate int, phase time.Duration, binDir string) error {
 	run := thisRun(time.Now(), loadAverage())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
 	floorBin := filepath.Join(binDir, "test-adapter")
 	if _, err := os.Stat(floorBin); err != nil {

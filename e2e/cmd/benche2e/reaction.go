@@ -51,9 +51,9 @@ stepPolicies:
 // reaction measures, over changes load-index flips, the time from the flip at
 // the source to the Deployment's spec.replicas changing, with the HPA
 // controller's default 15s sync (issue 7, item 4).
-func reaction(changes int, binDir string) error {
+func reaction(ctx context.Context, changes int, binDir string) error {
 	run := thisRun(time.Now(), loadAverage())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
 	src := &loadsource.Source{}
 	src.Set(0.65)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"math"
 	"os"
 	"reflect"
@@ -9,8 +10,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/capscale/capscale/e2e/plane"
 )
 
 func TestSummarize(t *testing.T) {
@@ -320,6 +325,60 @@ func TestThroughputSides(t *testing.T) {
 	}
 	if !strings.Contains(s[1].Config, "qps: 2000") {
 		t.Errorf("the default side does not get the same client QPS:\n%s", s[1].Config)
+	}
+}
+
+// TestFits: the warm-up and every round must find room, and two sides that
+// request one resource share its capacity (plugin-floor at 500 nodes once
+// waited ten minutes for a batch that could never bind).
+func TestFits(t *testing.T) {
+	for _, tc := range []struct {
+		mode                 string
+		rounds, batch, nodes int
+		ok                   bool
+	}{
+		{"plugin", 8, 500, 500, true},        // 4500 of each resource
+		{"plugin", 9, 500, 500, true},        // 5000 of each
+		{"plugin", 10, 500, 500, false},      // 5500 of each
+		{"plugin-null", 8, 500, 500, true},   // one resource a side
+		{"plugin-floor", 8, 500, 500, false}, // 9000 of one resource
+		{"plugin-floor", 8, 250, 500, true},  // 4500 of it
+		{"plugin-floor", 8, 500, 5000, true},
+		{"tax", 100, 500, 500, true}, // requests nothing extended
+	} {
+		err := fits(throughputSides(tc.mode, "", "/bin", 0), tc.rounds, tc.batch, tc.nodes)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s, %d rounds of %d on %d nodes: %v, want ok %v", tc.mode, tc.rounds, tc.batch, tc.nodes, err, tc.ok)
+		}
+	}
+}
+
+// TestWhyUnbound: a batch that does not bind is reported with the
+// scheduler's reason on a pod that waits, not with a bare count.
+func TestWhyUnbound(t *testing.T) {
+	pod := func(name, node string, conds ...corev1.PodCondition) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench", Labels: map[string]string{"batch": "native-5"}},
+			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Conditions: conds}}
+	}
+	full := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+		Message: "0/500 nodes are available: 500 Insufficient capscale.io/underlay-ip-native."}
+	for _, tc := range []struct {
+		pods []*corev1.Pod
+		want string
+	}{
+		{[]*corev1.Pod{pod("a", "node-1"), pod("b", "", full)}, "pod b: Unschedulable: 0/500 nodes are available: 500 Insufficient"},
+		{[]*corev1.Pod{pod("b", "")}, "pod b has no PodScheduled condition"},
+		{nil, "no pod of the batch was listed"},
+	} {
+		cs := fake.NewClientset()
+		for _, p := range tc.pods {
+			if _, err := cs.CoreV1().Pods("bench").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := whyUnbound(context.Background(), &plane.Plane{Client: cs}, "bench", "native-5"); !strings.Contains(got, tc.want) {
+			t.Errorf("got %q, want it to contain %q", got, tc.want)
+		}
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // nodes kwok nodes under churn and faults for d, checked every second.
 // It prints each run's summary and the rows for BENCHMARKS.md's table;
 // the CSVs are under out/<mode>-<nodes>/, charted by e2e/tools/soakplot.
-func soakRun(modes string, nodes int, d time.Duration, rate float64, out, binDir string, nodeLease time.Duration) error {
+func soakRun(ctx context.Context, modes string, nodes int, d time.Duration, rate float64, out, binDir string, nodeLease time.Duration) error {
 	run := thisRun(time.Now(), loadAverage())
 	var rows []row
 	for _, mode := range strings.Split(modes, ",") {
@@ -25,7 +25,7 @@ func soakRun(modes string, nodes int, d time.Duration, rate float64, out, binDir
 			return fmt.Errorf("--soak-modes: %q is not extender, native or plugin", mode)
 		}
 		dir := filepath.Join(out, fmt.Sprintf("%s-%d", mode, nodes))
-		ctx, cancel := context.WithTimeout(context.Background(), d+45*time.Minute) // a large cluster fills first
+		ctx, cancel := context.WithTimeout(ctx, d+45*time.Minute) // a large cluster fills first
 		r, err := soak.Run(ctx, soak.Options{Mode: mode, Nodes: nodes, Duration: d, Rate: rate, BinDir: binDir, OutDir: dir,
 			NodeLease: nodeLease, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 		cancel()

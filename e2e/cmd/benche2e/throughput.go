@@ -103,6 +103,24 @@ func throughputSides(mode, planeConfig, binDir string, clientQPS int) [2]side {
 	return [2]side{}
 }
 
+// fits checks that every batch, the warm-up's included, finds room: each
+// node offers 10 of each resource, and sides that request the same resource
+// share it (plugin-floor's two sides both request nativeResource).
+func fits(sides [2]side, rounds, batch, nodes int) error {
+	pods := map[corev1.ResourceName]int{}
+	for _, sd := range sides {
+		if sd.Resource != "" {
+			pods[sd.Resource] += (rounds + 1) * batch
+		}
+	}
+	for _, sd := range sides {
+		if n := pods[sd.Resource]; n > nodes*10 {
+			return fmt.Errorf("(rounds+1)*batch over the sides that request %s = %d pods do not fit %d nodes of 10: lower --rounds or --batch", sd.Resource, n, nodes)
+		}
+	}
+	return nil
+}
+
 // batchResult is one measured batch.
 type batchResult struct {
 	Side       string
@@ -173,14 +191,14 @@ profiles:
 - schedulerName: default-scheduler
 `
 
-func throughput(o rigOptions) error {
+func throughput(ctx context.Context, o rigOptions) error {
 	if o.Rounds < 1 || o.Batch < 1 {
 		return fmt.Errorf("--rounds and --batch must be at least 1")
 	}
-	if !tax(o.Mode) && (o.Rounds+1)*o.Batch > o.Nodes*10 {
-		return fmt.Errorf("(rounds+1)*batch = %d pods a side do not fit %d nodes of 10", (o.Rounds+1)*o.Batch, o.Nodes)
+	if err := fits(throughputSides(o.Mode, "", o.BinDir, o.ClientQPS), o.Rounds, o.Batch, o.Nodes); err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Hour)
 	defer cancel()
 	started := time.Now()
 	load := loadAverage()
@@ -415,7 +433,7 @@ func (r *rig) measure(ctx context.Context, sd side, round int) (batchResult, err
 	}
 	last, err := r.w.waitBound(ctx, prefix, r.batch, 10*time.Minute)
 	if err != nil {
-		return batchResult{}, err
+		return batchResult{}, fmt.Errorf("%w; %s", err, whyUnbound(ctx, r.s.Plane, r.ns, prefix))
 	}
 	if err := r.w.waitReady(ctx, prefix, r.batch, 10*time.Minute); err != nil {
 		return batchResult{}, err
@@ -535,6 +553,35 @@ func createBatch(ctx context.Context, cs kubernetes.Interface, ns, prefix string
 		return fmt.Errorf("creating pods: %w", err)
 	}
 	return nil
+}
+
+// whyUnbound says why a batch did not bind: the scheduler's own reason on
+// one of its pods that waits, or the components that have exited.
+func whyUnbound(ctx context.Context, p *plane.Plane, ns, batch string) string {
+	var exited []string
+	for _, proc := range p.Processes() {
+		if done, err := proc.Exited(); done {
+			exited = append(exited, fmt.Sprintf("%s exited (%v)", proc.Name, err))
+		}
+	}
+	reason := "no pod of the batch was listed"
+	pods, err := p.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "batch=" + batch})
+	if err != nil {
+		return strings.Join(append(exited, fmt.Sprintf("listing its pods: %v", err)), "; ")
+	}
+	for _, pod := range pods.Items {
+		if pod.Spec.NodeName != "" {
+			continue
+		}
+		reason = fmt.Sprintf("pod %s has no PodScheduled condition: the scheduler has not tried it", pod.Name)
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled {
+				reason = fmt.Sprintf("pod %s: %s: %s", pod.Name, c.Reason, c.Message)
+			}
+		}
+		break
+	}
+	return strings.Join(append(exited, reason), "; ")
 }
 
 // waitNodesUsable returns once all n nodes are Ready and untainted and, in
