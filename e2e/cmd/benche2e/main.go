@@ -158,7 +158,7 @@ func main() {
 		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate, keda, soak, gobench or all, got %q", *scenario)
 	}
 	if err != nil && ctx.Err() != nil {
-		err = fmt.Errorf("interrupted; the plane has been stopped and removed (%w)", err)
+		err = fmt.Errorf("interrupted; every plane it started has been stopped and removed (%w)", err)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benche2e:", err)
