@@ -13,8 +13,9 @@ import (
 )
 
 // EventsToRegister lists the events that may make a pod this plugin rejected
-// fit, each with a hint that says whether it does: an assigned pod that held
-// IPs went away (deleted or finished), a node was added, or a node's
+// fit, each with a hint that says whether it does: an assigned or nominated
+// pod that held IPs went away (deleted, finished, or its nomination cleared
+// or moved), a node was added, or a node's
 // annotations or labels changed (where its capacity lives). kube-scheduler
 // then moves the waiting pod out of its unschedulable pool at once, with no
 // write to the API and no periodic flush (5 minutes by default) needed.
@@ -34,7 +35,7 @@ func (pl *Plugin) afterPodDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ any
 	if !podFreesIPs(gone) {
 		return fwk.QueueSkip, nil
 	}
-	logger.V(5).Info("A pod holding underlay IPs went away", "pod", klog.KObj(pod), "gone", klog.KObj(gone), "node", gone.Spec.NodeName)
+	logger.V(5).Info("A pod holding underlay IPs went away", "pod", klog.KObj(pod), "gone", klog.KObj(gone), "node", gone.Spec.NodeName, "nominatedNode", gone.Status.NominatedNodeName)
 	return fwk.Queue, nil
 }
 

@@ -64,6 +64,8 @@ func TestQueueingHints(t *testing.T) {
 			oldObj: cache.DeletedFinalStateUnknown{Key: "default/holder", Obj: ipPod("holder", "n1", 1)}, want: fwk.Queue},
 		{name: "pod without IPs deleted", event: podDeleted, oldObj: ipPod("plain", "n1", 0), want: fwk.QueueSkip},
 		{name: "unbound pod deleted", event: podDeleted, oldObj: ipPod("pending", "", 1), want: fwk.QueueSkip},
+		{name: "nominated pod deleted, or its nomination cleared or moved", event: podDeleted, oldObj: nominated(ipPod("nominee", "", 1), "n1"), want: fwk.Queue},
+		{name: "nominated pod without IPs deleted", event: podDeleted, oldObj: nominated(ipPod("nominee", "", 0), "n1"), want: fwk.QueueSkip},
 		{name: "not a pod: error, so the queue requeues", event: podDeleted, oldObj: capNode("n1", nil, nil), want: fwk.Queue, wantErr: true},
 
 		{name: "node added with the default capacity", event: nodeAdded, newObj: capNode("n2", nil, nil), want: fwk.Queue},
@@ -103,4 +105,10 @@ func TestQueueingHints(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nominated is pod with status.nominatedNodeName set to node.
+func nominated(pod *v1.Pod, node string) *v1.Pod {
+	pod.Status.NominatedNodeName = node
+	return pod
 }

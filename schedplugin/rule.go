@@ -92,11 +92,16 @@ func normalize(scores fwk.NodeScoreList) {
 // Each is a plain function of the pod's need and the objects of the event;
 // none reads the scheduler's snapshot (the framework forbids it in hints).
 
-// podFreesIPs: an assigned pod went away (deleted, or finished: the
-// scheduler's pod informer drops Succeeded and Failed pods, which it sees
-// as a delete). Only a pod that held IPs frees any.
+// podFreesIPs: a pod that held IPs on a node went away. kube-scheduler
+// sends this event for an assigned pod deleted or finished (its pod informer
+// drops Succeeded and Failed pods, which it sees as a delete), and also for
+// an unbound pod nominated to a node (status.nominatedNodeName) that is
+// deleted or whose nomination is cleared or moved: Filter counted the
+// nominee's IPs on that node for every pod of lower or equal priority, so
+// its exit frees them too (NodeResourcesFit's hint answers the same way).
+// Only a pod that needs IPs frees any.
 func podFreesIPs(gone *v1.Pod) bool {
-	return gone != nil && gone.Spec.NodeName != "" && underlay.PodNeed(gone) > 0
+	return gone != nil && (gone.Spec.NodeName != "" || gone.Status.NominatedNodeName != "") && underlay.PodNeed(gone) > 0
 }
 
 // nodeAddedFits: a new node can take the pod if its whole capacity can.
