@@ -18,7 +18,9 @@
 //     NormalizeScore gives the nodes with the most free IPs the top score.
 //   - EventsToRegister's queueing hints requeue a waiting pod when a pod
 //     holding IPs goes, a node is added, or a node's capacity grows.
-//   - SignPod keeps kube-scheduler's opportunistic batching on.
+//   - SignPod keeps kube-scheduler's opportunistic batching on for pods
+//     that need no IP, and off for underlay pods, whose batch hints would
+//     not rank by free IPs.
 //
 // The decisions are plain functions (rule.go); plugin.go and hints.go read
 // the framework's objects and call them. docs/scheduling.md "Plugin mode".

@@ -15,10 +15,6 @@ import (
 // Name is the plugin's name in a KubeSchedulerConfiguration.
 const Name = "UnderlayIP"
 
-// SignerName is the key of the plugin's fragment of a pod's scheduling
-// signature (see SignPod).
-const SignerName = "capscale.io/underlay-ip: v1.Pod.Spec.ContainerRequestsAndOverheads()"
-
 // stateKey is where PreFilter leaves the pod's need in the CycleState.
 const stateKey fwk.StateKey = "PreFilter" + Name
 
@@ -132,13 +128,29 @@ func (pl *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod,
 	return nil
 }
 
-// SignPod makes the plugin batchable (KEP-5598, opportunistic batching,
-// on by default in v1.37): a profile with a Filter or Score plugin that is
-// not a SignPlugin loses batching for every pod. Two pods with the same need
-// get the same Filter and Score from this plugin on the same nodes, so the
-// need is the whole fragment.
+// SignPod keeps opportunistic batching (KEP-5598, on by default in v1.37)
+// for pods that need no underlay IP and refuses it for those that do.
+//
+// A profile with a Filter or Score plugin that is not a SignPlugin loses
+// batching for every pod, so the plugin must sign; the plugin plays no part
+// for a pod that needs no IP, so such a pod signs with no fragment.
+//
+// An underlay pod is unsignable because a batch hint would rank it wrongly.
+// When the node chosen for the previous pod of a batch no longer fits the
+// next one, kube-scheduler pops the next node of the previous cycle's sorted
+// list without scoring again, and NormalizeScore gave every node but the
+// ones with the most free IPs the same MinScore: the order among them is
+// the other plugins', not the free count. A normalisation that kept that
+// order would have to give each count its own step larger than the other
+// plugins' weighted sum (1300 points in the default profile), which 0-100
+// cannot hold for more than a handful of counts. Exact "most free IPs
+// first" is the plugin's promise; batching gave underlay pods no hint on
+// kube-scheduler's default profiles anyway (docs/scheduling.md).
 func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	return []fwk.SignFragment{{Key: SignerName, Value: underlay.PodNeed(pod)}}, nil
+	if underlay.PodNeed(pod) > 0 {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods that need underlay IPs are not signable: a batch hint would rank nodes by the other plugins' scores, not by free IPs")
+	}
+	return nil, nil
 }
 
 // capacity is the capacity of node under the one rule.

@@ -313,21 +313,24 @@ func TestPreemptionWhatIf(t *testing.T) {
 }
 
 // TestSignaturesKeepBatching: with the plugin in a profile, kube-scheduler
-// still signs pods (a Filter or Score plugin that is not a SignPlugin
-// turns opportunistic batching off for the whole profile), and pods of
-// different needs never share a signature.
+// still signs pods that need no underlay IP (a Filter or Score plugin that
+// is not a SignPlugin turns opportunistic batching off for the whole
+// profile), and signs none that needs one: a batch hint would rank the
+// nodes by the other plugins' scores (schedplugin's SignPod).
 func TestSignaturesKeepBatching(t *testing.T) {
 	fh := newFramework(t)
 	ctx := context.Background()
-	one, other, two := fh.SignPod(ctx, ipPod("a", "", 1, 0)), fh.SignPod(ctx, ipPod("b", "", 1, 0)), fh.SignPod(ctx, ipPod("c", "", 2, 0))
-	if one == nil {
-		t.Fatal("no signature: the profile lost opportunistic batching")
+	plain, other := fh.SignPod(ctx, ipPod("a", "", 0, 0)), fh.SignPod(ctx, ipPod("b", "", 0, 0))
+	if plain == nil {
+		t.Fatal("no signature for a pod without underlay IPs: the profile lost opportunistic batching")
 	}
-	if string(one) != string(other) {
-		t.Errorf("same need, different signatures: %s, %s", one, other)
+	if string(plain) != string(other) {
+		t.Errorf("two plain pods, different signatures: %s, %s", plain, other)
 	}
-	if string(one) == string(two) {
-		t.Errorf("needs 1 and 2 share the signature %s", one)
+	for _, need := range []int64{1, 2} {
+		if sig := fh.SignPod(ctx, ipPod("c", "", need, 0)); sig != nil {
+			t.Errorf("a pod needing %d IPs is signed (%s): batching could hand it a node with fewer free IPs than another", need, sig)
+		}
 	}
 }
 
