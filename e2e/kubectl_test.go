@@ -124,8 +124,42 @@ func TestKubectlIPs(t *testing.T) {
 					t.Errorf("%s: %s published %v, capacity %d", mode, n.Name, n.Published, n.Capacity)
 				}
 			}
+			selectedIPs(ctx, t, run, rep)
 			t.Logf("kubectl capscale ips (%s mode):\n%s", mode, run(ctx, "ips", "table"))
 		})
+	}
+}
+
+// selectedIPs: `ips -l` shows the selected nodes as the whole report shows
+// them, and only the pods on those nodes count: none of the pods bound to
+// the other nodes turns up as a no-node row or in the totals.
+func selectedIPs(ctx context.Context, t *testing.T, run func(ctx context.Context, verb, format string, args ...string) string, all ipreport.Report) {
+	t.Helper()
+	picked := []string{plane.NodeName(1), plane.NodeName(4)}
+	var rep ipreport.Report
+	if err := json.Unmarshal([]byte(run(ctx, "ips", "json", "-l", "kubernetes.io/hostname in ("+strings.Join(picked, ",")+")")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := ipreport.Totals{Nodes: len(picked), Waiting: all.Totals.Waiting}
+	var got []string
+	for _, n := range rep.Nodes {
+		got = append(got, n.Name+"/"+n.Source)
+	}
+	for _, name := range picked {
+		for _, n := range all.Nodes {
+			if n.Name == name {
+				want.Capacity, want.Used, want.Free = want.Capacity+n.Capacity, want.Used+n.Used, want.Free+n.Free
+				if n.Free == 0 {
+					want.Full++
+				}
+			}
+		}
+	}
+	if len(rep.Nodes) != len(picked) || rep.Nodes[0].Name != picked[0] || rep.Nodes[1].Name != picked[1] {
+		t.Errorf("ips -l %v shows %v", picked, got)
+	}
+	if rep.Totals != want {
+		t.Errorf("ips -l %v: totals %+v, want %+v", picked, rep.Totals, want)
 	}
 }
 

@@ -48,7 +48,11 @@ It needs list on nodes and pods (ClusterRole capscale-kubectl:ips).`,
 			if err != nil {
 				return explain(err, "ips", false)
 			}
-			rep, err := o.filter.Apply(ipreport.Build(nodes, pods, o.defaultCapacity))
+			scope := ipreport.AllNodes
+			if o.selector != "" {
+				scope = ipreport.SelectedNodes
+			}
+			rep, err := o.filter.Apply(ipreport.Build(nodes, pods, o.defaultCapacity, scope))
 			if err != nil {
 				return err
 			}

@@ -75,9 +75,24 @@ type Report struct {
 	Waiting []Pod `json:"waiting"`
 }
 
-// Build computes the report over nodes and pods. Pods bound to a node not
-// in nodes appear under a SourceNoNode entry, as the ledger shows them.
-func Build(nodes []*v1.Node, pods []*v1.Pod, def int64) Report {
+// Scope says which Nodes a report is built over.
+type Scope int
+
+const (
+	// AllNodes: every Node of the cluster. Pods bound to a node with no
+	// Node object appear under a SourceNoNode entry, as the ledger shows
+	// them.
+	AllNodes Scope = iota
+	// SelectedNodes: the Nodes a label selector matched. Pods bound to any
+	// other node are left out, SourceNoNode entries too: a node not listed
+	// may exist with other labels, and a node that is gone has no labels
+	// to match.
+	SelectedNodes
+)
+
+// Build computes the report over nodes, which scope says are all or some of
+// the cluster's, and pods.
+func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 	rep := Report{DefaultCapacity: def, Nodes: make([]Node, 0, len(nodes)), Waiting: []Pod{}}
 	index := make(map[string]int, len(nodes))
 	for _, n := range nodes {
@@ -93,6 +108,9 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64) Report {
 	nodeOf := func(name string) *Node {
 		i, ok := index[name]
 		if !ok {
+			if scope == SelectedNodes {
+				return nil
+			}
 			i = len(rep.Nodes)
 			index[name] = i
 			rep.Nodes = append(rep.Nodes, Node{Name: name, Source: SourceNoNode, Holders: []Pod{}})
@@ -108,6 +126,9 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64) Report {
 		switch {
 		case underlay.Holds(p.Spec.NodeName, p.Status.Phase):
 			n := nodeOf(p.Spec.NodeName)
+			if n == nil {
+				continue
+			}
 			n.Used += need
 			n.Holders = append(n.Holders, ref)
 		case p.Spec.NodeName == "" && p.Status.Phase == v1.PodPending:

@@ -62,7 +62,7 @@ func mixed() ([]*v1.Node, []*v1.Pod) {
 
 func TestBuild(t *testing.T) {
 	nodes, pods := mixed()
-	rep := Build(nodes, pods, 10)
+	rep := Build(nodes, pods, 10, AllNodes)
 	type row struct {
 		name           string
 		capacity, used int64
@@ -106,9 +106,31 @@ func TestBuild(t *testing.T) {
 	}
 }
 
+// TestBuildSelectedNodes: over the nodes a label selector matched, pods
+// bound to other nodes, existing or gone, count nowhere: no no-node row,
+// nothing added to the totals (kubectl capscale ips -l).
+func TestBuildSelectedNodes(t *testing.T) {
+	nodes, pods := mixed()
+	rep := Build([]*v1.Node{nodes[1], nodes[5]}, pods, 10, SelectedNodes)
+	var got []string
+	for _, n := range rep.Nodes {
+		got = append(got, n.Name)
+	}
+	if strings.Join(got, ",") != "b-three,f-label" {
+		t.Fatalf("nodes %v, want b-three and f-label only", got)
+	}
+	wantTotals := Totals{Nodes: 2, Capacity: 7, Used: 3, Free: 4, Full: 1, Waiting: 2}
+	if rep.Totals != wantTotals {
+		t.Errorf("totals %+v, want %+v", rep.Totals, wantTotals)
+	}
+	if n := rep.Nodes[0]; len(n.Holders) != 2 || len(n.Waiting) != 1 {
+		t.Errorf("b-three holds %+v and has waiting %+v, want b1, b2 and the nominated pod", n.Holders, n.Waiting)
+	}
+}
+
 func TestFilter(t *testing.T) {
 	nodes, pods := mixed()
-	rep := Build(nodes, pods, 10)
+	rep := Build(nodes, pods, 10, AllNodes)
 	namesOf := func(r Report) string {
 		var out []string
 		for _, n := range r.Nodes {
