@@ -258,6 +258,15 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 	if err != nil {
 		return fmt.Errorf("getting node %s from the informer: %w", name, err)
 	}
+	// An invalid node publishes what is in use there. Record it as invalid
+	// before reading that, so that UsageChanged queues it for any pod event
+	// from now on: one that came between the read and the state would be
+	// lost until the recheck. announce is whether this invalid value is new.
+	prev := p.stateOfNode(name)
+	announce := false
+	if c := underlay.NodeCapacity(node.Annotations, node.Labels, p.def); c.Invalid != "" {
+		announce = p.setState(name, nodeState{stateInvalid, c.Invalid})
+	}
 	d := Decide(node, p.def, p.inUse(name))
 	if d.Foreign != "" {
 		if p.setState(name, nodeState{stateForeign, d.Foreign}) {
@@ -270,6 +279,10 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 		_, err := p.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, Patch(d.Want), metav1.PatchOptions{FieldManager: "capscale-capacity-publisher"}, "status")
 		if err != nil {
 			p.patches.WithLabelValues("error").Inc()
+			if announce {
+				// Announced on the retry that publishes it.
+				p.setState(name, prev)
+			}
 			return fmt.Errorf("patching node %s status: %w", name, err)
 		}
 		p.patches.WithLabelValues("ok").Inc()
@@ -280,7 +293,7 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 		return nil
 	}
 	// Once per invalid value: the IPs in use may move under it.
-	if p.setState(name, nodeState{stateInvalid, d.Invalid}) {
+	if announce {
 		msg := fmt.Sprintf("%s; published %s=%d, the IPs its pods hold: no new pod fits, and running pods still pass the kubelet's admission", d.Invalid, names.UnderlayIPResource, d.Want)
 		klog.ErrorS(nil, "Invalid underlay IP capacity", "node", klog.KObj(node), "published", d.Want, "reason", d.Invalid)
 		recorder.Event(node, v1.EventTypeWarning, "InvalidUnderlayIPCapacity", msg)

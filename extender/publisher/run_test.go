@@ -240,3 +240,35 @@ func TestPublisherInvalidFollowsAHolderAtOnce(t *testing.T) {
 		waitPublished(t, cs, n.Name, want)
 	}
 }
+
+// TestPublisherInvalidFirstSync: a pod event between an invalid node's
+// first sync's read of the IPs in use and the end of that sync is not lost
+// (issue 41, fault 5). The node publishes a capacity of 3 with 3 IPs in use;
+// its annotation then goes bad, and InUse, asked by that sync, lets a holder
+// leave and tells the publisher, as the Tracker does, before answering 3.
+// The published value is already 3, so the sync patches nothing and no echo
+// of a patch syncs the node again; the recheck is an hour: only the event
+// can publish the 2 now in use.
+func TestPublisherInvalidFirstSync(t *testing.T) {
+	n := node(map[string]string{names.UnderlayIPCapacityAnnotation: "3"}, "", "")
+	cs := fake.NewClientset(n)
+	inUse := &atomic.Int64{}
+	inUse.Store(3)
+	var p *Publisher
+	var armed atomic.Bool
+	read := func(node string) int64 {
+		v := inUse.Load()
+		if armed.CompareAndSwap(true, false) {
+			inUse.Store(2) // a holder leaves while this sync is under way
+			p.UsageChanged(node)
+		}
+		return v
+	}
+	p, _ = newTestPublisher(t, cs, Options{DefaultCapacity: 10, InUse: read, RecheckInterval: time.Hour})
+	defer runTerm(p)()
+	waitPublished(t, cs, n.Name, 3)
+	time.Sleep(200 * time.Millisecond) // the echo of that patch synced too
+	armed.Store(true)
+	annotate(t, cs, n.Name, "lots")
+	waitPublished(t, cs, n.Name, 2)
+}

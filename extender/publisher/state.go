@@ -52,7 +52,12 @@ func (p *Publisher) inState(state string) []string {
 
 // stateOf is node's last state.
 func (p *Publisher) stateOf(node string) string {
+	return p.stateOfNode(node).state
+}
+
+// stateOfNode is node's last state and why.
+func (p *Publisher) stateOfNode(node string) nodeState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.state[node].state
+	return p.state[node]
 }
