@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,10 +22,21 @@ type Binder struct {
 	client kubernetes.Interface
 	pods   PodLookup
 	ledger *Ledger
-	// Gate, if set, must return nil before any Binding is made: the
-	// binder lease (extender/binderlease) that keeps a second extender,
-	// whose ledger this one cannot see, from binding at the same time.
-	Gate func() error
+	// Gate, if set, must return no error before any Binding is made, and
+	// the time until which Bindings may be sent: the binder lease
+	// (extender/binderlease) that keeps a second extender, whose ledger
+	// this one cannot see, from binding at the same time. A Binding not
+	// sent by then is not sent at all.
+	Gate func() (time.Time, error)
+	// BindClient, if set, sends the Bindings instead of client: one with no
+	// rate limiter of its own, so that Throttle's wait is the only one.
+	BindClient kubernetes.Interface
+	// Throttle, if set, waits for the client-side rate limit before each
+	// Binding. Its error means the Binding was never sent: a definite
+	// failure, whose reservation is released at once. (A limiter inside
+	// client-go returns the same context error for a wait cut short as for
+	// a request cut short in flight, which may have landed.)
+	Throttle func(context.Context) error
 }
 
 // NewBinder returns a Binder that reads pods with pods (IndexerLookup over
@@ -62,6 +74,7 @@ const (
 	BindAlreadyBound = "already_bound"
 	BindNoRoom       = "no_room"
 	BindNotBinder    = "not_binder"
+	BindNotSent      = "not_sent"
 	BindError        = "error"
 
 	ConflictBoundElsewhere = "bound_elsewhere"
@@ -121,8 +134,19 @@ func (b *Binder) bind(ctx context.Context, logger klog.Logger, req BindRequest) 
 		return BindOutcome{Result: BindError, Conflict: ConflictBoundElsewhere, Err: fmt.Errorf("pod %s/%s is already bound to node %s", req.Namespace, req.Name, pod.NodeName)}
 	}
 	if b.Gate != nil {
-		if err := b.Gate(); err != nil {
+		until, err := b.Gate()
+		if err != nil {
 			return BindOutcome{Result: BindNotBinder, Err: fmt.Errorf("binding pod %s/%s: %w", req.Namespace, req.Name, err)}
+		}
+		// Nothing is sent after the lease could have passed to another
+		// binder ID; what was sent before has the lease's grace to land.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, until)
+		defer cancel()
+	}
+	if b.Throttle != nil {
+		if err := b.Throttle(ctx); err != nil {
+			return BindOutcome{Result: BindNotSent, Err: fmt.Errorf("binding pod %s/%s to node %s: not sent, the client-side rate limit did not admit it in time: %w", req.Namespace, req.Name, req.Node, err)}
 		}
 	}
 
@@ -142,7 +166,11 @@ func (b *Binder) bind(ctx context.Context, logger klog.Logger, req BindRequest) 
 		ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name, UID: uid},
 		Target:     v1.ObjectReference{Kind: "Node", Name: req.Node},
 	}
-	err = b.client.CoreV1().Pods(req.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+	bc := b.client
+	if b.BindClient != nil {
+		bc = b.BindClient
+	}
+	err = bc.CoreV1().Pods(req.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
 	if err == nil {
 		// The reservation stays until the informer shows the pod bound, or
 		// the reconciler finds it gone from the node.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,12 +28,12 @@ func TestBinder(t *testing.T) {
 		// reservedOn is a node the pod already holds a reservation on.
 		reservedOn string
 		fail       func(*v1.Binding) error
-		// gate is the binder lease's answer.
-		gate       error
-		bind       BindRequest
-		wantErr    string
-		wantCalls  int
-		wantResult string
+		// gate is the binder lease's answer; throttle the rate limit's.
+		gate, throttle error
+		bind           BindRequest
+		wantErr        string
+		wantCalls      int
+		wantResult     string
 		// wantReserved on node a after the bind.
 		wantReserved int64
 		wantExpiring bool
@@ -121,6 +122,11 @@ func TestBinder(t *testing.T) {
 			bind: bindArgs(pod("p", "", 1), "a"), wantResult: BindAlreadyBound,
 		},
 		{
+			name: "the rate limit did not admit the Binding: not sent, nothing reserved", api: []*v1.Pod{pod("p", "", 1)}, cached: []*v1.Pod{pod("p", "", 1)},
+			throttle: context.Canceled,
+			bind:     bindArgs(pod("p", "", 1), "a"), wantErr: "not sent", wantResult: BindNotSent,
+		},
+		{
 			name: "pod without need binds without reserving", api: []*v1.Pod{pod("p", "", 0)}, cached: []*v1.Pod{pod("p", "", 0)},
 			bind: bindArgs(pod("p", "", 0), "a"), wantCalls: 1, wantResult: BindBound,
 		},
@@ -150,9 +156,8 @@ func TestBinder(t *testing.T) {
 				l.RememberNeed(tc.bind.UID, tc.hint)
 			}
 			b := NewBinder(cs, IndexerLookup(indexer), l)
-			if tc.gate != nil {
-				b.Gate = func() error { return tc.gate }
-			}
+			b.Gate = func() (time.Time, error) { return time.Now().Add(time.Minute), tc.gate }
+			b.Throttle = func(context.Context) error { return tc.throttle }
 			out := b.Bind(context.Background(), tc.bind)
 			err := out.Err
 			if tc.wantErr == "" && err != nil {
@@ -182,5 +187,30 @@ func TestBinder(t *testing.T) {
 				t.Errorf("reservation confirmed = %v, want %v", confirmed, want)
 			}
 		})
+	}
+}
+
+// TestBinderBoundByTheLease: the Binding's request, its wait for the rate
+// limit included, ends when the binder lease's validity does, so that no
+// Binding is sent after another binder ID could hold the lease.
+func TestBinderBoundByTheLease(t *testing.T) {
+	cs := fake.NewClientset(pod("p", "", 1))
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := indexer.Add(pod("p", "", 1)); err != nil {
+		t.Fatal(err)
+	}
+	b := NewBinder(cs, IndexerLookup(indexer), newTestLedger([]*v1.Node{node("a", "3")}, nil))
+	until := time.Now().Add(3 * time.Second)
+	b.Gate = func() (time.Time, error) { return until, nil }
+	var deadline time.Time
+	b.Throttle = func(ctx context.Context) error {
+		deadline, _ = ctx.Deadline()
+		return nil
+	}
+	if out := b.Bind(context.Background(), bindArgs(pod("p", "", 1), "a")); out.Err != nil {
+		t.Fatalf("Bind: %v", out.Err)
+	}
+	if !deadline.Equal(until) {
+		t.Fatalf("the bind's deadline is %v, want the lease's validity %v", deadline, until)
 	}
 }

@@ -17,7 +17,7 @@ type Metrics struct {
 	// (in_flight).
 	BindConflicts *prometheus.CounterVec
 	// Binds counts bind outcomes (bound, already_bound, no_room,
-	// not_binder, error).
+	// not_binder, not_sent, error).
 	Binds *prometheus.CounterVec
 	// InvalidCapacityAnnotations counts every invalid capacity annotation
 	// value seen on a node add or change.
@@ -53,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason"}),
 		Binds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "binds_total",
-			Help: "Bind requests by result (bound, already_bound, no_room, not_binder: another binder ID holds the binder lease, error).",
+			Help: "Bind requests by result (bound, already_bound, no_room, not_binder: another binder ID holds the binder lease, not_sent: the client-side rate limit did not admit the Binding before the lease's validity or kube-scheduler's deadline, error).",
 		}, []string{"result"}),
 		InvalidCapacityAnnotations: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "invalid_capacity_annotations_total",

@@ -50,8 +50,11 @@ type Lease struct {
 	events   record.EventRecorder
 }
 
-// New returns the lease of binder id in namespace. reg, if not nil,
-// receives capscale_extender_binder_lease_held.
+// New returns the lease of binder id in namespace. client should be the
+// Leases' own, with a rate limiter of its own, as kube-scheduler gives
+// leader election its own clientset: behind a backlog of binds a renewal
+// would wait past RenewDeadline, and every bind be refused. reg, if not
+// nil, receives capscale_extender_binder_lease_held.
 func New(client kubernetes.Interface, namespace, id string, reg prometheus.Registerer) (*Lease, error) {
 	l := &Lease{client: client, namespace: namespace, id: id, clock: clock.RealClock{},
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -69,9 +72,23 @@ func New(client kubernetes.Interface, namespace, id string, reg prometheus.Regis
 // Check returns nil while this extender may bind, else an error for the
 // pod's scheduling event that names the other binder.
 func (l *Lease) Check() error {
-	if l.clock.Now().UnixNano() < l.validUntil.Load() {
-		return nil
+	_, err := l.Until()
+	return err
+}
+
+// Until returns the time until which this extender may send Bindings: the
+// last renewal plus RenewDeadline, a lease duration's grace (Duration -
+// RenewDeadline) before another binder ID may take over. It returns Check's
+// error when it may not bind now.
+func (l *Lease) Until() (time.Time, error) {
+	if v := l.validUntil.Load(); l.clock.Now().UnixNano() < v {
+		return time.Unix(0, v), nil
 	}
+	return time.Time{}, l.refusal()
+}
+
+// refusal is why this extender may not bind.
+func (l *Lease) refusal() error {
 	if p := l.other.Load(); p != nil && *p != "" {
 		return fmt.Errorf("refusing to bind: another underlay-IP binder, %q, holds the Lease %s/%s, and this extender's binder ID is %q; two schedulers with capscale extenders would over-commit nodes: run one (docs/scheduling.md \"Two ways to install\")", *p, l.namespace, Name, l.id)
 	}

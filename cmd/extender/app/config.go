@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"net"
 	"net/http"
 
@@ -9,7 +10,9 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/binderlease"
@@ -20,14 +23,17 @@ import (
 
 // Config is everything Run needs, built from Options.
 type Config struct {
-	Options  *Options
-	Client   kubernetes.Interface
-	Registry *prometheus.Registry
-	Factory  informers.SharedInformerFactory
-	Ledger   *extender.Ledger
-	Tracker  *extender.Tracker
-	Metrics  *extender.Metrics
-	Waiting  *extender.Waiting // nil when --requeue-qps is 0
+	Options *Options
+	Client  kubernetes.Interface
+	// LeaseClient renews the Leases (binder, publisher) within a rate
+	// limit of its own.
+	LeaseClient kubernetes.Interface
+	Registry    *prometheus.Registry
+	Factory     informers.SharedInformerFactory
+	Ledger      *extender.Ledger
+	Tracker     *extender.Tracker
+	Metrics     *extender.Metrics
+	Waiting     *extender.Waiting // nil when --requeue-qps is 0
 	// PendingPods tells Waiting of pending pods deleted; nil with Waiting.
 	// It belongs to no factory: Run runs it.
 	PendingPods cache.SharedIndexInformer
@@ -45,18 +51,48 @@ type Config struct {
 	MaxProcs int
 }
 
+// Leases' own client-side rate limit: a renewal every RetryPeriod (2 s) for
+// each of the binder and publisher Leases, a read before each, and the
+// Events they record.
+const leaseQPS, leaseBurst = 5, 10
+
+// clients are the extender's connections to the apiserver.
+type clients struct {
+	// main carries the informers, the reconciler's reads and the
+	// requeuer's patches, within --kube-api-qps.
+	main kubernetes.Interface
+	// binds sends the Bindings with no limiter of its own: throttle waits
+	// for main's, so that a wait cut short is known never to have sent one.
+	binds    kubernetes.Interface
+	throttle func(context.Context) error
+	// leases renews the binder and publisher Leases with a limiter of its
+	// own, so that no backlog of binds delays a renewal.
+	leases kubernetes.Interface
+}
+
 // Config connects to the apiserver and builds the extender.
 func (o *Options) Config() (*Config, error) {
 	cfg, err := kube.RESTConfig(o.Kubeconfig, component)
 	if err != nil {
 		return nil, err
 	}
-	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	limiter := flowcontrol.NewTokenBucketRateLimiter(o.KubeAPIQPS, o.KubeAPIBurst)
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = o.KubeAPIQPS, o.KubeAPIBurst, limiter
 	// The informers' watches decide readiness too: see kube.WatchHealth.
 	health := kube.NewWatchHealth()
 	cfg.Wrap(health.Wrap)
-	cs, err := kube.Clientset(cfg)
-	if err != nil {
+	c := clients{throttle: limiter.Wait}
+	if c.main, err = kube.Clientset(cfg); err != nil {
+		return nil, err
+	}
+	binds := rest.CopyConfig(cfg)
+	binds.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	if c.binds, err = kube.Clientset(binds); err != nil {
+		return nil, err
+	}
+	leases := rest.AddUserAgent(rest.CopyConfig(cfg), "leases")
+	leases.QPS, leases.Burst, leases.RateLimiter = leaseQPS, leaseBurst, nil
+	if c.leases, err = kube.Clientset(leases); err != nil {
 		return nil, err
 	}
 	// The pending pods' metadata, for the waiting set (metadata only: a
@@ -65,23 +101,25 @@ func (o *Options) Config() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := o.config(cs, mc, health)
+	conf, err := o.config(c, mc, health)
 	if err != nil {
 		return nil, err
 	}
-	c.MaxProcs = o.MaxProcs
-	return c, nil
+	conf.MaxProcs = o.MaxProcs
+	return conf, nil
 }
 
-// ConfigWithClient builds the extender around the given clientset. Without
-// a metadata client its waiting set learns of a pending pod's deletion only
-// when a requeue touch finds it gone.
+// ConfigWithClient builds the extender around the given clientset, for
+// everything. Without a metadata client its waiting set learns of a pending
+// pod's deletion only when a requeue touch finds it gone.
 func (o *Options) ConfigWithClient(cs kubernetes.Interface) (*Config, error) {
-	return o.config(cs, nil, nil)
+	return o.config(clients{main: cs, binds: cs, leases: cs}, nil, nil)
 }
 
-// config builds the extender; health, if not nil, follows the watches of cs.
-func (o *Options) config(cs kubernetes.Interface, mc metadata.Interface, health *kube.WatchHealth) (*Config, error) {
+// config builds the extender; health, if not nil, follows the watches of
+// c.main.
+func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHealth) (*Config, error) {
+	cs := c.main
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := extender.NewMetrics(reg)
@@ -138,12 +176,12 @@ func (o *Options) config(cs kubernetes.Interface, mc metadata.Interface, health 
 		// Set before the informers start (Run), so no event races it.
 		tracker.UsageChanged = pub.UsageChanged
 	}
-	lease, err := binderlease.New(cs, o.LeaderElectNamespace, o.BinderID, reg)
+	lease, err := binderlease.New(c.leases, o.LeaderElectNamespace, o.BinderID, reg)
 	if err != nil {
 		return nil, err
 	}
 	binder := extender.NewBinder(cs, extender.IndexerLookup(podInformer.GetIndexer()), ledger)
-	binder.Gate = lease.Check
+	binder.Gate, binder.BindClient, binder.Throttle = lease.Until, c.binds, c.throttle
 	handler := wire.NewHandler(wire.HandlerOptions{
 		Ledger:          ledger,
 		Binder:          binder,
@@ -155,7 +193,7 @@ func (o *Options) config(cs kubernetes.Interface, mc metadata.Interface, health 
 		Gatherer:        reg,
 	})
 	return &Config{
-		Options: o, Client: cs, Registry: reg, Factory: factory, Ledger: ledger, Tracker: tracker, Metrics: metrics,
+		Options: o, Client: cs, LeaseClient: c.leases, Registry: reg, Factory: factory, Ledger: ledger, Tracker: tracker, Metrics: metrics,
 		Waiting: waiting, PendingPods: pending, Publisher: pub, BinderLease: lease, Handler: handler, Synced: synced,
 	}, nil
 }

@@ -73,7 +73,7 @@ func (c *Config) Run(ctx context.Context) error {
 			id = host + "_" + string(uuid.NewUUID())
 		}
 		go func() {
-			if err := publisher.RunElected(ctx, cs, o.LeaderElectNamespace, id, pub.Run); err != nil {
+			if err := publisher.RunElected(ctx, c.LeaseClient, o.LeaderElectNamespace, id, pub.Run); err != nil {
 				klog.ErrorS(err, "Capacity publisher stopped")
 				cancel()
 			}
