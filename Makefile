@@ -142,7 +142,8 @@ soak: build control-plane ## Soak each mode (SOAK_MODES) at SOAK_NODES kwok node
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: lint
-lint: ## gofmt, go vet and staticcheck (unit and e2e builds).
+lint: ## No compiled binary tracked by git; gofmt, go vet and staticcheck (unit and e2e builds).
+	$(GO) run ./hack/trackedbinaries
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
