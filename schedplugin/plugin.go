@@ -46,6 +46,18 @@ func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error
 	return &Plugin{defaultCapacity: *args.DefaultCapacity, caps: newCapacities()}, nil
 }
 
+// NewWithoutMemo is New without the capacity memo: Filter and Score read
+// each Node's annotation and label every time. It exists for benche2e's
+// --mode plugin-memo, which measures what the memo saves (issue 41).
+func NewWithoutMemo(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	pl, err := New(ctx, obj, h)
+	if err != nil {
+		return nil, err
+	}
+	pl.(*Plugin).caps = nil
+	return pl, nil
+}
+
 // Name returns Name.
 func (pl *Plugin) Name() string { return Name }
 

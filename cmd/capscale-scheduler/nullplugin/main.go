@@ -1,9 +1,10 @@
-// Command nullplugin is capscale-scheduler with one more plugin, NullPlugin,
-// that runs at the UnderlayIP plugin's extension points and does nothing:
-// the framework's own price for one more PreFilter, Filter, PreScore and
-// Score plugin, which no plugin can go below. benche2e's --mode
-// plugin-floor measures it (BENCHMARKS.md "Plugin mode, 5000 nodes"); it is
-// a benchmark tool, never deployed.
+// Command nullplugin is capscale-scheduler with two more plugins, for
+// benchmarks only, never deployed. NullPlugin runs at the UnderlayIP
+// plugin's extension points and does nothing: the framework's own price for
+// one more PreFilter, Filter, PreScore and Score plugin, which no plugin can
+// go below (benche2e's --mode plugin-floor; BENCHMARKS.md "Plugin mode, 5000
+// nodes"). UnderlayIPDirect is UnderlayIP without its capacity memo
+// (--mode plugin-memo).
 package main
 
 import (
@@ -58,10 +59,31 @@ func (null) ScoreExtensions() fwk.ScoreExtensions { return nil }
 // SignPod keeps the profile batchable, as UnderlayIP does.
 func (null) SignPod(context.Context, *v1.Pod) ([]fwk.SignFragment, *fwk.Status) { return nil, nil }
 
+// DirectName is the name of UnderlayIP without its capacity memo
+// (benche2e's --mode plugin-memo).
+const DirectName = schedplugin.Name + "Direct"
+
+// direct is UnderlayIP without the memo, under its own name.
+type direct struct{ *schedplugin.Plugin }
+
+func (direct) Name() string { return DirectName }
+
+// ScoreExtensions is the plugin's own NormalizeScore.
+func (d direct) ScoreExtensions() fwk.ScoreExtensions { return d.Plugin }
+
+func newDirect(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	pl, err := schedplugin.NewWithoutMemo(ctx, obj, h)
+	if err != nil {
+		return nil, err
+	}
+	return direct{pl.(*schedplugin.Plugin)}, nil
+}
+
 func main() {
 	cmd := app.NewSchedulerCommand(
 		app.WithPlugin(schedplugin.Name, schedplugin.New),
 		app.WithPlugin(Name, func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) { return null{}, nil }),
+		app.WithPlugin(DirectName, newDirect),
 	)
 	os.Exit(cli.Run(cmd))
 }

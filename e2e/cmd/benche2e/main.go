@@ -60,7 +60,7 @@ func main() {
 	nodes := flag.Int("nodes", 500, "kwok nodes for the throughput scenario")
 	batch := flag.Int("batch", 500, "throughput: pods per batch")
 	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
-	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), plugin-floor (the same resource with and without a plugin that does nothing: the framework's price for one more plugin), plugin-null (plugin mode's pods against the plain resource's on the profile with that plugin: UnderlayIP against the floor), native-prioritize (native mode with the extender as prioritizer only, vs the same) tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults) or plugin-tax (pods without underlay IPs: capscale-scheduler with deploy/plugin's configuration vs stock kube-scheduler with its defaults)")
+	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), plugin-floor (the same resource with and without a plugin that does nothing: the framework's price for one more plugin), plugin-null (plugin mode's pods against the plain resource's on the profile with that plugin: UnderlayIP against the floor), plugin-memo (plugin mode's pods with UnderlayIP's capacity memo against UnderlayIP reading each Node every time), native-prioritize (native mode with the extender as prioritizer only, vs the same) tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults) or plugin-tax (pods without underlay IPs: capscale-scheduler with deploy/plugin's configuration vs stock kube-scheduler with its defaults)")
 	nodeLease := flag.Duration("node-lease", 40*time.Second, "throughput: the kwok nodes' Lease duration (they renew every quarter of it); at 5000 nodes the kubelet's 40s means 500 Lease writes a second, which saturate a 2-core plane")
 	extenderFloor := flag.String("extender-floor", "", "throughput, --mode extender: run the null extender (e2e/cmd/nullextender; make bench-e2e builds it) in the extender's place, to read the protocol's floor: 'bind' with filter and bind as deployed, 'filter' with kube-scheduler binding itself")
 	extenderHTTPS := flag.Bool("extender-https", false, "throughput: serve the extender over verified TLS, so that kube-scheduler's client multiplexes its calls on one HTTP/2 connection")
@@ -337,6 +337,11 @@ func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error
 			return "", nil, fmt.Errorf("%s: %w", file, err)
 		}
 	}
+	if mode == "plugin-memo" {
+		if err := addDirectProfile(m); err != nil {
+			return "", nil, fmt.Errorf("%s: %w", file, err)
+		}
+	}
 	if mode == "native-prioritize" {
 		m["extenders"] = []any{map[string]any{
 			"urlPrefix": "http://127.0.0.1:8888", "prioritizeVerb": "prioritize", "weight": 5,
@@ -367,15 +372,18 @@ func qpsLabel(qps int) string {
 }
 
 // throughputModes are the values --mode takes.
-var throughputModes = []string{"extender", "native", "plugin", "plugin-floor", "plugin-null", "native-prioritize", "tax", "plugin-tax"}
+var throughputModes = []string{"extender", "native", "plugin", "plugin-floor", "plugin-null", "plugin-memo", "native-prioritize", "tax", "plugin-tax"}
 
 // pluginMode says whether mode runs plugin mode's scheduler (no extender).
 func pluginMode(mode string) bool {
 	return mode == "plugin" || mode == "plugin-tax" || nullPlugin(mode)
 }
 
-// nullPlugin says whether mode runs the scheduler built with the null plugin.
-func nullPlugin(mode string) bool { return mode == "plugin-floor" || mode == "plugin-null" }
+// nullPlugin says whether mode runs the scheduler built with the null plugin
+// (and UnderlayIPDirect).
+func nullPlugin(mode string) bool {
+	return mode == "plugin-floor" || mode == "plugin-null" || mode == "plugin-memo"
+}
 
 // nullProfile is plugin-floor's profile: exactProfile with the null plugin
 // of cmd/capscale-scheduler/nullplugin added.
@@ -400,6 +408,40 @@ func addNullProfile(m map[string]any) error {
 		}
 		mp["enabled"] = append(enabled, map[string]any{"name": "NullPlugin"})
 		m["profiles"] = append(profiles, null)
+		return nil
+	}
+	return fmt.Errorf("no profile %s to copy", exactProfile)
+}
+
+// directProfile is plugin-memo's second profile: exactProfile with
+// UnderlayIP replaced by UnderlayIPDirect, the same rule without the
+// capacity memo.
+const directProfile = exactProfile + "-direct"
+
+// addDirectProfile adds directProfile to the scheduler configuration m.
+func addDirectProfile(m map[string]any) error {
+	profiles, _ := m["profiles"].([]any)
+	for _, p := range profiles {
+		prof, _ := p.(map[string]any)
+		if prof["schedulerName"] != exactProfile {
+			continue
+		}
+		direct := runtime.DeepCopyJSON(prof)
+		direct["schedulerName"] = directProfile
+		plugins, _ := direct["plugins"].(map[string]any)
+		mp, _ := plugins["multiPoint"].(map[string]any)
+		enabled, _ := mp["enabled"].([]any)
+		renamed := 0
+		for _, e := range append(enabled, direct["pluginConfig"].([]any)...) {
+			if pl, _ := e.(map[string]any); pl["name"] == "UnderlayIP" {
+				pl["name"] = "UnderlayIPDirect"
+				renamed++
+			}
+		}
+		if renamed != 2 {
+			return fmt.Errorf("profile %s: want UnderlayIP enabled and configured once each, renamed %d", exactProfile, renamed)
+		}
+		m["profiles"] = append(profiles, direct)
 		return nil
 	}
 	return fmt.Errorf("no profile %s to copy", exactProfile)

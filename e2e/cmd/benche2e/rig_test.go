@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"reflect"
@@ -441,4 +442,42 @@ func TestNullProfile(t *testing.T) {
 	if got := strings.Join(enabled[nullProfile], ","); got != "UnderlayIP,NullPlugin" {
 		t.Errorf("%s enables %q, want UnderlayIP,NullPlugin", nullProfile, got)
 	}
+}
+
+// plugin-memo's configuration: a copy of the capscale-scheduler profile in
+// which UnderlayIPDirect, enabled and configured, takes UnderlayIP's place.
+func TestDirectProfile(t *testing.T) {
+	file, _, err := schedulerConfig(2000, "plugin-memo", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(file)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg configv1.KubeSchedulerConfiguration
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range cfg.Profiles {
+		if p.SchedulerName == nil || *p.SchedulerName != directProfile {
+			continue
+		}
+		var enabled, configured []string
+		for _, e := range p.Plugins.MultiPoint.Enabled {
+			enabled = append(enabled, fmt.Sprintf("%s/%d", e.Name, *e.Weight))
+		}
+		for _, c := range p.PluginConfig {
+			configured = append(configured, c.Name)
+		}
+		if got := strings.Join(enabled, ","); got != "UnderlayIPDirect/100" {
+			t.Errorf("%s enables %q, want UnderlayIPDirect/100", directProfile, got)
+		}
+		if got := strings.Join(configured, ","); got != "UnderlayIPDirect,NodeResourcesFit" {
+			t.Errorf("%s configures %q, want UnderlayIPDirect,NodeResourcesFit", directProfile, got)
+		}
+		return
+	}
+	t.Fatalf("no profile %s in %s", directProfile, b)
 }

@@ -115,6 +115,8 @@ func throughputRows(rep rigReport, a, b string) []row {
 		rateGoal = "≥ 0.95 (issue 11)"
 	case rep.Scenario == "plugin":
 		rateGoal, cpuGoal = "≥ 0.98 (issue 26)", "within 5% (issue 26)"
+	case rep.Scenario == "plugin-memo":
+		cpuGoal = "lower by more than the rounds' spread, or the memo goes (issue 41)"
 	case rep.Scenario == "plugin-floor" || rep.Scenario == "plugin-null":
 		rateGoal, cpuGoal = "— (the floor under issue 26's goal)", "— (the floor under issue 26's goal)"
 	case rep.Scenario == "tax":

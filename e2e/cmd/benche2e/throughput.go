@@ -84,6 +84,10 @@ func throughputSides(mode, planeConfig, binDir string, clientQPS int) [2]side {
 	case "plugin-null":
 		// One more plugin on each side: UnderlayIP's work against none.
 		return [2]side{{Name: "plugin", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "null-plugin", Resource: nativeResource, Scheduler: nullProfile}}
+	case "plugin-memo":
+		// One binary, one resource, the same rule: the memo is the only
+		// difference.
+		return [2]side{{Name: "memo", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "direct", Resource: names.UnderlayIPResource, Scheduler: directProfile}}
 	case "tax", "plugin-tax":
 		// The same client limits on both sides: only the scheduling
 		// configuration differs.
