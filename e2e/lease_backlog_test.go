@@ -66,7 +66,7 @@ func TestBinderLeaseUnderBacklog(t *testing.T) {
 	over.check(t)
 
 	for series, want := range map[string]string{
-		`capscale_extender_binds_total{result="not_binder"}`:         "0: the lease lapsed under the backlog",
+		`capscale_extender_binds_total{result="not_binder"}`:           "0: the lease lapsed under the backlog",
 		`capscale_extender_bind_conflicts_total{conflict="in_flight"}`: "0: a Binding never sent kept its reservation",
 	} {
 		if got := scrapeCounter(ctx, t, s, series); got != 0 {
