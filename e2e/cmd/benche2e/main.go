@@ -392,22 +392,34 @@ const nullProfile = exactProfile + "-null"
 // addNullProfile adds nullProfile to the scheduler configuration m: a copy
 // of exactProfile that also enables NullPlugin at every extension point.
 func addNullProfile(m map[string]any) error {
+	return addProfileCopy(m, nullProfile, func(enabled []any, _ map[string]any) ([]any, error) {
+		return append(enabled, map[string]any{"name": "NullPlugin"}), nil
+	})
+}
+
+// addProfileCopy adds to the scheduler configuration m a copy of
+// exactProfile named name, whose multiPoint plugins edit rewrites (it is
+// handed the copy's enabled list and whole profile).
+func addProfileCopy(m map[string]any, name string, edit func(enabled []any, prof map[string]any) ([]any, error)) error {
 	profiles, _ := m["profiles"].([]any)
 	for _, p := range profiles {
 		prof, _ := p.(map[string]any)
 		if prof["schedulerName"] != exactProfile {
 			continue
 		}
-		null := runtime.DeepCopyJSON(prof)
-		null["schedulerName"] = nullProfile
-		plugins, _ := null["plugins"].(map[string]any)
+		cp := runtime.DeepCopyJSON(prof)
+		cp["schedulerName"] = name
+		plugins, _ := cp["plugins"].(map[string]any)
 		mp, _ := plugins["multiPoint"].(map[string]any)
-		enabled, _ := mp["enabled"].([]any)
 		if plugins == nil || mp == nil {
 			return fmt.Errorf("profile %s enables no multiPoint plugins", exactProfile)
 		}
-		mp["enabled"] = append(enabled, map[string]any{"name": "NullPlugin"})
-		m["profiles"] = append(profiles, null)
+		enabled, _ := mp["enabled"].([]any)
+		var err error
+		if mp["enabled"], err = edit(enabled, cp); err != nil {
+			return fmt.Errorf("profile %s: %w", exactProfile, err)
+		}
+		m["profiles"] = append(profiles, cp)
 		return nil
 	}
 	return fmt.Errorf("no profile %s to copy", exactProfile)
@@ -420,29 +432,18 @@ const directProfile = exactProfile + "-direct"
 
 // addDirectProfile adds directProfile to the scheduler configuration m.
 func addDirectProfile(m map[string]any) error {
-	profiles, _ := m["profiles"].([]any)
-	for _, p := range profiles {
-		prof, _ := p.(map[string]any)
-		if prof["schedulerName"] != exactProfile {
-			continue
-		}
-		direct := runtime.DeepCopyJSON(prof)
-		direct["schedulerName"] = directProfile
-		plugins, _ := direct["plugins"].(map[string]any)
-		mp, _ := plugins["multiPoint"].(map[string]any)
-		enabled, _ := mp["enabled"].([]any)
+	return addProfileCopy(m, directProfile, func(enabled []any, prof map[string]any) ([]any, error) {
+		configs, _ := prof["pluginConfig"].([]any)
 		renamed := 0
-		for _, e := range append(enabled, direct["pluginConfig"].([]any)...) {
+		for _, e := range append(append([]any(nil), enabled...), configs...) {
 			if pl, _ := e.(map[string]any); pl["name"] == "UnderlayIP" {
 				pl["name"] = "UnderlayIPDirect"
 				renamed++
 			}
 		}
 		if renamed != 2 {
-			return fmt.Errorf("profile %s: want UnderlayIP enabled and configured once each, renamed %d", exactProfile, renamed)
+			return nil, fmt.Errorf("want UnderlayIP enabled and configured once each, renamed %d", renamed)
 		}
-		m["profiles"] = append(profiles, direct)
-		return nil
-	}
-	return fmt.Errorf("no profile %s to copy", exactProfile)
+		return enabled, nil
+	})
 }

@@ -414,19 +414,7 @@ func TestRuntimePerPod(t *testing.T) {
 // plugin-floor's configuration: deploy/plugin's profiles and a copy of the
 // capscale-scheduler profile that also enables the null plugin.
 func TestNullProfile(t *testing.T) {
-	file, _, err := schedulerConfig(2000, "plugin-floor", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(file)
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg configv1.KubeSchedulerConfiguration
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		t.Fatal(err)
-	}
+	cfg, _ := benchSchedulerConfig(t, "plugin-floor")
 	enabled := map[string][]string{}
 	for _, p := range cfg.Profiles {
 		if p.SchedulerName == nil || p.Plugins == nil {
@@ -447,19 +435,7 @@ func TestNullProfile(t *testing.T) {
 // plugin-memo's configuration: a copy of the capscale-scheduler profile in
 // which UnderlayIPDirect, enabled and configured, takes UnderlayIP's place.
 func TestDirectProfile(t *testing.T) {
-	file, _, err := schedulerConfig(2000, "plugin-memo", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(file)
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg configv1.KubeSchedulerConfiguration
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		t.Fatal(err)
-	}
+	cfg, b := benchSchedulerConfig(t, "plugin-memo")
 	for _, p := range cfg.Profiles {
 		if p.SchedulerName == nil || *p.SchedulerName != directProfile {
 			continue
@@ -480,4 +456,24 @@ func TestDirectProfile(t *testing.T) {
 		return
 	}
 	t.Fatalf("no profile %s in %s", directProfile, b)
+}
+
+// benchSchedulerConfig is mode's scheduler configuration as the rig writes
+// it, read with kube-scheduler's own types, and its text.
+func benchSchedulerConfig(t *testing.T, mode string) (configv1.KubeSchedulerConfiguration, []byte) {
+	t.Helper()
+	file, _, err := schedulerConfig(2000, mode, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(file)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg configv1.KubeSchedulerConfiguration
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, b
 }
