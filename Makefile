@@ -18,8 +18,12 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # Debian packages the targets use: gcc (go test -race needs cgo), openssl
-# (hack/install.sh, tested by the e2e suite), git (version stamping).
-DEB_PACKAGES := gcc libc6-dev openssl git
+# (hack/install.sh, tested by the e2e suite), git (version stamping); for the
+# real nodes (e2e/plane/realnode*.go): containerd and runc (the container
+# runtime), containernetworking-plugins (bridge and host-local, the node's
+# IPAM), iproute2 (ip, for the node's bridge) and nftables (the tests check
+# that a real node leaves the host's ruleset as it found it).
+DEB_PACKAGES := gcc libc6-dev openssl git containerd runc containernetworking-plugins iproute2 nftables
 
 .PHONY: deps
 deps: ## Install the Debian packages the tests need, if any is missing (apt-get).

@@ -2,7 +2,8 @@
 # Usage: build.sh OUTPUT_DIR [TOOL...]
 #
 # Builds the tools capscale's checks and the demo run — etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok, helm and KEDA's
+# kube-controller-manager, kube-scheduler, kubectl, the kubelet (real nodes),
+# kwok, helm and KEDA's
 # operator and metrics server; all of them
 # unless TOOLs are named — from the Go module proxy, caches each tool module's
 # binaries under ~/.cache/capscale keyed by its pinned versions, and links
@@ -15,7 +16,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: build.sh OUTPUT_DIR [TOOL...]}
 shift
-all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl keda-operator keda-adapter)
+all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet keda-operator keda-adapter)
 tools=("$@")
 [ ${#tools[@]} -gt 0 ] || tools=("${all[@]}")
 for t in "${tools[@]}"; do
@@ -94,7 +95,8 @@ build helm helm=helm.sh/helm/v3/cmd/helm
 build keda keda-operator=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
 build k8s kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-  kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl
+  kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl \
+  kubelet=k8s.io/kubernetes/cmd/kubelet
 
 # kwok's standalone binary has no behaviour of its own: give it the "fast"
 # stages its module ships (nodes Ready with lease heartbeats, pods Running).
