@@ -1,0 +1,97 @@
+// Command web is the image the end-to-end tests run on real nodes
+// (REAL_NODE_IMAGE): an HTTP server that answers on every address of its
+// pod with the pod's name and the address it was reached on, and that
+// records SIGTERM, so that a test can tell a container was stopped
+// gracefully and not killed.
+//
+// Environment: PORT (default 8080); POD_NAME (default the hostname, which
+// is the pod's name); RECORD_DIR, a directory (a hostPath volume) where it
+// appends "start", "sigterm" and "exit" lines with a timestamp to a file
+// named after the pod; TERM_DELAY, how long it keeps serving after SIGTERM
+// before it exits (default 0), to show that the kubelet waited.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+func main() {
+	name := os.Getenv("POD_NAME")
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	port := os.Getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
+	var delay time.Duration
+	if s := os.Getenv("TERM_DELAY"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			log.Fatalf("TERM_DELAY %q: %v", s, err)
+		}
+		delay = d
+	}
+	rec := recorder{dir: os.Getenv("RECORD_DIR"), name: name}
+	rec.write("start")
+
+	srv := &http.Server{
+		Addr:              ":" + port,
+		ReadHeaderTimeout: 5 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+			fmt.Fprintf(w, "pod=%s addr=%v\n", name, local)
+		}),
+	}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+			log.Fatalf("serving on :%s: %v", port, err)
+		}
+	}()
+	log.Printf("pod %s serving on :%s", name, port)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	s := <-sig
+	log.Printf("received %v; serving %v more, then exiting", s, delay)
+	if s == syscall.SIGTERM {
+		rec.write("sigterm")
+	} else {
+		rec.write("sigint")
+	}
+	time.Sleep(delay)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+	rec.write("exit")
+	log.Printf("exiting")
+}
+
+// recorder appends "<event> <RFC 3339 time>" lines to RECORD_DIR/<pod>,
+// synced, so that the line is on the host's disk before the process goes.
+type recorder struct{ dir, name string }
+
+func (r recorder) write(event string) {
+	if r.dir == "" {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(r.dir, r.name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		log.Printf("recording %s: %v", event, err)
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s %s\n", event, time.Now().UTC().Format(time.RFC3339Nano))
+	if err := f.Sync(); err != nil {
+		log.Printf("recording %s: %v", event, err)
+	}
+}
