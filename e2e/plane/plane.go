@@ -54,6 +54,15 @@ type Options struct {
 	NodeLeaseDuration time.Duration
 	// Extra flags for the components.
 	ExtraAPIServerFlags, ExtraControllerManagerFlags, ExtraSchedulerFlags []string
+	// RealNodes starts this many real nodes beside the kwok nodes: a
+	// kubelet with its own containerd and a pod network whose IPAM holds
+	// RealNodeCapacity addresses (realnode.go). They need root and the
+	// packages of `make deps`; Start fails, saying what is missing.
+	RealNodes int
+	// RealNodeCapacity is each real node's pool of pod IPs (1..253,
+	// default 10): its host-local range holds exactly that many, and it
+	// registers with the capscale.io/underlay-ip-capacity label of that value.
+	RealNodeCapacity int
 	// Detach leaves the processes running when this process exits
 	// (`make local-up`); Stop or StopPid ends them.
 	Detach bool
@@ -83,10 +92,14 @@ type Plane struct {
 	AuditLog string
 	Config   *rest.Config
 	Client   kubernetes.Interface
+	// RealNodes are the running real nodes (Options.RealNodes).
+	RealNodes []*RealNode
 
 	logDir string
 	mu     sync.Mutex
 	procs  []*Process
+	// footprint records what the real nodes created on the host.
+	footprint *footprint
 }
 
 // SchedulerEndpoint is SchedulerURL, read under the lock a restart of the
@@ -159,6 +172,15 @@ func Start(ctx context.Context, o Options) (p *Plane, err error) {
 	}
 	if err = p.createNodes(ctx); err != nil {
 		return p, err
+	}
+	if o.RealNodes > 0 {
+		o.Logf("starting %d real nodes (kubelet, containerd, a CNI bridge each)", o.RealNodes)
+		if err = p.startRealNodes(ctx); err != nil {
+			return p, err
+		}
+		for _, n := range p.RealNodes {
+			o.Logf("real node %s Ready in %.1fs: pod IPs %s-%s on bridge %s", n.Name, n.Started.Seconds(), n.RangeStart, n.RangeEnd, n.Bridge)
+		}
 	}
 	if err = p.waitDefaultServiceAccount(ctx, metav1.NamespaceDefault); err != nil {
 		return p, err
@@ -240,6 +262,11 @@ func (p *Plane) Processes() []*Process {
 // Stop ends every process, newest first, and removes the working directory
 // unless KeepDir was set.
 func (p *Plane) Stop() {
+	// Real nodes first: their cleanup kills the kubelets before the
+	// apiserver goes, and must unmount before the directory is removed.
+	if err := p.StopRealNodes(); err != nil {
+		p.Opts.Logf("cleaning up real nodes: %v", err)
+	}
 	procs := p.Processes()
 	var wg sync.WaitGroup
 	// Clients first (they would log errors while servers go), then the

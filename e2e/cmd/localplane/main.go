@@ -25,6 +25,9 @@ import (
 type state struct {
 	Dir   string    `json:"dir"`
 	Procs []procRef `json:"processes"`
+	// RealNodeFootprint records what the real nodes created on the host;
+	// down cleans up from it before it stops the plane.
+	RealNodeFootprint string `json:"realNodeFootprint,omitempty"`
 }
 
 // procRef names a started process; down signals it only while /proc says
@@ -42,7 +45,7 @@ func (r procRef) alive() bool {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: localplane up|down|load-source [flags]")
+		fmt.Fprintln(os.Stderr, "usage: localplane up|down|clean-real-nodes|load-source [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -53,8 +56,12 @@ func main() {
 		err = down(os.Args[2:])
 	case "load-source":
 		err = serveLoadSource(os.Args[2:])
+	case "clean-real-nodes":
+		// After a run that could not clean up (a killed test binary):
+		// every registered run's footprint, removed exactly.
+		err = plane.CleanRealNodes()
 	default:
-		err = fmt.Errorf("unknown command %q (want up or down)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (want up, down or clean-real-nodes)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "localplane:", err)
@@ -69,8 +76,13 @@ func up(args []string) error {
 	nodes := fs.Int("nodes", 5, "number of kwok nodes")
 	adapterConfig := fs.String("adapter-config", "", "metrics adapter config file; empty: a demo config polling a local load source")
 	mode := fs.String("mode", "plugin", "scheduling mode: extender, native or plugin (docs/scheduling.md)")
+	realNodes := fs.Int("real-nodes", 0, "number of real nodes (kubelet, containerd, CNI bridge; needs root and make deps)")
+	realCapacity := fs.Int("real-node-capacity", plane.DefaultRealNodeCapacity, "pod IPs of each real node: its IPAM range and its capscale.io/underlay-ip-capacity label (1..253)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *realNodes < 0 || *realCapacity < 1 || *realCapacity > 253 {
+		return fmt.Errorf("--real-nodes must be at least 0 and --real-node-capacity 1..253, got %d and %d", *realNodes, *realCapacity)
 	}
 	switch *mode {
 	case "extender", "native", "plugin":
@@ -110,6 +122,7 @@ func up(args []string) error {
 	s, err := stack.Start(ctx, stack.Options{
 		Plane: plane.Options{
 			Dir: filepath.Join(dir, "plane"), BinDir: binDir, Nodes: *nodes, Detach: true, Logf: logf,
+			RealNodes: *realNodes, RealNodeCapacity: *realCapacity,
 			// Short enough for the demo to show the HPA acting; the default is 15s.
 			HPASyncPeriod: 5 * time.Second,
 		},
@@ -138,7 +151,7 @@ func up(args []string) error {
 	if err != nil {
 		return err
 	}
-	st := state{Dir: dir}
+	st := state{Dir: dir, RealNodeFootprint: s.RealNodeFootprint()}
 	for _, proc := range s.Processes() {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", proc.Pid()))
 		st.Procs = append(st.Procs, procRef{Name: proc.Name, Pid: proc.Pid(), Exe: exe})
@@ -150,11 +163,22 @@ func up(args []string) error {
 	env["ADAPTER_URL"] = s.AdapterURL
 	env["WORKLOAD_API_URL"] = s.WorkloadAPIURL
 	env["CAPSCALE_CA_FILE"] = s.PKI.ClusterCA.CertFile
+	if len(s.RealNodes) > 0 {
+		var names []string
+		for _, n := range s.RealNodes {
+			names = append(names, n.Name)
+		}
+		// Any test or person can start pods there: nodeSelector
+		// e2e.capscale.io/real-node=true, this image, imagePullPolicy: Never.
+		env["REAL_NODES"] = strings.Join(names, " ")
+		env["REAL_NODE_IMAGE"] = plane.RealNodeImage
+		env["REAL_NODE_CAPACITY"] = fmt.Sprint(*realCapacity)
+	}
 	if err := finishUp(s.Plane, dir, st, env); err != nil {
 		s.Stop()
 		return err
 	}
-	fmt.Printf("local plane up in %.1fs with %d nodes; logs in %s\n", time.Since(start).Seconds(), *nodes, filepath.Join(dir, "plane", "logs"))
+	fmt.Printf("local plane up in %.1fs with %d nodes and %d real nodes; logs in %s\n", time.Since(start).Seconds(), *nodes, *realNodes, filepath.Join(dir, "plane", "logs"))
 	return nil
 }
 
@@ -206,6 +230,14 @@ func down(args []string) error {
 	var st state
 	if err := json.Unmarshal(b, &st); err != nil {
 		return fmt.Errorf("reading %s: %w", filepath.Join(dir, "state.json"), err)
+	}
+	// Real nodes first: their kubelets, containerd and containers, mounts,
+	// cgroups, bridges and files, exactly as recorded.
+	if st.RealNodeFootprint != "" {
+		if err := plane.CleanRealNodeFootprint(st.RealNodeFootprint); err != nil {
+			return fmt.Errorf("cleaning up the real nodes (state kept; run down again): %w", err)
+		}
+		fmt.Println("real nodes removed from the host")
 	}
 	// Clients first, then the apiserver, then etcd.
 	order := func(name string) int {

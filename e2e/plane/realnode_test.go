@@ -1,0 +1,67 @@
+package plane
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func TestRangeOf(t *testing.T) {
+	subnet := netip.MustParsePrefix("10.233.4.0/24")
+	for _, tc := range []struct {
+		name           string
+		capacity       int
+		gw, start, end string
+		wantErr        bool
+	}{
+		{name: "default", capacity: 10, gw: "10.233.4.1", start: "10.233.4.2", end: "10.233.4.11"},
+		{name: "one", capacity: 1, gw: "10.233.4.1", start: "10.233.4.2", end: "10.233.4.2"},
+		{name: "largest", capacity: 253, gw: "10.233.4.1", start: "10.233.4.2", end: "10.233.4.254"},
+		{name: "zero", capacity: 0, wantErr: true},
+		{name: "beyond the /24", capacity: 254, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gw, start, end, err := rangeOf(subnet, tc.capacity)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("capacity %d accepted", tc.capacity)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gw.String() != tc.gw || start.String() != tc.start || end.String() != tc.end {
+				t.Errorf("got %s %s-%s, want %s %s-%s", gw, start, end, tc.gw, tc.start, tc.end)
+			}
+		})
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	for in, want := range map[string]string{
+		`/var/lib/kubelet`:         "/var/lib/kubelet",
+		`/tmp/a\040b/c`:            "/tmp/a b/c",
+		`/tmp/tab\011and\134slash`: "/tmp/tab\tand\\slash",
+		`/tmp/trailing\04`:         `/tmp/trailing\04`,
+	} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestUnderPath(t *testing.T) {
+	for _, tc := range []struct {
+		p, dir string
+		want   bool
+	}{
+		{"/capscale-ab-0", "/capscale-ab-0", true},
+		{"/capscale-ab-0/kubepods/besteffort", "/capscale-ab-0", true},
+		{"/capscale-ab-01/kubepods", "/capscale-ab-0", false},
+		{"/", "/capscale-ab-0", false},
+	} {
+		if got := underPath(tc.p, tc.dir); got != tc.want {
+			t.Errorf("underPath(%q, %q) = %v, want %v", tc.p, tc.dir, got, tc.want)
+		}
+	}
+}
