@@ -458,6 +458,9 @@ func (p *Plane) startControllerManager(ctx context.Context, port int) error {
 		"--cluster-signing-cert-file=" + k.ClusterCA.CertFile, "--cluster-signing-key-file=" + k.ClusterCA.KeyFile,
 		"--horizontal-pod-autoscaler-sync-period=" + p.Opts.HPASyncPeriod.String(),
 		"--profiling=false",
+		// Its default, /usr/libexec/kubernetes/kubelet-plugins/volume/exec/,
+		// is created on the host when missing.
+		"--flex-volume-plugin-dir=" + filepath.Join(p.Dir, "flex-volume-plugins"),
 	}
 	if p.Opts.NodeLeaseDuration != defaultNodeLease {
 		args = append(args, "--node-monitor-grace-period="+nodeGracePeriod(p.Opts.NodeLeaseDuration).String())
