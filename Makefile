@@ -53,8 +53,8 @@ build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, co
 	$(GO) build -v -trimpath -ldflags '$(LDFLAGS) $(K8S_STAMP)' -o $(abspath $(BIN))/ . 2>&1 | bash $(abspath e2e/tools/progress.sh) capscale-scheduler "$$total"
 
 .PHONY: control-plane
-control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl and kwok into _output/bin.
-	@bash e2e/tools/build.sh $(BIN) etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok
+control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl, the kubelet (real nodes) and kwok into _output/bin.
+	@bash e2e/tools/build.sh $(BIN) etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kwok
 
 .PHONY: keda
 keda: ## Build (or link from ~/.cache/capscale) KEDA's operator and metrics server, at the version capscale requires, into _output/bin.
@@ -158,15 +158,20 @@ lint: ## No compiled binary tracked by git; gofmt, go vet and staticcheck (unit 
 # Scheduling mode of local-up and demo: plugin (capscale-scheduler as the
 # plane's scheduler), extender or native (docs/scheduling.md).
 MODE       ?= plugin
+# Real nodes of local-up (kubelet + containerd + a CNI bridge each; root and
+# make deps) and the pod IPs each holds (docs/development.md "Real nodes").
+REAL_NODES ?= 0
+REAL_NODE_CAPACITY ?= 10
 
 .PHONY: local-up
-local-up: build control-plane ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native); writes _output/local/{kubeconfig,env}.
+local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native, REAL_NODES=0, REAL_NODE_CAPACITY=10); writes _output/local/{kubeconfig,env}.
 	$(GO) build -o $(BIN)/localplane ./e2e/cmd/localplane
-	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) --mode $(MODE) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
+	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) --mode $(MODE) \
+	  --real-nodes $(REAL_NODES) --real-node-capacity $(REAL_NODE_CAPACITY) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
 	@echo "source $(OUT)/local/env   # then: kubectl get nodes"
 
 .PHONY: local-down
-local-down: ## Stop everything local-up started.
+local-down: ## Stop everything local-up started (real nodes: their processes, mounts, cgroups, bridges and files too).
 	@if [ -x $(BIN)/localplane ]; then $(BIN)/localplane down --dir $(OUT)/local; else $(GO) run ./e2e/cmd/localplane down --dir $(OUT)/local; fi
 
 .PHONY: demo

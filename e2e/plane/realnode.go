@@ -310,6 +310,9 @@ func (p *Plane) startRealNode(ctx context.Context, n *RealNode, fp *nodeFootprin
 		"--root-dir=" + filepath.Join(n.Dir, "kubelet"),
 		// Not under --root-dir by default: /var/lib/kubelet/pki.
 		"--cert-dir=" + filepath.Join(n.Dir, "kubelet", "pki"),
+		// The flag wins over the configuration's volumePluginDir, and its
+		// default, /usr/libexec/kubernetes/..., is created if missing.
+		"--volume-plugin-dir=" + filepath.Join(n.Dir, "volume-plugins"),
 		"--hostname-override=" + n.Name,
 		fmt.Sprintf("--node-labels=%s=%d,%s=true", names.UnderlayIPCapacityLabel, n.Capacity, RealNodeLabel),
 		"--v=1",

@@ -111,8 +111,8 @@ func (n *RealNode) cniConfig() ([]byte, error) {
 //   - imageGCHighThresholdPercent: 100: the images were imported, not
 //     pulled, and could not be pulled again;
 //   - evictionHard near zero: a busy shared disk must not evict test pods;
-//   - podLogsDir and volumePluginDir in the node's directory, not /var/log/pods
-//     and /usr/libexec;
+//   - podLogsDir in the node's directory, not /var/log/pods (the kubelet's
+//     flags move its certificates and volume plugins);
 //   - 127.0.0.1 listeners on ports of the node's own, authenticated by the
 //     plane's CA only.
 func (n *RealNode) kubeletConfig(clientCA string) ([]byte, error) {
@@ -137,8 +137,7 @@ func (n *RealNode) kubeletConfig(clientCA string) ([]byte, error) {
 			"memory.available": "1Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%",
 			"imagefs.available": "1%", "imagefs.inodesFree": "1%",
 		},
-		"podLogsDir":      n.PodLogsDir(),
-		"volumePluginDir": n.Dir + "/volume-plugins",
+		"podLogsDir": n.PodLogsDir(),
 		"authentication": map[string]any{
 			"anonymous": map[string]any{"enabled": false},
 			"webhook":   map[string]any{"enabled": false},
