@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/capscale/capscale/e2e/plane"
 )
 
 // TestLocalUpDown is `make local-up` then `make local-down`, in the default
@@ -23,31 +21,9 @@ import (
 // started is left.
 func TestLocalUpDown(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
-	root := plane.RepoRoot()
-	bin := t.TempDir()
-	// One directory with the control-plane and capscale binaries, as
-	// _output/bin is for make local-up. The binaries this run built come
-	// first: _output/bin may hold stale capscale binaries of an earlier
-	// make build, and the first link of a name wins.
-	planeBins := os.Getenv("CAPSCALE_BIN_DIR")
-	if planeBins == "" {
-		planeBins = filepath.Join(root, "_output", "bin")
-	}
-	for _, dir := range []string{capscaleBin, planeBins} {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			src, _ := filepath.EvalSymlinks(filepath.Join(dir, e.Name()))
-			_ = os.Symlink(src, filepath.Join(bin, e.Name()))
-		}
-	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, "localplane"), "./e2e/cmd/localplane")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building localplane: %v\n%s", err, out)
-	}
+	// The binaries this run built come first: _output/bin may hold stale
+	// capscale binaries of an earlier make build.
+	bin := localPlaneBinDir(ctx, t)
 	out := t.TempDir()
 	run := func(args ...string) string {
 		t.Helper()

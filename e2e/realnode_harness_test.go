@@ -294,7 +294,7 @@ func capscaleHolders(ctx context.Context, s *stack.Stack) (ipreport.Report, erro
 	for i := range pods.Items {
 		pp = append(pp, &pods.Items[i])
 	}
-	return ipreport.Build(np, pp, 10), nil
+	return ipreport.Build(np, pp, 10, ipreport.AllNodes), nil
 }
 
 // end stops the watch (once).

@@ -27,25 +27,39 @@ wait_for() {
   printf ' gave up after %ss\n' "$timeout"; return 1
 }
 
+# Real nodes (a kubelet, its containerd and a CNI range of 10 IPs) need root
+# and make deps' Debian packages; elsewhere the demo runs without them.
+REAL_NODES=${REAL_NODES:-1}
+if [ "$REAL_NODES" != 0 ] && [ "$(id -u)" != 0 ]; then
+  echo "not root: the demo runs without a real node (REAL_NODES=0); its first part needs root and make deps"
+  REAL_NODES=0
+fi
+
 bold "Building capscale and the control plane (the first time: ~15 min, cached afterwards)"
 make --no-print-directory build control-plane
+if [ "$REAL_NODES" != 0 ]; then make --no-print-directory deps; fi
 
 if [ -f "$LOCAL/state.json" ]; then
   bold "A local plane is already running; restarting it"
   make --no-print-directory local-down
 fi
-bold "Starting a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (5 nodes), and capscale ($MODE mode)"
-make --no-print-directory local-up NODES=5 MODE="$MODE"
+bold "Starting a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (5 nodes), $REAL_NODES real node(s), and capscale ($MODE mode)"
+make --no-print-directory local-up NODES=5 MODE="$MODE" REAL_NODES="$REAL_NODES"
 # shellcheck disable=SC1091
 source "$LOCAL/env"
 export KUBECONFIG
 run k get nodes -o wide
+
+if [ "$REAL_NODES" != 0 ]; then
+  bash hack/demo-realnode.sh
+fi
 
 bold "1. Underlay-IP scheduling"
 say "Each node holds at most 10 underlay IPs unless its capscale.io/underlay-ip-capacity annotation says otherwise."
 run k annotate node kwok-node-000 capscale.io/underlay-ip-capacity=4 --overwrite
 run k annotate node kwok-node-001 capscale.io/underlay-ip-capacity=0 --overwrite
 say "Capacity now: 4 + 0 + 3 x 10 = 34 IPs. A Deployment of 40 pods, each asking for one IP:"
+if [ "$REAL_NODES" != 0 ]; then say "(The tainted real node's 10 IPs stay free: the TOTAL below counts them.)"; fi
 k create namespace demo >/dev/null
 wait_for "the demo namespace's default ServiceAccount" 30 k -n demo get serviceaccount default
 cat <<'YAML' | k apply -f -

@@ -129,8 +129,10 @@ func (n *RealNode) Kubelet() *Process {
 func (n *RealNode) StopKubelet() { n.Kubelet().Stop(5 * time.Second) }
 
 // StartKubelet starts the kubelet again with the same configuration and
-// waits until the node is Ready.
+// waits until it has registered the Node (anew, or found it registered)
+// and the Node is Ready.
 func (n *RealNode) StartKubelet(ctx context.Context) error {
+	registered := n.KubeletLogCount(registeredLines...)
 	proc, err := n.plane.StartProcess("kubelet-"+n.Name, n.plane.bin("kubelet"), n.kubeletArgs...)
 	if err != nil {
 		return err
@@ -138,7 +140,36 @@ func (n *RealNode) StartKubelet(ctx context.Context) error {
 	n.mu.Lock()
 	n.kubelet = proc
 	n.mu.Unlock()
+	err = n.plane.waitUntil(ctx, proc, time.Minute, "the kubelet of "+n.Name+" to register", func(context.Context) (bool, error) {
+		return n.KubeletLogCount(registeredLines...) > registered, nil
+	})
+	if err != nil {
+		return err
+	}
 	return n.plane.waitRealNodesReady(ctx, []*RealNode{n})
+}
+
+// registeredLines are what the kubelet logs once it has registered its
+// Node, or found it registered (pkg/kubelet/kubelet_node_status.go).
+var registeredLines = []string{"Successfully registered node", "Node was previously registered"}
+
+// KubeletLogCount counts the lines of the kubelet's log (every run of it)
+// that contain one of substrs.
+func (n *RealNode) KubeletLogCount(substrs ...string) int {
+	b, err := os.ReadFile(n.Kubelet().LogFile)
+	if err != nil {
+		return 0
+	}
+	count := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, s := range substrs {
+			if strings.Contains(l, s) {
+				count++
+				break
+			}
+		}
+	}
+	return count
 }
 
 // RestartKubelet is StopKubelet then StartKubelet.

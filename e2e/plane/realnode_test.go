@@ -2,6 +2,7 @@ package plane
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -62,6 +63,22 @@ func TestUnderPath(t *testing.T) {
 	} {
 		if got := underPath(tc.p, tc.dir); got != tc.want {
 			t.Errorf("underPath(%q, %q) = %v, want %v", tc.p, tc.dir, got, tc.want)
+		}
+	}
+}
+
+// TestCheckRealNodeHost: a host without make deps' packages is refused,
+// each missing piece named, so that a real-node test fails saying what to
+// install instead of skipping.
+func TestCheckRealNodeHost(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	err := CheckRealNodeHost(t.TempDir())
+	if err == nil {
+		t.Fatal("a host with nothing on PATH and no kubelet was accepted")
+	}
+	for _, want := range []string{"make deps", "containerd", "runc", "ctr", "nft", "kubelet (make control-plane)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not name %q: %v", want, err)
 		}
 	}
 }
