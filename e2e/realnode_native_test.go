@@ -29,9 +29,15 @@ import (
 //     restart: a kubelet registers once): the new Node has no capacity
 //     until the publisher writes it from the node's label, and no pod is
 //     rejected;
-//   - the capacity annotation turns invalid under the running pods: the
-//     publisher publishes the IPs in use (10), so a kubelet restart
-//     re-admits all ten and no new pod fits.
+//   - the kubelet's device-plugin state is lost (a re-created machine
+//     that finds its Node registered: the case where a kubelet zeroes
+//     extended resources it does not serve): the capacity is published
+//     (v1.37.2 here does not zero it: its device manager recreates its
+//     socket, which counts as a checkpoint, before it registers; if it
+//     did, the publisher would write it back) and no pod is rejected;
+//   - the capacity annotation turns invalid under the running pods, and
+//     the checkpoint is lost again: the publisher publishes the IPs in use
+//     (10), so the kubelet re-admits all ten and no new pod fits.
 func TestRealNodeNativeReadmission(t *testing.T) {
 	s := startRealNodeStack(t, stack.Options{Native: true}, 1)
 	ctx := testContext(t, 6*time.Minute)
@@ -51,6 +57,11 @@ func TestRealNodeNativeReadmission(t *testing.T) {
 	})
 	containers := containerIDs(ctx, t, s, ns)
 
+	forget := func() {
+		if err := s.ForgetDevicePluginState(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, step := range []struct {
 		name    string
 		prepare func()
@@ -63,10 +74,15 @@ func TestRealNodeNativeReadmission(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{name: "capacity annotation invalid under running pods", want: 10, prepare: func() {
+		{name: "device-plugin state lost", want: 10, prepare: func() {
+			node.StopKubelet()
+			forget()
+		}},
+		{name: "capacity annotation invalid under running pods, device-plugin state lost", want: 10, prepare: func() {
 			annotateCapacity(ctx, t, s, node.Name, "ten")
 			waitNodeEvent(ctx, t, s, node.Name, "InvalidUnderlayIPCapacity")
 			node.StopKubelet()
+			forget()
 		}},
 	} {
 		t.Logf("%s", step.name)
@@ -81,8 +97,9 @@ func TestRealNodeNativeReadmission(t *testing.T) {
 			t.Fatalf("%s: %v", step.name, err)
 		}
 		published := waitPublished(ctx, t, s, node.Name, step.want)
+		didZero := node.KubeletLogCount(kubeletZeroes) > zeroed
 		t.Logf("%s: the kubelet registered, the Node is Ready and its capacity %d published %.1fs after the kubelet started (the kubelet zeroed it on registration: %v)",
-			step.name, step.want, published.Sub(restarted).Seconds(), node.KubeletLogCount(kubeletZeroes) > zeroed)
+			step.name, step.want, published.Sub(restarted).Seconds(), didZero)
 		// The kubelet re-admits every pod it finds; give it time to
 		// reject one, if it would.
 		holdRunning(ctx, t, s, ns, containers, 10*time.Second)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -176,6 +177,32 @@ func (n *RealNode) KubeletLogCount(substrs ...string) int {
 func (n *RealNode) RestartKubelet(ctx context.Context) error {
 	n.StopKubelet()
 	return n.StartKubelet(ctx)
+}
+
+// ForgetDevicePluginState empties the kubelets' device-plugin directory of
+// what the run put there (the registration socket, the checkpoint), as on
+// a re-created machine: a kubelet that then finds its Node registered
+// takes it for re-created and zeroes its extended resources — it looks for
+// any file there (ShouldResetExtendedResourceCapacity), the socket
+// included. Stop the kubelets first. What was there before the run stays.
+func (p *Plane) ForgetDevicePluginState() error {
+	p.mu.Lock()
+	fp := p.footprint
+	p.mu.Unlock()
+	if fp == nil {
+		return errors.New("no real nodes")
+	}
+	entries, err := os.ReadDir(devicePluginDir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if !slices.Contains(fp.DevicePluginEntries, e.Name()) {
+			errs = append(errs, removeIfExists(filepath.Join(devicePluginDir, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // CheckRealNodeHost says what this host lacks for real nodes, or nil.
