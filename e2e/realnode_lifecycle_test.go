@@ -284,19 +284,27 @@ func checkAnswers(ctx context.Context, t *testing.T, s *stack.Stack, pods map[st
 	sort.Strings(names)
 	for _, name := range names {
 		url := fmt.Sprintf("http://%s/", netip.AddrPortFrom(pods[name].ip, 8080))
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Errorf("pod %s on %s: GET %s: %v", name, pods[name].node, url, err)
-			continue
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if !strings.HasPrefix(string(body), "pod="+name+" ") {
-			t.Errorf("pod %s on %s: GET %s answered %d %q, want its name", name, pods[name].node, url, resp.StatusCode, body)
+		// A container is Running once started, a moment before it
+		// listens: a refused connection is retried for a few seconds.
+		var body []byte
+		var code int
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return false, err
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				body = []byte(err.Error())
+				return false, nil
+			}
+			defer resp.Body.Close()
+			code = resp.StatusCode
+			body, _ = io.ReadAll(resp.Body)
+			return true, nil
+		})
+		if err != nil || !strings.HasPrefix(string(body), "pod="+name+" ") {
+			t.Errorf("pod %s on %s: GET %s answered %d %q, want its name", name, pods[name].node, url, code, body)
 		}
 	}
 	t.Logf("%d pods answered HTTP on their IPs: %v", len(names), names)

@@ -175,9 +175,11 @@ func Start(ctx context.Context, o Options) (p *Plane, err error) {
 	}
 	if o.RealNodes > 0 {
 		o.Logf("starting %d real nodes (kubelet, containerd, a CNI bridge each)", o.RealNodes)
+		realStart := time.Now()
 		if err = p.startRealNodes(ctx); err != nil {
 			return p, err
 		}
+		o.Logf("%d real nodes Ready in %.1fs (images built and imported, containerd and kubelet started)", o.RealNodes, time.Since(realStart).Seconds())
 		for _, n := range p.RealNodes {
 			o.Logf("real node %s Ready in %.1fs: pod IPs %s-%s on bridge %s", n.Name, n.Started.Seconds(), n.RangeStart, n.RangeEnd, n.Bridge)
 		}

@@ -41,11 +41,16 @@ func main() {
 		}
 		delay = d
 	}
+	// Listen before anything else: the kubelet calls the container
+	// Running as soon as it started, and a test may connect right then.
+	ln, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		log.Fatalf("listening on :%s: %v", port, err)
+	}
 	rec := recorder{dir: os.Getenv("RECORD_DIR"), name: name}
 	rec.write("start")
 
 	srv := &http.Server{
-		Addr:              ":" + port,
 		ReadHeaderTimeout: 5 * time.Second,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
@@ -53,7 +58,7 @@ func main() {
 		}),
 	}
 	go func() {
-		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+		if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
 			log.Fatalf("serving on :%s: %v", port, err)
 		}
 	}()
