@@ -31,9 +31,13 @@ type Pod struct {
 type Node struct {
 	Name     string `json:"name"`
 	Capacity int64  `json:"capacity"`
-	// Source is where the capacity comes from: annotation, label, default
+	// Source is where the capacity comes from: annotation, source (a
+	// capacity source: the node's IPAM object), label, default
 	// (underlay.Source*) or SourceNoNode.
 	Source string `json:"source"`
+	// Origin names, for Source "source", the capacity source and the
+	// object it read: "<source> <resource>.<group>/<name>".
+	Origin string `json:"origin,omitempty"`
 	// Invalid says why the value at Source was rejected (capacity 0).
 	Invalid string `json:"invalid,omitempty"`
 	// Published is the capacity in the Node's status.allocatable, as
@@ -97,7 +101,7 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 	index := make(map[string]int, len(nodes))
 	for _, n := range nodes {
 		c := underlay.NodeCapacity(n.Annotations, n.Labels, def)
-		out := Node{Name: n.Name, Capacity: c.IPs, Source: c.Source, Invalid: c.Invalid, Holders: []Pod{}}
+		out := Node{Name: n.Name, Capacity: c.IPs, Source: c.Source, Origin: c.Origin, Invalid: c.Invalid, Holders: []Pod{}}
 		if q, ok := n.Status.Allocatable[underlay.Resource]; ok {
 			v := q.Value()
 			out.Published = &v
