@@ -30,7 +30,7 @@ func NodeInformer(factory informers.SharedInformerFactory) (cache.SharedIndexInf
 var (
 	nodeAnnotations = []string{names.UnderlayIPCapacityAnnotation, names.UnderlayIPSourceCapacityAnnotation,
 		names.UnderlayIPSourceAnnotation, names.UnderlayIPPublishedAnnotation}
-	nodeLabels      = []string{names.UnderlayIPCapacityLabel}
+	nodeLabels = []string{names.UnderlayIPCapacityLabel}
 )
 
 // CompactNode reduces node to what the ledger and the capacity publisher
