@@ -58,9 +58,10 @@ type Source struct {
 	// Capacity is a CEL expression over object: the node's underlay IPs,
 	// an int from 0 to 1048576.
 	Capacity string `json:"capacity,omitempty"`
-	// NodeSelector, when set, names the nodes the source covers: such a
-	// node without an object is invalid (capacity 0), not left to the
-	// label or the default. Without it, the source covers the nodes its
+	// NodeSelector, when set, names the nodes the source covers, and only
+	// those: such a node without an object is invalid (capacity 0), not
+	// left to the label or the default, and an object that maps to
+	// another node is ignored. Without it, the source covers the nodes its
 	// objects map to.
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 }

@@ -53,10 +53,23 @@ func Evaluate(s *Compiled, namespace, name string, obj map[string]any) Result {
 type Coverage struct {
 	// Source and Resource name the source and its resource.
 	Source, Resource string
-	// Selected: the source's nodeSelector matches the node.
-	Selected bool
+	// Selects: the source has a nodeSelector; Selected: it matches the
+	// node.
+	Selects, Selected bool
 	// Objects are the source's objects that map to the node.
 	Objects []Result
+}
+
+// Covers reports whether the source decides the node's capacity: with a
+// nodeSelector, exactly the nodes it selects (an object that maps to
+// another node is not this source's business, so two sources may share a
+// resource over disjoint nodes); without one, the nodes its objects map
+// to.
+func (c Coverage) Covers() bool {
+	if c.Selects {
+		return c.Selected
+	}
+	return len(c.Objects) > 0
 }
 
 // Mirror is what the mirror writes onto a node: the value of
@@ -70,9 +83,9 @@ type Mirror struct {
 // Invalid reports whether m marks the node's capacity invalid.
 func (m Mirror) Invalid() bool { return strings.HasPrefix(m.Value, underlay.InvalidPrefix) }
 
-// Want decides a node's mirror from what each source says of it. A source
-// covers a node that its selector selects or that one of its objects maps
-// to. No source: nothing to mirror. Two or more: invalid, since which one
+// Want decides a node's mirror from what each source says of it (see
+// Coverage.Covers for which sources cover it). No source: nothing to
+// mirror. Two or more: invalid, since which one
 // holds the truth is the operator's call, not capscale's. One: its one
 // object's capacity; no object, several objects, or an object without a
 // capacity is invalid with the reason — never the label or the default,
@@ -80,7 +93,7 @@ func (m Mirror) Invalid() bool { return strings.HasPrefix(m.Value, underlay.Inva
 func Want(cov []Coverage) Mirror {
 	var covering []Coverage
 	for _, c := range cov {
-		if c.Selected || len(c.Objects) > 0 {
+		if c.Covers() {
 			covering = append(covering, c)
 		}
 	}

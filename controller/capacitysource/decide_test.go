@@ -12,8 +12,13 @@ import (
 func TestWant(t *testing.T) {
 	obj := func(ref string, capacity int64) Result { return Result{Ref: ref, Node: "n1", Capacity: capacity} }
 	broken := Result{Ref: "ciliumnodes.cilium.io/n1", Node: "n1", Err: "capacity expression: negative: -1"}
-	cov := func(source string, selected bool, objs ...Result) Coverage {
-		return Coverage{Source: source, Resource: "ciliumnodes.cilium.io", Selected: selected, Objects: objs}
+	// cov is a source without a nodeSelector; sel one with a selector
+	// that matches the node or not.
+	cov := func(source string, objs ...Result) Coverage {
+		return Coverage{Source: source, Resource: "ciliumnodes.cilium.io", Objects: objs}
+	}
+	sel := func(source string, selected bool, objs ...Result) Coverage {
+		return Coverage{Source: source, Resource: "ciliumnodes.cilium.io", Selects: true, Selected: selected, Objects: objs}
 	}
 	tests := []struct {
 		name string
@@ -21,20 +26,24 @@ func TestWant(t *testing.T) {
 		want Mirror
 	}{
 		{name: "no source", want: Mirror{}},
-		{name: "a source that neither selects the node nor has an object for it", cov: []Coverage{cov("cilium", false)}, want: Mirror{}},
-		{name: "one object", cov: []Coverage{cov("cilium", false, obj("ciliumnodes.cilium.io/n1", 12))},
+		{name: "a source without objects for the node", cov: []Coverage{cov("cilium")}, want: Mirror{}},
+		{name: "a selector that does not match the node", cov: []Coverage{sel("cilium", false)}, want: Mirror{}},
+		{name: "an object for a node the selector leaves out is ignored", cov: []Coverage{sel("cilium", false, obj("ciliumnodes.cilium.io/n1", 12))}, want: Mirror{}},
+		{name: "one object", cov: []Coverage{cov("cilium", obj("ciliumnodes.cilium.io/n1", 12))},
 			want: Mirror{Value: "12", Origin: "cilium ciliumnodes.cilium.io/n1"}},
-		{name: "one object, node selected", cov: []Coverage{cov("cilium", true, obj("ciliumnodes.cilium.io/n1", 0))},
+		{name: "one object, node selected", cov: []Coverage{sel("cilium", true, obj("ciliumnodes.cilium.io/n1", 0))},
 			want: Mirror{Value: "0", Origin: "cilium ciliumnodes.cilium.io/n1"}},
-		{name: "selected, no object: invalid, not the default", cov: []Coverage{cov("cilium", true)},
+		{name: "selected, no object: invalid, not the default", cov: []Coverage{sel("cilium", true)},
 			want: Mirror{Value: underlay.InvalidPrefix + "no ciliumnodes.cilium.io object maps to this node", Origin: "cilium"}},
-		{name: "an object without a capacity", cov: []Coverage{cov("cilium", true, broken)},
+		{name: "an object without a capacity", cov: []Coverage{sel("cilium", true, broken)},
 			want: Mirror{Value: underlay.InvalidPrefix + "capacity expression: negative: -1", Origin: "cilium ciliumnodes.cilium.io/n1"}},
-		{name: "two objects map to the node", cov: []Coverage{cov("mine", false, obj("ippools.example.com/b", 1), obj("ippools.example.com/a", 2))},
+		{name: "two objects map to the node", cov: []Coverage{cov("mine", obj("ippools.example.com/b", 1), obj("ippools.example.com/a", 2))},
 			want: Mirror{Value: underlay.InvalidPrefix + "2 objects map to this node: ippools.example.com/a, ippools.example.com/b", Origin: "mine"}},
-		{name: "two sources cover the node", cov: []Coverage{cov("cilium", true, obj("ciliumnodes.cilium.io/n1", 3)), cov("mine", false, obj("ippools.example.com/n1", 4))},
+		{name: "two sources cover the node", cov: []Coverage{sel("cilium", true, obj("ciliumnodes.cilium.io/n1", 3)), cov("mine", obj("ippools.example.com/n1", 4))},
 			want: Mirror{Value: underlay.InvalidPrefix + "covered by more than one capacity source: cilium, mine", Origin: "cilium,mine"}},
-		{name: "the other source does not cover the node", cov: []Coverage{cov("cilium", false), cov("mine", false, obj("ippools.example.com/n1", 4))},
+		{name: "two sources of one resource over disjoint nodes", cov: []Coverage{sel("eni", false, obj("ciliumnodes.cilium.io/n1", 3)), sel("multi-pool", true, obj("ciliumnodes.cilium.io/n1", 30))},
+			want: Mirror{Value: "30", Origin: "multi-pool ciliumnodes.cilium.io/n1"}},
+		{name: "the other source does not cover the node", cov: []Coverage{sel("cilium", false), cov("mine", obj("ippools.example.com/n1", 4))},
 			want: Mirror{Value: "4", Origin: "mine ippools.example.com/n1"}},
 	}
 	for _, tc := range tests {

@@ -337,7 +337,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 func (c *Controller) coverage(node *corev1.Node) []Coverage {
 	cov := make([]Coverage, len(c.sources))
 	for i, s := range c.sources {
-		cov[i] = Coverage{Source: s.src.Name, Resource: s.src.Resource.String(),
+		cov[i] = Coverage{Source: s.src.Name, Resource: s.src.Resource.String(), Selects: s.src.Selector != nil,
 			Selected: s.src.Selector != nil && s.src.Selector.Matches(labels.Set(node.Labels))}
 		objs, _ := s.inf.GetIndexer().ByIndex(nodeIndex, node.Name)
 		for _, o := range objs {
