@@ -21,8 +21,8 @@ import (
 	schedv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/controller/capacitysource"
+	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/metricsadapter/config"
 )
 

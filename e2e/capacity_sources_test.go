@@ -339,7 +339,9 @@ func capacitySourceScenario(t *testing.T, m schedulingMode, src ipamSource) {
 		uid[n] = node.UID
 	}
 	// Covered, no object yet: invalid, not the default of 10.
-	waitMirrored(ctx, t, s, n0, func(v string) bool { return strings.HasPrefix(v, "invalid: no "+src.resource+" object maps to this node") }, 0)
+	waitMirrored(ctx, t, s, n0, func(v string) bool {
+		return strings.HasPrefix(v, "invalid: no "+src.resource+" object maps to this node")
+	}, 0)
 
 	putObject(ctx, t, s, src.gvr, src.object(n0, uid[n0], 3))
 	putObject(ctx, t, s, src.gvr, src.object(n1, uid[n1], 2))
@@ -383,7 +385,9 @@ func capacitySourceScenario(t *testing.T, m schedulingMode, src ipamSource) {
 
 	// Malformed: invalid with the expression's reason.
 	putObject(ctx, t, s, src.gvr, src.malformed(n0, uid[n0], 0))
-	waitMirrored(ctx, t, s, n0, func(v string) bool { return strings.HasPrefix(v, "invalid: capacity expression: ") && strings.Contains(v, src.reason) }, 4)
+	waitMirrored(ctx, t, s, n0, func(v string) bool {
+		return strings.HasPrefix(v, "invalid: capacity expression: ") && strings.Contains(v, src.reason)
+	}, 4)
 	stayBoundPending(ctx, t, s, ns, 6, 1, 2*time.Second)
 
 	// Fixed: 6 IPs, 4 in use; the waiting pod binds.
