@@ -4,7 +4,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
+	"github.com/capscale/capscale/internal/ipreport"
 	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/internal/underlay"
 )
@@ -41,6 +46,9 @@ func TestUnderlayPodPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A pod created before the namespace is marked: no request, so it
+	// holds an IP nobody counts, which kubectl capscale ips must say.
+	createPods(ctx, t, s, plainPod(marked, "before-policy"))
 	if _, err := s.Kubectl(ctx, "label", "namespace", marked, names.UnderlayNamespaceLabel+"=true"); err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +138,33 @@ func TestUnderlayPodPolicy(t *testing.T) {
 				t.Errorf("init-only: the first container got an IP besides the init container's")
 			}
 		}
+	}
+	uncountedWarning(ctx, t, s, marked)
+}
+
+// uncountedWarning: kubectl capscale ips, as a user with only
+// capscale-kubectl:ips, names the pod of the marked namespace that was
+// created before the policy (and only it: hostNetwork, counted and
+// unmarked pods are not) on stderr and under "uncounted" in -o json.
+func uncountedWarning(ctx context.Context, t *testing.T, s *stack.Stack, ns string) {
+	t.Helper()
+	kc := kubectlUser(ctx, t, s, "ops", "viewer", "ClusterRole", "capscale-kubectl:ips", true)
+	cmd := exec.CommandContext(ctx, filepath.Join(capscaleBin, "kubectl-capscale"), "ips", "-o", "json", "--kubeconfig", kc)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl capscale ips: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	var rep ipreport.Report
+	if err := json.Unmarshal([]byte(stdout.String()), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout.String())
+	}
+	if len(rep.Uncounted) != 1 || rep.Uncounted[0].Namespace != ns || rep.Uncounted[0].Name != "before-policy" {
+		t.Errorf("uncounted %+v, want only %s/before-policy", rep.Uncounted, ns)
+	}
+	if want := "Warning: 1 pods in namespaces labelled capscale.io/underlay=true hold an underlay IP that nobody counts"; !strings.Contains(stderr.String(), want) ||
+		!strings.Contains(stderr.String(), ns+"/before-policy on "+plane.NodeName(0)) && !strings.Contains(stderr.String(), ns+"/before-policy on "+plane.NodeName(1)) {
+		t.Errorf("stderr %q, want %q naming %s/before-policy", stderr.String(), want, ns)
 	}
 }
 
