@@ -14,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -230,36 +229,15 @@ func ownPool(node string, allocatable any) *unstructured.Unstructured {
 	}}
 }
 
-// putObject creates or replaces obj, spec then status (the status
-// subresource ignores status on create and update), as the IPAM's
-// controllers write them.
+// putObject creates or replaces obj, spec then status.
 func putObject(ctx context.Context, t *testing.T, s *stack.Stack, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(s.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r dynamic.ResourceInterface = dyn.Resource(gvr)
-	if ns := obj.GetNamespace(); ns != "" {
-		r = dyn.Resource(gvr).Namespace(ns)
-	}
-	obj = obj.DeepCopy()
-	cur, err := r.Get(ctx, obj.GetName(), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		cur, err = r.Create(ctx, obj, metav1.CreateOptions{})
-	case err == nil:
-		obj.SetResourceVersion(cur.GetResourceVersion())
-		cur, err = r.Update(ctx, obj, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		t.Fatalf("writing %s %s: %v", gvr.Resource, obj.GetName(), err)
-	}
-	if _, ok := obj.Object["status"]; ok {
-		obj.SetResourceVersion(cur.GetResourceVersion())
-		if _, err := r.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
-			t.Fatalf("writing the status of %s %s: %v", gvr.Resource, obj.GetName(), err)
-		}
+	if err := ipamcrd.Put(ctx, dyn, gvr, obj); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -163,8 +164,10 @@ func TestIPsWithoutNamespaceList(t *testing.T) {
 }
 
 func TestIPsDataFormats(t *testing.T) {
-	for _, format := range []string{"json", "yaml"} {
-		out, _, err := run(t, cluster(), "ips", "node-a", "-o", format)
+	// report runs ips in format and decodes what it printed.
+	report := func(format string, args ...string) ipreport.Report {
+		t.Helper()
+		out, _, err := run(t, cluster(), append([]string{"ips", "-o", format}, args...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,24 +180,16 @@ func TestIPsDataFormats(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", format, err, out)
 		}
+		return rep
+	}
+	for _, format := range []string{"json", "yaml"} {
+		rep := report(format, "node-a")
 		if len(rep.Nodes) != 1 || rep.Nodes[0].Name != "node-a" || rep.Nodes[0].Free != 1 || rep.Nodes[0].Holders[0].Name != "web-1" || rep.Totals.Waiting != 1 {
 			t.Errorf("%s: %+v", format, rep)
 		}
-		out, _, err = run(t, cluster(), "ips", "node-d", "-o", format)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep = ipreport.Report{}
-		if format == "json" {
-			err = json.Unmarshal([]byte(out), &rep)
-		} else {
-			err = yaml.UnmarshalStrict([]byte(out), &rep)
-		}
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", format, err, out)
-		}
+		rep = report(format, "node-d")
 		want := []ipreport.UncountedPod{{Namespace: "shop", Name: "old-web", Node: "node-d"}}
-		if !equalUncounted(rep.Uncounted, want) || rep.Nodes[0].Uncounted != 1 || rep.Nodes[0].Origin != "cilium ciliumnodes.cilium.io/node-d" {
+		if !slices.Equal(rep.Uncounted, want) || rep.Nodes[0].Uncounted != 1 || rep.Nodes[0].Origin != "cilium ciliumnodes.cilium.io/node-d" {
 			t.Errorf("%s: uncounted %+v, node %+v; want %+v and the origin", format, rep.Uncounted, rep.Nodes[0], want)
 		}
 	}
@@ -268,16 +263,4 @@ func hpaList(target string, minR, maxR int32) *autoscalingv2.HorizontalPodAutosc
 		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{MinReplicas: ptr.To(minR), MaxReplicas: maxR,
 			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: target}},
 	}}}
-}
-
-func equalUncounted(a, b []ipreport.UncountedPod) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

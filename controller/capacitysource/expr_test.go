@@ -17,8 +17,13 @@ func object(t testing.TB, y string) map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fromJSON(t, j)
+}
+
+func fromJSON(t testing.TB, b []byte) map[string]any {
+	t.Helper()
 	var m map[string]any
-	if err := utiljson.Unmarshal(j, &m); err != nil {
+	if err := utiljson.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
 	return m

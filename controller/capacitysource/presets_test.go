@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/capscale/capscale/controller/capacitysource/ipamtest"
 )
@@ -20,11 +19,7 @@ func decoded(t testing.TB, u *unstructured.Unstructured) map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m map[string]any
-	if err := utiljson.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return fromJSON(t, b)
 }
 
 func ciliumENI(t testing.TB, pool, pods int) map[string]any {

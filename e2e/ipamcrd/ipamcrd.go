@@ -14,6 +14,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 )
 
 // CRD is one IPAM's CustomResourceDefinition in its project's module.
@@ -84,4 +90,34 @@ func moduleDir(ctx context.Context, mod string) (string, error) {
 	}
 	dirs[mod] = info.Dir
 	return info.Dir, nil
+}
+
+// Put creates or replaces obj as an IPAM's controllers write it: the
+// object, then its status through the status subresource (which ignores
+// status on create and update), when it has one.
+func Put(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) error {
+	var r dynamic.ResourceInterface = dyn.Resource(gvr)
+	if ns := obj.GetNamespace(); ns != "" {
+		r = dyn.Resource(gvr).Namespace(ns)
+	}
+	obj = obj.DeepCopy()
+	cur, err := r.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		cur, err = r.Create(ctx, obj, metav1.CreateOptions{})
+	case err == nil:
+		obj.SetResourceVersion(cur.GetResourceVersion())
+		cur, err = r.Update(ctx, obj, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s %s: %w", gvr.Resource, obj.GetName(), err)
+	}
+	if _, ok := obj.Object["status"]; !ok {
+		return nil
+	}
+	obj.SetResourceVersion(cur.GetResourceVersion())
+	if _, err := r.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("writing the status of %s %s: %w", gvr.Resource, obj.GetName(), err)
+	}
+	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -63,25 +62,9 @@ func capacitySourceBench(ctx context.Context, modes string, changes, costNodes, 
 	return nil
 }
 
-// putCiliumNode creates or replaces a CiliumNode, spec then status, as the
-// operator and the agent write them.
+// putCiliumNode creates or replaces a CiliumNode, spec then status.
 func putCiliumNode(ctx context.Context, dyn dynamic.Interface, obj *unstructured.Unstructured) error {
-	r := dyn.Resource(ciliumNodes)
-	obj = obj.DeepCopy()
-	cur, err := r.Get(ctx, obj.GetName(), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		cur, err = r.Create(ctx, obj, metav1.CreateOptions{})
-	case err == nil:
-		obj.SetResourceVersion(cur.GetResourceVersion())
-		cur, err = r.Update(ctx, obj, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		return err
-	}
-	obj.SetResourceVersion(cur.GetResourceVersion())
-	_, err = r.UpdateStatus(ctx, obj, metav1.UpdateOptions{})
-	return err
+	return ipamcrd.Put(ctx, dyn, ciliumNodes, obj)
 }
 
 // installCilium installs the CiliumNode CRD from Cilium's module.
