@@ -21,6 +21,7 @@ import (
 	schedv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/capscale/capscale/controller/capacitysource"
 	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/metricsadapter/config"
 )
@@ -110,6 +111,14 @@ func checkConfigMap(t *testing.T, dec runtime.Decoder, cm *corev1.ConfigMap) {
 	case "capscale-metrics-adapter-config":
 		if _, err := config.Decode([]byte(cm.Data["config.yaml"])); err != nil {
 			t.Errorf("adapter config: %v", err)
+		}
+	case "capscale-capacity-sources":
+		f, err := capacitysource.Decode([]byte(cm.Data["sources.yaml"]))
+		if err == nil {
+			_, err = f.Compile()
+		}
+		if err != nil {
+			t.Errorf("capacity sources: %v", err)
 		}
 	default:
 		t.Errorf("unexpected ConfigMap %s: add a check for its content", cm.Name)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/clock"
 
+	"github.com/capscale/capscale/controller/capacitysource"
 	"github.com/capscale/capscale/controller/elasticweb"
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/binderlease"
@@ -127,6 +128,7 @@ func Components() ([]Component, error) {
 		}},
 		{"controller", func(reg *recorder) error {
 			elasticweb.NewMetrics(reg)
+			capacitysource.NewMetrics(reg)
 			reg.MustRegister(elasticweb.NewLeaderGauge(func() bool { return false }))
 			return nil
 		}},

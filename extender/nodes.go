@@ -24,10 +24,13 @@ func NodeInformer(factory informers.SharedInformerFactory) (cache.SharedIndexInf
 }
 
 // nodeAnnotations and nodeLabels are the only ones anything in the extender
-// binary reads: the capacity rule's and the publisher's marker.
+// binary reads: the capacity rule's (the per-node value, and the capacity
+// source's value and origin that capscale-controller mirrors onto the Node)
+// and the publisher's marker.
 var (
-	nodeAnnotations = []string{names.UnderlayIPCapacityAnnotation, names.UnderlayIPPublishedAnnotation}
-	nodeLabels      = []string{names.UnderlayIPCapacityLabel}
+	nodeAnnotations = []string{names.UnderlayIPCapacityAnnotation, names.UnderlayIPSourceCapacityAnnotation,
+		names.UnderlayIPSourceAnnotation, names.UnderlayIPPublishedAnnotation}
+	nodeLabels = []string{names.UnderlayIPCapacityLabel}
 )
 
 // CompactNode reduces node to what the ledger and the capacity publisher

@@ -67,6 +67,18 @@ func TestCompactNodeKeepsExactlyWhatTheReadersUse(t *testing.T) {
 			},
 		},
 		{
+			name: "the capacity source's value and origin",
+			full: func() *v1.Node {
+				n := capscaleNode(4, "", "3", "", "")
+				n.Annotations[names.UnderlayIPSourceCapacityAnnotation] = "12"
+				n.Annotations[names.UnderlayIPSourceAnnotation] = "cilium ciliumnodes.cilium.io/n"
+				return n
+			}(),
+			want: v1.Node{ObjectMeta: metav1.ObjectMeta{Name: realisticNode(4).Name, UID: realisticNode(4).UID, ResourceVersion: "123456789",
+				Annotations: map[string]string{names.UnderlayIPSourceCapacityAnnotation: "12", names.UnderlayIPSourceAnnotation: "cilium ciliumnodes.cilium.io/n"},
+				Labels:      map[string]string{names.UnderlayIPCapacityLabel: "3"}}},
+		},
+		{
 			name: "an empty annotation is kept: present, and invalid",
 			full: func() *v1.Node {
 				n := capscaleNode(3, "", "", "", "")
@@ -114,6 +126,8 @@ func TestStrippedNodeDecidesAlike(t *testing.T) {
 	for _, tc := range []struct {
 		name                              string
 		annotation, label, marker, status string
+		// source is the capacity source's mirrored value.
+		source string
 	}{
 		{name: "nothing: default, to publish"},
 		{name: "annotation", annotation: "5"},
@@ -126,9 +140,17 @@ func TestStrippedNodeDecidesAlike(t *testing.T) {
 		{name: "marker disagrees with status", annotation: "2", marker: "1", status: "2"},
 		{name: "foreign resource: no marker", annotation: "2", status: "8"},
 		{name: "marker without resource", marker: "10"},
+		{name: "source overrides label", source: "12", label: "3"},
+		{name: "annotation overrides source", annotation: "2", source: "12"},
+		{name: "invalid source", source: "invalid: no object", label: "3"},
+		{name: "invalid source, published", source: "invalid: no object", marker: "3", status: "3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			full := capscaleNode(7, tc.annotation, tc.label, tc.marker, tc.status)
+			if tc.source != "" {
+				full.Annotations[names.UnderlayIPSourceCapacityAnnotation] = tc.source
+				full.Annotations[names.UnderlayIPSourceAnnotation] = "s things.example.com/n"
+			}
 			stripped := CompactNode(full)
 			if got, want := publisher.Decide(stripped, def, 2), publisher.Decide(full, def, 2); got != want {
 				t.Errorf("publisher: stripped %+v, full %+v", got, want)

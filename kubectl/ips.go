@@ -29,7 +29,10 @@ applies: a node's capacity is its capscale.io/underlay-ip-capacity annotation,
 else the label of that name, else the default; a bound, unfinished pod holds
 its request of capscale.io/underlay-ip. Unbound Pending pods hold nothing and
 are counted as waiting (per node when preemption nominated them there).
-It needs list on nodes and pods (ClusterRole capscale-kubectl:ips).`,
+It warns (on stderr, and under "uncounted" in -o json|yaml) about pods in
+namespaces labelled capscale.io/underlay=true that are not hostNetwork and
+ask for no underlay IP: they hold an IP nobody counts.
+It needs list on nodes, pods and namespaces (ClusterRole capscale-kubectl:ips).`,
 		Example: `  kubectl capscale ips
   kubectl capscale ips --min-free 2 --sort-by free
   kubectl capscale ips --full -o wide
@@ -52,11 +55,21 @@ It needs list on nodes and pods (ClusterRole capscale-kubectl:ips).`,
 			if o.selector != "" {
 				scope = ipreport.SelectedNodes
 			}
-			rep, err := o.filter.Apply(ipreport.Build(nodes, pods, o.defaultCapacity, scope))
+			rep := ipreport.Build(nodes, pods, o.defaultCapacity, scope)
+			marked, err := markedNamespaces(cmd.Context(), c)
 			if err != nil {
+				fmt.Fprintf(s.streams.ErrOut, "Warning: cannot tell which pods hold an underlay IP nobody counts: %v (ClusterRole capscale-kubectl:ips grants list on namespaces)\n", err)
+			} else {
+				rep = ipreport.WithUncounted(rep, pods, marked)
+			}
+			if rep, err = o.filter.Apply(rep); err != nil {
 				return err
 			}
-			return printReport(s.streams.Out, rep, o.output, o.noHeaders)
+			if err := printReport(s.streams.Out, rep, o.output, o.noHeaders); err != nil {
+				return err
+			}
+			warnUncounted(s.streams.ErrOut, rep.Uncounted)
+			return nil
 		},
 	}
 	f := cmd.Flags()

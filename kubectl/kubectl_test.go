@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,37 +90,84 @@ func cluster() *fake.Clientset {
 	pending.Status.Phase = v1.PodPending
 	published := n("node-c", "")
 	published.Status.Allocatable = v1.ResourceList{underlay.Resource: resource.MustParse("10")}
+	// Capacity sources: node-d's CiliumNode gives 4, node-e has none.
+	mirrored := func(name, value string) *v1.Node {
+		o := n(name, "")
+		o.Annotations = map[string]string{names.UnderlayIPSourceCapacityAnnotation: value,
+			names.UnderlayIPSourceAnnotation: "cilium ciliumnodes.cilium.io/" + name}
+		return o
+	}
+	// A pod of the marked namespace shop created before the admission
+	// policy: it holds an IP nobody counts. A hostNetwork one holds none.
+	shop := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{names.UnderlayNamespaceLabel: "true"}}}
+	old := p("old-web", "node-d", 0)
+	old.Spec.Containers[0].Resources = v1.ResourceRequirements{}
+	hostNet := p("agent", "node-d", 0)
+	hostNet.Spec.Containers[0].Resources = v1.ResourceRequirements{}
+	hostNet.Spec.HostNetwork = true
 	return fake.NewClientset(n("node-a", "3"), n("node-b", "oops"), published,
-		p("web-1", "node-a", 2), p("web-2", "node-c", 1), pending)
+		mirrored("node-d", "4"), mirrored("node-e", "invalid: no ciliumnodes.cilium.io object maps to this node"),
+		p("web-1", "node-a", 2), p("web-2", "node-c", 1), pending, shop, old, hostNet)
 }
 
 func TestIPsTable(t *testing.T) {
-	out, _, err := run(t, cluster(), "ips")
+	out, errOut, err := run(t, cluster(), "ips")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `NODE              CAPACITY   USED   FREE   WAITING   SOURCE               PUBLISHED
-node-a            3          2      1      0         annotation           -
-node-b            0          0      0      0         invalid annotation   -
-node-c            10         1      9      0         default              10
-TOTAL (3 nodes)   13         3      10     1         1 full, 1 invalid    
+	want := `NODE              CAPACITY   USED   FREE   WAITING   SOURCE                                                 PUBLISHED
+node-a            3          2      1      0         annotation                                             -
+node-b            0          0      0      0         invalid annotation                                     -
+node-c            10         1      9      0         default                                                10
+node-d            4          0      4      0         source cilium (ciliumnodes.cilium.io/node-d)           -
+node-e            0          0      0      0         invalid source cilium (ciliumnodes.cilium.io/node-e)   -
+TOTAL (5 nodes)   17         3      14     1         2 full, 2 invalid                                      
 `
 	if out != want {
 		t.Errorf("table:\n%s\nwant:\n%s", out, want)
 	}
-	out, _, err = run(t, cluster(), "ips", "-o", "wide", "--min-free", "1", "--no-headers")
+	wantWarning := "Warning: 1 pods in namespaces labelled capscale.io/underlay=true hold an underlay IP that nobody counts (not hostNetwork, no capscale.io/underlay-ip request; created before the admission policy?): shop/old-web on node-d."
+	if !strings.HasPrefix(errOut, wantWarning) {
+		t.Errorf("stderr %q, want the warning %q", errOut, wantWarning)
+	}
+	out, errOut, err = run(t, cluster(), "ips", "-o", "wide", "--min-free", "1", "--no-headers", "-l", "!gpu")
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], "shop/web-1=2") || !strings.Contains(lines[2], "waiting: shop/late=1") || strings.HasPrefix(lines[0], "NODE") {
+	if len(lines) != 4 || !strings.Contains(lines[0], "shop/web-1=2") || !strings.Contains(lines[3], "waiting: shop/late=1") || strings.HasPrefix(lines[0], "NODE") {
 		t.Errorf("wide, --min-free 1, --no-headers:\n%s", out)
+	}
+	// node-d is shown: its uncounted pod too.
+	if !strings.Contains(errOut, "shop/old-web on node-d") {
+		t.Errorf("stderr %q lacks the uncounted pod of a node shown", errOut)
+	}
+	if _, errOut, _ = run(t, cluster(), "ips", "node-a"); errOut != "" {
+		t.Errorf("a node without uncounted pods: stderr %q, want nothing", errOut)
+	}
+}
+
+// TestIPsWithoutNamespaceList: a user who may not list namespaces still
+// gets the report, and is told why no uncounted pod is named.
+func TestIPsWithoutNamespaceList(t *testing.T) {
+	c := cluster()
+	c.PrependReactor("list", "namespaces", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, "", errForbidden)
+	})
+	out, errOut, err := run(t, c, "ips")
+	if err != nil || !strings.Contains(out, "node-d") {
+		t.Fatalf("ips: %v\n%s", err, out)
+	}
+	if !strings.Contains(errOut, "Warning: cannot tell which pods hold an underlay IP nobody counts") || !strings.Contains(errOut, "list on namespaces") {
+		t.Errorf("stderr %q", errOut)
 	}
 }
 
 func TestIPsDataFormats(t *testing.T) {
-	for _, format := range []string{"json", "yaml"} {
-		out, _, err := run(t, cluster(), "ips", "node-a", "-o", format)
+	// report runs ips in format and decodes what it printed.
+	report := func(format string, args ...string) ipreport.Report {
+		t.Helper()
+		out, _, err := run(t, cluster(), append([]string{"ips", "-o", format}, args...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,8 +180,17 @@ func TestIPsDataFormats(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", format, err, out)
 		}
+		return rep
+	}
+	for _, format := range []string{"json", "yaml"} {
+		rep := report(format, "node-a")
 		if len(rep.Nodes) != 1 || rep.Nodes[0].Name != "node-a" || rep.Nodes[0].Free != 1 || rep.Nodes[0].Holders[0].Name != "web-1" || rep.Totals.Waiting != 1 {
 			t.Errorf("%s: %+v", format, rep)
+		}
+		rep = report(format, "node-d")
+		want := []ipreport.UncountedPod{{Namespace: "shop", Name: "old-web", Node: "node-d"}}
+		if !slices.Equal(rep.Uncounted, want) || rep.Nodes[0].Uncounted != 1 || rep.Nodes[0].Origin != "cilium ciliumnodes.cilium.io/node-d" {
+			t.Errorf("%s: uncounted %+v, node %+v; want %+v and the origin", format, rep.Uncounted, rep.Nodes[0], want)
 		}
 	}
 	if _, _, err := run(t, cluster(), "ips", "node-z"); err == nil || !strings.Contains(err.Error(), "nodes not found: node-z") {

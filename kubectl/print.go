@@ -105,12 +105,22 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
-// source says where a node's capacity comes from, and if it is invalid.
+// source says where a node's capacity comes from, and if it is invalid; a
+// capacity source is named with the object it read:
+// "source cilium (ciliumnodes.cilium.io/node-1)".
 func source(n ipreport.Node) string {
-	if n.Invalid != "" {
-		return "invalid " + n.Source
+	s := n.Source
+	if n.Origin != "" {
+		name, object, _ := strings.Cut(n.Origin, " ")
+		s += " " + name
+		if object != "" {
+			s += " (" + object + ")"
+		}
 	}
-	return n.Source
+	if n.Invalid != "" {
+		return "invalid " + s
+	}
+	return s
 }
 
 // pods lists pods as ns/name=IPs; "<none>" when empty, as kubectl does.

@@ -8,6 +8,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/capscale/capscale/internal/names"
 )
 
 func TestEventsToRegister(t *testing.T) {
@@ -90,6 +92,15 @@ func TestQueueingHints(t *testing.T) {
 			oldObj: capNode("n1", annotated("3"), nil), newObj: capNode("n1", annotated("x"), nil), want: fwk.QueueSkip},
 		{name: "another annotation changed", event: nodeUpdated,
 			oldObj: capNode("n1", map[string]string{"a": "1"}, nil), newObj: capNode("n1", map[string]string{"a": "2"}, nil), want: fwk.QueueSkip},
+		{name: "capacity source's mirrored value raised", event: nodeUpdated,
+			oldObj: capNode("n1", mirrored("1"), nil), newObj: capNode("n1", mirrored("4"), nil), want: fwk.Queue},
+		{name: "capacity source's invalid value fixed", event: nodeUpdated,
+			oldObj: capNode("n1", mirrored("invalid: no object"), nil), newObj: capNode("n1", mirrored("2"), nil), want: fwk.Queue},
+		{name: "capacity source's value lowered", event: nodeUpdated,
+			oldObj: capNode("n1", mirrored("4"), nil), newObj: capNode("n1", mirrored("3"), nil), want: fwk.QueueSkip},
+		{name: "capacity source's value raised under the per-node annotation", event: nodeUpdated,
+			oldObj: capNode("n1", map[string]string{names.UnderlayIPCapacityAnnotation: "1", names.UnderlayIPSourceCapacityAnnotation: "1"}, nil),
+			newObj: capNode("n1", map[string]string{names.UnderlayIPCapacityAnnotation: "1", names.UnderlayIPSourceCapacityAnnotation: "9"}, nil), want: fwk.QueueSkip},
 		{name: "label overridden by the annotation is raised", event: nodeUpdated,
 			oldObj: capNode("n1", annotated("1"), annotated("3")), newObj: capNode("n1", annotated("1"), annotated("9")), want: fwk.QueueSkip},
 	}
@@ -105,6 +116,11 @@ func TestQueueingHints(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mirrored is a capacity source's value as capscale-controller mirrors it.
+func mirrored(v string) map[string]string {
+	return map[string]string{names.UnderlayIPSourceCapacityAnnotation: v, names.UnderlayIPSourceAnnotation: "s things.example.com/n1"}
 }
 
 // nominated is pod with status.nominatedNodeName set to node.

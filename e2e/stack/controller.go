@@ -3,7 +3,9 @@ package stack
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/capscale/capscale/controller/capacitysource"
 	"github.com/capscale/capscale/e2e/plane"
 )
 
@@ -82,4 +85,60 @@ func (s *Stack) StartController(ctx context.Context, name string, extra ...strin
 		return nil, err
 	}
 	return r, s.waitReady(ctx, r.Process, r.URL+"/readyz")
+}
+
+// capacitySources writes the sources file, applies the mirror's RBAC from
+// deploy/capacity-sources/rbac.yaml and read access to each source's
+// resource (a Role in the namespace of a namespaced source, as the chart
+// renders it), and returns args with --capacity-sources.
+func (s *Stack) capacitySources(ctx context.Context, file string, args []string) ([]string, error) {
+	f, err := capacitysource.Decode([]byte(file))
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(s.Dir, "capacity-sources.yaml")
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		return nil, err
+	}
+	if _, err := s.Kubectl(ctx, "apply", "-f", DeployFile("capacity-sources/rbac.yaml")); err != nil {
+		return nil, err
+	}
+	var rbac strings.Builder
+	for i, src := range f.Sources {
+		src, err := src.Expand()
+		if err != nil {
+			return nil, err
+		}
+		kind, ns := "ClusterRole", ""
+		if src.Namespace != "" {
+			kind, ns = "Role", "\n  namespace: "+src.Namespace
+		}
+		fmt.Fprintf(&rbac, `---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: %[1]s
+metadata:
+  name: capscale-e2e:capacity-source-%[2]d%[3]s
+rules:
+- apiGroups: [%[4]q]
+  resources: [%[5]s]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: %[1]sBinding
+metadata:
+  name: capscale-e2e:capacity-source-%[2]d%[3]s
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: %[1]s, name: "capscale-e2e:capacity-source-%[2]d"}
+subjects: [{kind: ServiceAccount, name: capscale-controller, namespace: %[6]s}]
+`, kind, i, ns, src.Resource.Group, src.Resource.Resource, Namespace)
+	}
+	if rbac.Len() > 0 {
+		rbacFile := filepath.Join(s.Dir, "capacity-sources-rbac.yaml")
+		if err := os.WriteFile(rbacFile, []byte(rbac.String()), 0o600); err != nil {
+			return nil, err
+		}
+		if _, err := s.Kubectl(ctx, "apply", "-f", rbacFile); err != nil {
+			return nil, err
+		}
+	}
+	return append(args, "--capacity-sources="+path), nil
 }

@@ -76,6 +76,12 @@ type Options struct {
 	// replica (more with StartController).
 	Controller     bool
 	ControllerArgs []string
+	// CapacitySources, when set, is the --capacity-sources file of
+	// capscale-controller (implies Controller): the stack applies
+	// deploy/capacity-sources/rbac.yaml and read access to each source's
+	// resource, as the chart renders it. Install the sources' CRDs in
+	// Prepare: the controller is ready once their informers synced.
+	CapacitySources string
 
 	// Prepare runs after the plane is up and before capscale's components
 	// start: the place to start a load source or write the adapter config.
@@ -186,6 +192,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if err = s.startWorkloadAPI(ctx); err != nil {
 			return s, err
 		}
+	}
+	if o.CapacitySources != "" {
+		o.Controller = true
+		if o.ControllerArgs, err = s.capacitySources(ctx, o.CapacitySources, o.ControllerArgs); err != nil {
+			return s, err
+		}
+		s.Opts = o
 	}
 	if o.Controller {
 		if err = s.InstallCRDs(ctx); err != nil {

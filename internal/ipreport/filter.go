@@ -48,7 +48,7 @@ func (f Filter) Validate() error {
 }
 
 // Apply returns rep with only the nodes f keeps, in f's order, and totals
-// over those nodes (Waiting stays the cluster's). A name in f.Names that
+// and uncounted pods over those nodes (Waiting stays the cluster's). A name in f.Names that
 // is not in rep is an error.
 func (f Filter) Apply(rep Report) (Report, error) {
 	if err := f.Validate(); err != nil {
@@ -87,5 +87,18 @@ func (f Filter) Apply(rep Report) (Report, error) {
 	}
 	rep.Nodes = kept
 	rep.Totals = totals(kept, len(rep.Waiting))
+	if rep.Uncounted != nil {
+		shown := make(map[string]bool, len(kept))
+		for _, n := range kept {
+			shown[n.Name] = true
+		}
+		var uncounted []UncountedPod
+		for _, p := range rep.Uncounted {
+			if shown[p.Node] {
+				uncounted = append(uncounted, p)
+			}
+		}
+		rep.Uncounted = uncounted
+	}
 	return rep, nil
 }

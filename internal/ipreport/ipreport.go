@@ -31,9 +31,13 @@ type Pod struct {
 type Node struct {
 	Name     string `json:"name"`
 	Capacity int64  `json:"capacity"`
-	// Source is where the capacity comes from: annotation, label, default
+	// Source is where the capacity comes from: annotation, source (a
+	// capacity source: the node's IPAM object), label, default
 	// (underlay.Source*) or SourceNoNode.
 	Source string `json:"source"`
+	// Origin names, for Source "source", the capacity source and the
+	// object it read: "<source> <resource>.<group>/<name>".
+	Origin string `json:"origin,omitempty"`
 	// Invalid says why the value at Source was rejected (capacity 0).
 	Invalid string `json:"invalid,omitempty"`
 	// Published is the capacity in the Node's status.allocatable, as
@@ -47,6 +51,19 @@ type Node struct {
 	// Waiting are the Pending underlay pods nominated to this node
 	// (status.nominatedNodeName: preemption made room for them here).
 	Waiting []Pod `json:"waiting,omitempty"`
+	// Uncounted is how many pods on the node hold an underlay IP nobody
+	// counts (see UncountedPod).
+	Uncounted int `json:"uncounted,omitempty"`
+}
+
+// UncountedPod is a pod that holds an underlay IP nobody counts: bound and
+// unfinished, in a namespace labelled capscale.io/underlay=true, not
+// hostNetwork, and asking for no capscale.io/underlay-ip (created before
+// the admission policy that adds the request, or while it was off).
+type UncountedPod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Node      string `json:"node"`
 }
 
 // Totals sums the nodes.
@@ -73,6 +90,9 @@ type Report struct {
 	Totals          Totals `json:"totals"`
 	// Waiting lists the Pending underlay pods not yet bound.
 	Waiting []Pod `json:"waiting"`
+	// Uncounted lists the pods on the report's nodes that hold an
+	// underlay IP nobody counts (WithUncounted), sorted.
+	Uncounted []UncountedPod `json:"uncounted,omitempty"`
 }
 
 // Scope says which Nodes a report is built over.
@@ -97,7 +117,7 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 	index := make(map[string]int, len(nodes))
 	for _, n := range nodes {
 		c := underlay.NodeCapacity(n.Annotations, n.Labels, def)
-		out := Node{Name: n.Name, Capacity: c.IPs, Source: c.Source, Invalid: c.Invalid, Holders: []Pod{}}
+		out := Node{Name: n.Name, Capacity: c.IPs, Source: c.Source, Origin: c.Origin, Invalid: c.Invalid, Holders: []Pod{}}
 		if q, ok := n.Status.Allocatable[underlay.Resource]; ok {
 			v := q.Value()
 			out.Published = &v
@@ -175,4 +195,54 @@ func sortPods(p []Pod) {
 		}
 		return p[a].Name < p[b].Name
 	})
+}
+
+// WithUncounted returns rep with the pods among pods that sit in a marked
+// namespace (capscale.io/underlay=true), are bound to one of rep's nodes
+// and unfinished, are not hostNetwork, and name no underlay IP in any
+// container: every such pod takes an IP from the node's IPAM that no
+// scheduling mode counts. A pod that asks for 0 said so itself, as the
+// admission policy lets it.
+func WithUncounted(rep Report, pods []*v1.Pod, marked map[string]bool) Report {
+	index := make(map[string]int, len(rep.Nodes))
+	for i, n := range rep.Nodes {
+		index[n.Name] = i
+	}
+	nodes := append([]Node(nil), rep.Nodes...)
+	rep.Uncounted = nil
+	for _, p := range pods {
+		if !marked[p.Namespace] || p.Spec.HostNetwork || !underlay.Holds(p.Spec.NodeName, p.Status.Phase) || statesUnderlayIP(p) {
+			continue
+		}
+		i, ok := index[p.Spec.NodeName]
+		if !ok {
+			continue
+		}
+		nodes[i].Uncounted++
+		rep.Uncounted = append(rep.Uncounted, UncountedPod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName})
+	}
+	sort.Slice(rep.Uncounted, func(a, b int) bool {
+		x, y := rep.Uncounted[a], rep.Uncounted[b]
+		if x.Namespace != y.Namespace {
+			return x.Namespace < y.Namespace
+		}
+		return x.Name < y.Name
+	})
+	rep.Nodes = nodes
+	return rep
+}
+
+// statesUnderlayIP reports whether any container of pod states capscale.io/underlay-ip
+// in its requests or limits, whatever the value.
+func statesUnderlayIP(pod *v1.Pod) bool {
+	for _, cs := range [][]v1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			_, r := cs[i].Resources.Requests[underlay.Resource]
+			_, l := cs[i].Resources.Limits[underlay.Resource]
+			if r || l {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -171,3 +171,45 @@ func TestFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestWithUncounted: only a bound, unfinished, non-hostNetwork pod of a
+// marked namespace that needs no underlay IP holds one nobody counts; a
+// filter keeps those on the nodes it shows.
+func TestWithUncounted(t *testing.T) {
+	nodes := []*v1.Node{node("a", nil, nil), node("b", nil, nil)}
+	inNS := func(p *v1.Pod, ns string) *v1.Pod { p.Namespace = ns; return p }
+	hostNet := inNS(pod("host-net", "a", v1.PodRunning, 0), "shop")
+	// Asks for 0 itself, as the admission policy lets it: not uncounted.
+	zero := inNS(pod("zero", "a", v1.PodRunning, 0), "shop")
+	zero.Spec.Containers[0].Resources.Limits = v1.ResourceList{underlay.Resource: resource.MustParse("0")}
+	hostNet.Spec.HostNetwork = true
+	pods := []*v1.Pod{
+		inNS(pod("old", "a", v1.PodRunning, 0), "shop"),
+		inNS(pod("old-2", "b", v1.PodPending, 0), "shop"), // bound, starting: holds
+		inNS(pod("counted", "a", v1.PodRunning, 1), "shop"),
+		zero,
+		hostNet,
+		inNS(pod("unbound", "", v1.PodPending, 0), "shop"),
+		inNS(pod("done", "a", v1.PodSucceeded, 0), "shop"),
+		inNS(pod("elsewhere", "a", v1.PodRunning, 0), "plain"),
+		inNS(pod("on-a-gone-node", "gone", v1.PodRunning, 0), "shop"),
+	}
+	rep := WithUncounted(Build(nodes, pods, 10, AllNodes), pods, map[string]bool{"shop": true})
+	want := []UncountedPod{{Namespace: "shop", Name: "old", Node: "a"}, {Namespace: "shop", Name: "old-2", Node: "b"}}
+	if !reflect.DeepEqual(rep.Uncounted, want) {
+		t.Errorf("uncounted %+v, want %+v", rep.Uncounted, want)
+	}
+	if rep.Nodes[0].Uncounted != 1 || rep.Nodes[1].Uncounted != 1 {
+		t.Errorf("per node: %+v", rep.Nodes)
+	}
+	f, err := Filter{Names: []string{"b"}}.Apply(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(f.Uncounted, want[1:]) {
+		t.Errorf("filtered to b: %+v, want %+v", f.Uncounted, want[1:])
+	}
+	if rep := WithUncounted(Build(nodes, pods, 10, AllNodes), pods, nil); rep.Uncounted != nil {
+		t.Errorf("no marked namespace: %+v", rep.Uncounted)
+	}
+}

@@ -18,6 +18,23 @@ const (
 	// mode's publisher wrote into its status; without it, the resource on
 	// the node is someone else's and the publisher leaves it alone.
 	UnderlayIPPublishedAnnotation = "capscale.io/underlay-ip-published"
+	// UnderlayIPSourceCapacityAnnotation on a Node is the capacity that
+	// capscale-controller's capacity-source mirror read from the node's
+	// IPAM object (a capacity source, --capacity-sources): a plain integer,
+	// or "invalid: <why>" when the object is missing or its expression
+	// failed. The capacity annotation above overrides it; it overrides the
+	// label. Only the mirror should write it.
+	UnderlayIPSourceCapacityAnnotation = "capscale.io/underlay-ip-source-capacity"
+	// UnderlayIPSourceAnnotation on a Node names the capacity source and
+	// the object the mirror read, "<source> <resource>.<group>/<name>"
+	// (namespace/name for a namespaced object): for display and Events
+	// only, never parsed by the rule.
+	UnderlayIPSourceAnnotation = "capscale.io/underlay-ip-source"
+	// UnderlayNamespaceLabel marks a namespace whose pods use underlay IPs:
+	// capscale's MutatingAdmissionPolicy gives each of its pods that is not
+	// hostNetwork and asks for no IP one capscale.io/underlay-ip, and
+	// `kubectl capscale ips` warns about its pods that hold none.
+	UnderlayNamespaceLabel = "capscale.io/underlay"
 
 	// SinglePodQPSAnnotation and TotalQPSAnnotation on a Deployment or
 	// StatefulSet are the inputs of the QPS policy: the QPS one pod serves

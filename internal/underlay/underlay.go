@@ -1,6 +1,7 @@
 // Package underlay is the one home of the underlay-IP rule: what a node can
-// hold (its capscale.io/underlay-ip-capacity annotation, else the node label
-// of that name, else the default)
+// hold (its capscale.io/underlay-ip-capacity annotation, else the capacity
+// capscale-controller mirrored from the node's IPAM object, else the node
+// label of that name, else the default)
 // and what a pod needs (its effective request of capscale.io/underlay-ip).
 // The extender's ledger, the workload API's capacity calculator and the
 // native-mode capacity publisher all call it, so they cannot disagree.
@@ -52,6 +53,10 @@ const (
 	// SourceAnnotation is the capscale.io/underlay-ip-capacity annotation:
 	// a per-node override, lost when the Node object is re-created.
 	SourceAnnotation = "annotation"
+	// SourceIPAM is the capacity capscale-controller's capacity-source
+	// mirror read from the node's IPAM object and wrote into the
+	// capscale.io/underlay-ip-source-capacity annotation.
+	SourceIPAM = "source"
 	// SourceLabel is the capscale.io/underlay-ip-capacity label. The
 	// kubelet sets its --node-labels every time it registers the Node, so
 	// a capacity set there (per node pool) survives re-registration.
@@ -60,34 +65,67 @@ const (
 	SourceDefault = "default"
 )
 
+// InvalidPrefix starts the value the mirror writes into the
+// capscale.io/underlay-ip-source-capacity annotation when a source gives no
+// count for the node (its object is missing, its expression failed or gave
+// no count): "invalid: <why>". The rule reads it as capacity 0 with that
+// reason, never as the next source.
+const InvalidPrefix = "invalid: "
+
 // Capacity is a node's underlay-IP capacity and where it came from.
 type Capacity struct {
 	// IPs is what the node may hold; 0 when Invalid is set.
 	IPs int64
-	// Source is SourceAnnotation, SourceLabel or SourceDefault.
+	// Source is SourceAnnotation, SourceIPAM, SourceLabel or SourceDefault.
 	Source string
+	// Origin names, for SourceIPAM, the capacity source and the object
+	// (the capscale.io/underlay-ip-source annotation); "" otherwise.
+	Origin string
 	// Invalid explains why the value at Source was rejected.
 	Invalid string
 }
 
 // NodeCapacity returns the underlay IP capacity of a node with the given
-// annotations and labels: the annotation if set, else the label, else def.
-// An invalid value gives 0 and a reason, never the next source: a broken
-// override must not silently turn into a guess.
+// annotations and labels, from the first of these that is set: the
+// capacity annotation (a per-node override), the capacity mirrored from
+// the node's IPAM object, the label, def. An invalid value gives 0 and a
+// reason, never the next source: a broken override or a missing IPAM
+// object must not silently turn into a guess.
+//
+// The hot path is two or three map reads and a strconv: the mirrored value
+// is a plain integer, and its origin is read only for a node that has one.
 func NodeCapacity(annotations, labels map[string]string, def int64) Capacity {
-	source := SourceAnnotation
-	s, ok := annotations[names.UnderlayIPCapacityAnnotation]
-	if !ok {
-		source = SourceLabel
-		if s, ok = labels[names.UnderlayIPCapacityLabel]; !ok {
-			return Capacity{IPs: def, Source: SourceDefault}
-		}
+	if s, ok := annotations[names.UnderlayIPCapacityAnnotation]; ok {
+		return parsed(s, SourceAnnotation, "")
 	}
+	if s, ok := annotations[names.UnderlayIPSourceCapacityAnnotation]; ok {
+		return parsed(s, SourceIPAM, annotations[names.UnderlayIPSourceAnnotation])
+	}
+	if s, ok := labels[names.UnderlayIPCapacityLabel]; ok {
+		return parsed(s, SourceLabel, "")
+	}
+	return Capacity{IPs: def, Source: SourceDefault}
+}
+
+// parsed is the capacity s gives at source.
+func parsed(s, source, origin string) Capacity {
 	c, err := ParseCapacity(s)
-	if err != nil {
+	if err == nil {
+		return Capacity{IPs: c, Source: source, Origin: origin}
+	}
+	if source != SourceIPAM {
 		return Capacity{Source: source, Invalid: fmt.Sprintf("invalid %s %s (%v), treating capacity as 0", names.UnderlayIPCapacityAnnotation, source, err)}
 	}
-	return Capacity{IPs: c, Source: source}
+	why := err.Error()
+	if r, ok := strings.CutPrefix(s, InvalidPrefix); ok {
+		why = r
+	}
+	from := "capacity source"
+	if origin != "" {
+		from += " " + origin
+	}
+	return Capacity{Source: source, Origin: origin,
+		Invalid: fmt.Sprintf("invalid %s from %s (%s), treating capacity as 0", names.UnderlayIPSourceCapacityAnnotation, from, why)}
 }
 
 // PodNeed returns how many underlay IPs pod needs: kube-scheduler's effective

@@ -46,33 +46,67 @@ func TestParseCapacity(t *testing.T) {
 	}
 }
 
+// TestNodeCapacity is the order of precedence, one row per pair of
+// sources: the per-node annotation, then the capacity mirrored from the
+// node's IPAM object (capacity source), then the label, then the default.
+// An invalid value at a level is capacity 0 with its reason, never the
+// next level.
 func TestNodeCapacity(t *testing.T) {
-	const key = names.UnderlayIPCapacityAnnotation
-	kv := func(v string) map[string]string { return map[string]string{key: v} }
+	const (
+		key     = names.UnderlayIPCapacityAnnotation
+		mirror  = names.UnderlayIPSourceCapacityAnnotation
+		origin  = names.UnderlayIPSourceAnnotation
+		cilium  = "cilium ciliumnodes.cilium.io/node-1"
+		missing = InvalidPrefix + "no ciliumnodes.cilium.io object maps to this node"
+	)
+	kv := func(kvs ...string) map[string]string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kvs); i += 2 {
+			m[kvs[i]] = kvs[i+1]
+		}
+		return m
+	}
 	tests := []struct {
 		name        string
 		annotations map[string]string
 		labels      map[string]string
 		want        Capacity
+		// reason is a part of the Invalid reason the row must show.
+		reason string
 	}{
 		{name: "nothing set", want: Capacity{IPs: 7, Source: SourceDefault}},
-		{name: "other keys", annotations: map[string]string{"a": "b"}, labels: map[string]string{"a": "b"}, want: Capacity{IPs: 7, Source: SourceDefault}},
-		{name: "annotated", annotations: kv("3"), want: Capacity{IPs: 3, Source: SourceAnnotation}},
-		{name: "annotated zero", annotations: kv("0"), want: Capacity{IPs: 0, Source: SourceAnnotation}},
-		{name: "labelled", labels: kv("4"), want: Capacity{IPs: 4, Source: SourceLabel}},
-		{name: "annotation overrides label", annotations: kv("2"), labels: kv("4"), want: Capacity{IPs: 2, Source: SourceAnnotation}},
-		{name: "invalid annotation", annotations: kv("lots"), want: Capacity{Source: SourceAnnotation, Invalid: "annotation"}},
-		{name: "invalid annotation does not fall back to the label", annotations: kv("lots"), labels: kv("4"), want: Capacity{Source: SourceAnnotation, Invalid: "annotation"}},
-		{name: "invalid label", labels: kv("-1"), want: Capacity{Source: SourceLabel, Invalid: "label"}},
+		{name: "other keys", annotations: kv("a", "b"), labels: kv("a", "b"), want: Capacity{IPs: 7, Source: SourceDefault}},
+		{name: "annotated", annotations: kv(key, "3"), want: Capacity{IPs: 3, Source: SourceAnnotation}},
+		{name: "annotated zero", annotations: kv(key, "0"), want: Capacity{IPs: 0, Source: SourceAnnotation}},
+		{name: "labelled", labels: kv(key, "4"), want: Capacity{IPs: 4, Source: SourceLabel}},
+		{name: "annotation overrides label", annotations: kv(key, "2"), labels: kv(key, "4"), want: Capacity{IPs: 2, Source: SourceAnnotation}},
+		{name: "invalid annotation", annotations: kv(key, "lots"), want: Capacity{Source: SourceAnnotation}, reason: key + " annotation"},
+		{name: "invalid annotation does not fall back to the label", annotations: kv(key, "lots"), labels: kv(key, "4"), want: Capacity{Source: SourceAnnotation}, reason: key + " annotation"},
+		{name: "invalid label", labels: kv(key, "-1"), want: Capacity{Source: SourceLabel}, reason: key + " label"},
+
+		{name: "source", annotations: kv(mirror, "12", origin, cilium), want: Capacity{IPs: 12, Source: SourceIPAM, Origin: cilium}},
+		{name: "source without origin", annotations: kv(mirror, "12"), want: Capacity{IPs: 12, Source: SourceIPAM}},
+		{name: "source zero", annotations: kv(mirror, "0", origin, cilium), want: Capacity{Source: SourceIPAM, Origin: cilium}},
+		{name: "annotation overrides source", annotations: kv(key, "2", mirror, "12", origin, cilium), want: Capacity{IPs: 2, Source: SourceAnnotation}},
+		{name: "annotation overrides an invalid source", annotations: kv(key, "2", mirror, missing, origin, cilium), want: Capacity{IPs: 2, Source: SourceAnnotation}},
+		{name: "invalid annotation does not fall back to the source", annotations: kv(key, "x", mirror, "12"), want: Capacity{Source: SourceAnnotation}, reason: key + " annotation"},
+		{name: "source overrides label", annotations: kv(mirror, "12", origin, cilium), labels: kv(key, "4"), want: Capacity{IPs: 12, Source: SourceIPAM, Origin: cilium}},
+		{name: "source overrides default", annotations: kv(mirror, "1"), want: Capacity{IPs: 1, Source: SourceIPAM}},
+		{name: "invalid source does not fall back to the label", annotations: kv(mirror, missing, origin, cilium), labels: kv(key, "4"),
+			want: Capacity{Source: SourceIPAM, Origin: cilium}, reason: mirror + " from capacity source " + cilium + " (no ciliumnodes.cilium.io object maps to this node)"},
+		{name: "invalid source does not fall back to the default", annotations: kv(mirror, missing),
+			want: Capacity{Source: SourceIPAM}, reason: "from capacity source (no ciliumnodes"},
+		{name: "hand-edited source value", annotations: kv(mirror, "lots", origin, cilium), want: Capacity{Source: SourceIPAM, Origin: cilium}, reason: `(not an integer: "lots")`},
+		{name: "source value too large", annotations: kv(mirror, "1048577"), want: Capacity{Source: SourceIPAM}, reason: "larger than 1048576"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := NodeCapacity(tc.annotations, tc.labels, 7)
-			if got.IPs != tc.want.IPs || got.Source != tc.want.Source || (got.Invalid != "") != (tc.want.Invalid != "") {
-				t.Fatalf("NodeCapacity = %+v, want %+v", got, tc.want)
+			if got.IPs != tc.want.IPs || got.Source != tc.want.Source || got.Origin != tc.want.Origin || (got.Invalid != "") != (tc.reason != "") {
+				t.Fatalf("NodeCapacity = %+v, want %+v (invalid: %v)", got, tc.want, tc.reason != "")
 			}
-			if tc.want.Invalid != "" && !strings.Contains(got.Invalid, key+" "+tc.want.Invalid) {
-				t.Errorf("reason %q does not name the %s %s", got.Invalid, key, tc.want.Invalid)
+			if tc.reason != "" && !strings.Contains(got.Invalid, tc.reason) {
+				t.Errorf("reason %q does not contain %q", got.Invalid, tc.reason)
 			}
 		})
 	}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	v1alpha1 "github.com/capscale/capscale/apis/capscale/v1alpha1"
+	"github.com/capscale/capscale/controller/capacitysource"
 	"github.com/capscale/capscale/controller/elasticweb"
 	"github.com/capscale/capscale/internal/command"
 	"github.com/capscale/capscale/internal/httpserver"
@@ -59,7 +60,10 @@ type Config struct {
 	Registry    *prometheus.Registry
 	Broadcaster record.EventBroadcaster
 	Controller  *elasticweb.Controller
-	Identity    string
+	// Capacity is the capacity-source mirror; nil without
+	// --capacity-sources.
+	Capacity *capacitysource.Controller
+	Identity string
 	// Watches follows the informers' watches (kube.WatchHealth).
 	Watches *kube.WatchHealth
 
@@ -110,10 +114,23 @@ func (o *Options) Config() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Config{
+	c := &Config{
 		Options: o, Client: cs, Registry: reg, Broadcaster: b, Controller: ctrl,
 		Identity: host + "_" + string(uuid.NewUUID()), Watches: health,
-	}, nil
+	}
+	if o.CapacitySources != "" {
+		c.Capacity, err = capacitysource.New(capacitysource.Config{
+			Client:   cs,
+			Dynamic:  dyn,
+			Sources:  o.sources,
+			Recorder: b.NewRecorder(scheme, corev1.EventSource{Component: "capscale-capacity-sources"}),
+			Metrics:  capacitysource.NewMetrics(reg),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // Run serves health and metrics, and runs the controllers while this
@@ -145,7 +162,7 @@ func (c *Config) Run(ctx context.Context) error {
 	var runErr error
 	if !o.LeaderElect {
 		c.leading.Store(true)
-		runErr = c.Controller.Run(ctx)
+		runErr = c.runControllers(ctx)
 	} else {
 		runErr = c.runElected(ctx, watchdog)
 	}
@@ -178,7 +195,7 @@ func (c *Config) runElected(ctx context.Context, watchdog *leaderelection.Health
 			OnStartedLeading: func(ctx context.Context) {
 				klog.InfoS("Leading: starting controllers", "lease", klog.KRef(o.LeaseNamespace, o.LeaseName))
 				c.leading.Store(true)
-				ctrlErr = c.Controller.Run(ctx)
+				ctrlErr = c.runControllers(ctx)
 			},
 			OnStoppedLeading: func() { c.leading.Store(false) },
 			OnNewLeader: func(id string) {
@@ -202,6 +219,31 @@ func (c *Config) runElected(ctx context.Context, watchdog *leaderelection.Health
 	return nil
 }
 
+// runControllers runs the ElasticWeb controller and, if configured, the
+// capacity-source mirror until ctx ends or one of them fails, which stops
+// the other.
+func (c *Config) runControllers(ctx context.Context) error {
+	if c.Capacity == nil {
+		return c.Controller.Run(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- c.Controller.Run(ctx) }()
+	go func() { errs <- c.Capacity.Run(ctx) }()
+	first := <-errs
+	cancel()
+	if second := <-errs; first == nil {
+		first = second
+	}
+	return first
+}
+
+// synced reports whether every controller's informers have synced.
+func (c *Config) synced() bool {
+	return c.Controller.HasSynced() && (c.Capacity == nil || c.Capacity.HasSynced())
+}
+
 // handler serves /healthz (failing when this replica leads but has not
 // renewed the Lease in time), /readyz (a standby is ready; the leader once
 // its caches synced, and while their watches are connected) and /metrics.
@@ -215,7 +257,7 @@ func (c *Config) handler(watchdog *leaderelection.HealthzAdaptor) http.Handler {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if c.leading.Load() && !c.Controller.HasSynced() {
+		if c.leading.Load() && !c.synced() {
 			http.Error(w, "leading, informers not synced yet", http.StatusServiceUnavailable)
 			return
 		}

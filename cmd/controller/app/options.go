@@ -10,6 +10,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/capscale/capscale/controller/capacitysource"
 	"github.com/capscale/capscale/internal/httpserver"
 )
 
@@ -30,6 +31,12 @@ type Options struct {
 
 	MaxRetryDelay   time.Duration
 	ShutdownTimeout time.Duration
+
+	// CapacitySources is the --capacity-sources file; empty runs no
+	// capacity-source mirror.
+	CapacitySources string
+	// sources are CapacitySources compiled by Validate.
+	sources []*capacitysource.Compiled
 
 	Logs *logsapi.LoggingConfiguration
 }
@@ -65,6 +72,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs = fss.FlagSet("controllers")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "ElasticWebs reconciled in parallel.")
 	fs.DurationVar(&o.MaxRetryDelay, "max-retry-delay", o.MaxRetryDelay, "Longest backoff before a failing ElasticWeb (or one blocked by an object it does not own) is tried again.")
+	fs.StringVar(&o.CapacitySources, "capacity-sources", o.CapacitySources, "File of capacity sources: read each node's underlay-IP capacity from the cluster's IPAM objects (CEL over each object) and mirror it onto the Node's capscale.io/underlay-ip-source-capacity annotation (docs/scheduling.md \"Capacity sources\"). Empty: no mirror. An expression that does not compile stops the start, naming the source.")
 
 	fs = fss.FlagSet("leader election")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Take a Lease before reconciling, so that only one replica acts. Turn off only when exactly one replica runs.")
@@ -124,6 +132,13 @@ func (o *Options) Validate() []error {
 		case o.LeaseDuration <= o.RenewDeadline:
 			errs = append(errs, fmt.Errorf("--leader-elect-lease-duration (%s) must be greater than --leader-elect-renew-deadline (%s)", o.LeaseDuration, o.RenewDeadline))
 		}
+	}
+	if o.CapacitySources != "" {
+		cs, err := capacitysource.Load(o.CapacitySources)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--capacity-sources: %w", err))
+		}
+		o.sources = cs
 	}
 	if err := logsapi.Validate(o.Logs, nil, nil); len(err) > 0 {
 		errs = append(errs, err.ToAggregate().Errors()...)

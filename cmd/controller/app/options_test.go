@@ -1,6 +1,8 @@
 package app
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,6 +12,13 @@ import (
 // TestOptions parses real argv and checks that each bad value is refused
 // with a message naming its flag.
 func TestOptions(t *testing.T) {
+	writeFile := func(t *testing.T, content string) string {
+		p := filepath.Join(t.TempDir(), "sources.yaml")
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -24,6 +33,10 @@ func TestOptions(t *testing.T) {
 		{name: "lease shorter than renew deadline", args: []string{"--leader-elect-lease-duration=5s"}, want: "--leader-elect-lease-duration"},
 		{name: "bad lease namespace", args: []string{"--leader-elect-resource-namespace=Not_A_Name"}, want: "--leader-elect-resource-namespace"},
 		{name: "tiny retry delay", args: []string{"--max-retry-delay=10ms"}, want: "--max-retry-delay"},
+		{name: "capacity sources", args: []string{"--capacity-sources=" + writeFile(t, "sources: [{name: cilium, preset: cilium-eni}]")}},
+		{name: "missing capacity sources", args: []string{"--capacity-sources=/does/not/exist"}, want: "--capacity-sources"},
+		{name: "capacity source that does not compile", want: "sources[0] (typo): capacity: ",
+			args: []string{"--capacity-sources=" + writeFile(t, "sources: [{name: typo, preset: cilium-eni, capacity: 'size(objct)'}]")}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

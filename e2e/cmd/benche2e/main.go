@@ -21,6 +21,11 @@
 // own APIService: latency and CPU per call at capscale, and the time from a
 // load change to every HPA's new desired replicas.
 //
+// --scenario capacity-source (issue 43, capacitysource.go): the time from
+// an IPAM object's change to the Node's mirrored capacity and to a waiting
+// pod bound in each mode, and what a capacity source costs
+// capscale-controller at 5000 nodes.
+//
 // Every scenario ends with rows in the shape of BENCHMARKS.md's top table
 // (table.go); --scenario gobench prints `go test -bench` output read on
 // stdin the same way, for make bench.
@@ -67,7 +72,7 @@ func main() {
 	pprofDir := flag.String("pprof-dir", "", "throughput: save 8 s CPU profiles of kube-scheduler and the extender in the first measured round of each side (<process>-<side>.pprof) and its last (<process>-<side>-last.pprof), in this directory")
 	jsonFile := flag.String("json", "", "throughput: write the figures to this file as JSON")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
-	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate, keda (KEDA's operator on capscale's scaler beside capscale's APIService; make bench-keda), soak (churn and faults, invariants checked every second), gobench (go test -bench output on stdin, printed as table rows) or all (throughput, reaction and memory)")
+	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate, keda (KEDA's operator on capscale's scaler beside capscale's APIService; make bench-keda), capacity-source (an IPAM object's change to the capacity every mode uses, and a source's cost at --source-cost-nodes), soak (churn and faults, invariants checked every second), gobench (go test -bench output on stdin, printed as table rows) or all (throughput, reaction and memory)")
 	gobenchCommand := flag.String("gobench-command", "go test -bench", "gobench: the command that produced the output, for the rows' command column")
 	series := flag.Int("series", 1000, "series for the metrics scenario")
 	clients := flag.Int("clients", 100, "concurrent clients for the metrics scenario")
@@ -87,6 +92,10 @@ func main() {
 	kedaPolling := flag.Duration("keda-polling-interval", 30*time.Second, "keda: the ScaledObjects' pollingInterval (KEDA's default 30s)")
 	kedaSteady := flag.Duration("keda-steady", 60*time.Second, "keda: the steady window latency and CPU per call are read over")
 	kedaSides := flag.String("keda-sides", "apiservice,keda", "keda: the sides to run (the APIService side always first)")
+	capacityModes := flag.String("capacity-modes", "plugin,extender,native", "capacity-source: the scheduling modes whose lag is measured, one plane each")
+	sourceChanges := flag.Int("source-changes", 100, "capacity-source: IPAM object changes timed per mode")
+	costNodes := flag.Int("source-cost-nodes", 5000, "capacity-source: kwok nodes (a CiliumNode each) for the cost part; 0 skips it")
+	costEvents := flag.Int("source-cost-events", 5000, "capacity-source: object changes of each kind whose controller CPU is measured")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
 	if !slices.Contains(throughputModes, *mode) {
@@ -145,6 +154,8 @@ func main() {
 		err = goBench(*gobenchCommand)
 	case "keda":
 		err = kedaBench(ctx, keda)
+	case "capacity-source":
+		err = capacitySourceBench(ctx, *capacityModes, *sourceChanges, *costNodes, *costEvents, *binDir, *nodeLease)
 	case "soak":
 		err = soakRun(ctx, *soakModes, *nodes, *soakDuration, *soakRate, *soakOut, *binDir, *nodeLease)
 	case "all":
@@ -155,7 +166,7 @@ func main() {
 			err = memory(ctx, *memNodes, *memPods, *binDir, *baselineAdapter)
 		}
 	default:
-		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate, keda, soak, gobench or all, got %q", *scenario)
+		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate, keda, capacity-source, soak, gobench or all, got %q", *scenario)
 	}
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("interrupted; every plane it started has been stopped and removed (%w)", err)

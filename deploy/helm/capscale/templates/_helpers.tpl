@@ -65,3 +65,47 @@ when it exists in the cluster (empty under helm template).
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+The resource each capacity-source preset reads, for the mirror's RBAC. The
+expressions live in capscale-controller (controller/capacitysource
+presets.go); deploy/'s TestHelmCapacitySourcePresets keeps this table equal
+to its resources.
+*/}}
+{{- define "capscale.capacityPresets" -}}
+cilium-eni: {group: cilium.io, resource: ciliumnodes}
+cilium-azure: {group: cilium.io, resource: ciliumnodes}
+cilium-multi-pool: {group: cilium.io, resource: ciliumnodes}
+azure-cns: {group: acn.azure.com, resource: nodenetworkconfigs, namespace: kube-system}
+{{- end }}
+
+{{/*
+The resources the configured capacity sources read, as YAML:
+cluster: {"<group>/<resource>": true}, namespaced: {"<ns>": {"<group>/<resource>": true}}.
+*/}}
+{{- define "capscale.capacitySourceResources" -}}
+{{- $presets := include "capscale.capacityPresets" . | fromYaml }}
+{{- $cluster := dict }}
+{{- $namespaced := dict }}
+{{- range .Values.controller.capacitySources.sources }}
+{{- $group := "" }}{{- $resource := "" }}{{- $ns := .namespace | default "" }}
+{{- if .resource }}
+{{- $group = .resource.group | default "" }}{{- $resource = .resource.resource }}
+{{- else if .preset }}
+{{- $p := get $presets .preset }}
+{{- if not $p }}{{ fail (printf "controller.capacitySources: source %s: unknown preset %q" .name .preset) }}{{ end }}
+{{- $group = $p.group }}{{- $resource = $p.resource }}{{- $ns = $ns | default ($p.namespace | default "") }}
+{{- else }}
+{{- fail (printf "controller.capacitySources: source %s needs a preset or a resource" .name) }}
+{{- end }}
+{{- $key := printf "%s/%s" $group $resource }}
+{{- if $ns }}
+{{- $m := get $namespaced $ns | default dict }}
+{{- $_ := set $m $key true }}
+{{- $_ := set $namespaced $ns $m }}
+{{- else }}
+{{- $_ := set $cluster $key true }}
+{{- end }}
+{{- end }}
+{{- dict "cluster" $cluster "namespaced" $namespaced | toYaml }}
+{{- end }}

@@ -1,0 +1,249 @@
+// Package capacitysource is capscale-controller's capacity-source mirror:
+// it reads each node's underlay-IP capacity from the cluster's IPAM (a
+// CiliumNode, an Azure CNS NodeNetworkConfig, a CRD of your own) and
+// writes it onto the Node, where the one rule (internal/underlay) reads it
+// in every mode.
+//
+// A capacity source is data: a resource (group, version, resource), a CEL
+// expression over object naming the node an object maps to, a CEL
+// expression giving the node's capacity, and optionally the nodes it
+// covers (a label selector). Presets are sources written for a known IPAM.
+// The file (--capacity-sources) decodes strictly; an expression that does
+// not compile is an error at start that names the source.
+//
+// Decisions are plain functions (Evaluate, Want, PatchFor); Mirror is the
+// controller around them: a dynamic informer per source that keeps only
+// each object's evaluated result, a node informer, a workqueue of node
+// names, and one merge patch of a Node's annotations per change.
+package capacitysource
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/google/cel-go/cel"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+)
+
+// MaxFileSize bounds the file; a larger one is refused rather than read.
+const MaxFileSize = 1 << 20
+
+// File is the --capacity-sources file.
+type File struct {
+	// Sources are read in order; a node covered by two is invalid.
+	Sources []Source `json:"sources"`
+}
+
+// Source is one capacity source as written. With Preset, the preset's
+// resource, namespace, node and capacity fill what the source leaves out.
+type Source struct {
+	// Name names the source in the Node's capscale.io/underlay-ip-source
+	// annotation, Events, logs and metrics: a DNS label.
+	Name string `json:"name"`
+	// Preset names a preset (Presets): its fields are the defaults.
+	Preset string `json:"preset,omitempty"`
+	// Resource is the IPAM's resource the source watches.
+	Resource *Resource `json:"resource,omitempty"`
+	// Namespace restricts a namespaced resource to one namespace (and its
+	// RBAC to a Role there); empty watches every namespace.
+	Namespace string `json:"namespace,omitempty"`
+	// Node is a CEL expression over object: the name of the node the
+	// object maps to ("" for none), e.g. object.metadata.name.
+	Node string `json:"node,omitempty"`
+	// Capacity is a CEL expression over object: the node's underlay IPs,
+	// an int from 0 to 1048576.
+	Capacity string `json:"capacity,omitempty"`
+	// NodeSelector, when set, names the nodes the source covers, and only
+	// those: such a node without an object is invalid (capacity 0), not
+	// left to the label or the default, and an object that maps to
+	// another node is ignored. Without it, the source covers the nodes its
+	// objects map to.
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+}
+
+// Resource is a group, version and resource (plural), as in RBAC.
+type Resource struct {
+	Group    string `json:"group"`
+	Version  string `json:"version"`
+	Resource string `json:"resource"`
+}
+
+// GVR is the resource for the dynamic client.
+func (r Resource) GVR() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Resource}
+}
+
+// String is the resource as kubectl names it: resource.group.
+func (r Resource) String() string {
+	return r.GVR().GroupResource().String()
+}
+
+// Decode parses a file strictly (unknown fields are errors) and checks it
+// without compiling its expressions (Compile does).
+func Decode(data []byte) (*File, error) {
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("capacity sources: %d bytes, more than the %d allowed", len(data), MaxFileSize)
+	}
+	f := &File{}
+	if err := yaml.UnmarshalStrict(data, f); err != nil {
+		return nil, fmt.Errorf("decoding capacity sources: %w", err)
+	}
+	if errs := f.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid capacity sources: %w", errs.ToAggregate())
+	}
+	return f, nil
+}
+
+// Load reads, decodes and compiles the file at path.
+func Load(path string) ([]*Compiled, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading capacity sources: %w", err)
+	}
+	if st.Size() > MaxFileSize {
+		return nil, fmt.Errorf("capacity sources %s: %d bytes, more than the %d allowed", path, st.Size(), MaxFileSize)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading capacity sources: %w", err)
+	}
+	f, err := Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	cs, err := f.Compile()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cs, nil
+}
+
+// Validate checks every field (presets expanded) and returns all problems,
+// each named by its path, e.g. sources[1].resource.version.
+func (f *File) Validate() field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i := range f.Sources {
+		p := field.NewPath("sources").Index(i)
+		s, err := f.Sources[i].Expand()
+		if err != nil {
+			errs = append(errs, field.NotSupported(p.Child("preset"), f.Sources[i].Preset, PresetNames()))
+			continue
+		}
+		errs = append(errs, s.validate(p)...)
+		if s.Name != "" {
+			if seen[s.Name] {
+				errs = append(errs, field.Duplicate(p.Child("name"), s.Name))
+			}
+			seen[s.Name] = true
+		}
+	}
+	return errs
+}
+
+func (s *Source) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.Name == "" {
+		errs = append(errs, field.Required(p.Child("name"), "names the source on Nodes, in Events and metrics"))
+	} else {
+		for _, msg := range validation.IsDNS1123Label(s.Name) {
+			errs = append(errs, field.Invalid(p.Child("name"), s.Name, msg))
+		}
+	}
+	if s.Resource == nil {
+		errs = append(errs, field.Required(p.Child("resource"), "group, version and resource, or a preset"))
+	} else {
+		rp := p.Child("resource")
+		if s.Resource.Group != "" {
+			for _, msg := range validation.IsDNS1123Subdomain(s.Resource.Group) {
+				errs = append(errs, field.Invalid(rp.Child("group"), s.Resource.Group, msg))
+			}
+		}
+		if s.Resource.Version == "" {
+			errs = append(errs, field.Required(rp.Child("version"), ""))
+		} else {
+			for _, msg := range validation.IsDNS1035Label(s.Resource.Version) {
+				errs = append(errs, field.Invalid(rp.Child("version"), s.Resource.Version, msg))
+			}
+		}
+		if s.Resource.Resource == "" {
+			errs = append(errs, field.Required(rp.Child("resource"), "the plural, as in RBAC"))
+		} else {
+			for _, msg := range validation.IsDNS1123Subdomain(s.Resource.Resource) {
+				errs = append(errs, field.Invalid(rp.Child("resource"), s.Resource.Resource, msg))
+			}
+		}
+	}
+	if s.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(s.Namespace) {
+			errs = append(errs, field.Invalid(p.Child("namespace"), s.Namespace, msg))
+		}
+	}
+	if s.Node == "" {
+		errs = append(errs, field.Required(p.Child("node"), "a CEL expression naming the node an object maps to, e.g. object.metadata.name"))
+	}
+	if s.Capacity == "" {
+		errs = append(errs, field.Required(p.Child("capacity"), "a CEL expression giving the node's underlay IPs"))
+	}
+	if s.NodeSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(s.NodeSelector); err != nil {
+			errs = append(errs, field.Invalid(p.Child("nodeSelector"), s.NodeSelector, err.Error()))
+		}
+	}
+	return errs
+}
+
+// Compiled is a source ready to run: its expressions compiled and its
+// selector parsed.
+type Compiled struct {
+	Name      string
+	Resource  Resource
+	Namespace string
+	Node      *Expression
+	Capacity  *Expression
+	// Selector is nil when the source covers only the nodes its objects
+	// map to.
+	Selector labels.Selector
+}
+
+// Compile validates the file and compiles every expression. The first
+// problem is an error naming the source and the field, e.g.
+// `sources[0] (cilium): capacity: ERROR: <input>:1:8: undeclared reference to 'objet'`.
+func (f *File) Compile() ([]*Compiled, error) {
+	if errs := f.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid capacity sources: %w", errs.ToAggregate())
+	}
+	out := make([]*Compiled, 0, len(f.Sources))
+	for i := range f.Sources {
+		s, _ := f.Sources[i].Expand()
+		c, err := s.compile(CostLimit)
+		if err != nil {
+			return nil, fmt.Errorf("sources[%d] (%s): %w", i, s.Name, err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (s *Source) compile(limit uint64) (*Compiled, error) {
+	node, err := compile(s.Node, cel.StringType, limit)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	capacity, err := compile(s.Capacity, cel.IntType, limit)
+	if err != nil {
+		return nil, fmt.Errorf("capacity: %w", err)
+	}
+	c := &Compiled{Name: s.Name, Resource: *s.Resource, Namespace: s.Namespace, Node: node, Capacity: capacity}
+	if s.NodeSelector != nil {
+		if c.Selector, err = metav1.LabelSelectorAsSelector(s.NodeSelector); err != nil {
+			return nil, fmt.Errorf("nodeSelector: %w", err)
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,119 @@
+package capacitysource
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+func TestWant(t *testing.T) {
+	obj := func(ref string, capacity int64) Result { return Result{Ref: ref, Node: "n1", Capacity: capacity} }
+	broken := Result{Ref: "ciliumnodes.cilium.io/n1", Node: "n1", Err: "capacity expression: negative: -1"}
+	// cov is a source without a nodeSelector; sel one with a selector
+	// that matches the node or not.
+	cov := func(source string, objs ...Result) Coverage {
+		return Coverage{Source: source, Resource: "ciliumnodes.cilium.io", Objects: objs}
+	}
+	sel := func(source string, selected bool, objs ...Result) Coverage {
+		return Coverage{Source: source, Resource: "ciliumnodes.cilium.io", Selects: true, Selected: selected, Objects: objs}
+	}
+	tests := []struct {
+		name string
+		cov  []Coverage
+		want Mirror
+	}{
+		{name: "no source", want: Mirror{}},
+		{name: "a source without objects for the node", cov: []Coverage{cov("cilium")}, want: Mirror{}},
+		{name: "a selector that does not match the node", cov: []Coverage{sel("cilium", false)}, want: Mirror{}},
+		{name: "an object for a node the selector leaves out is ignored", cov: []Coverage{sel("cilium", false, obj("ciliumnodes.cilium.io/n1", 12))}, want: Mirror{}},
+		{name: "one object", cov: []Coverage{cov("cilium", obj("ciliumnodes.cilium.io/n1", 12))},
+			want: Mirror{Value: "12", Origin: "cilium ciliumnodes.cilium.io/n1"}},
+		{name: "one object, node selected", cov: []Coverage{sel("cilium", true, obj("ciliumnodes.cilium.io/n1", 0))},
+			want: Mirror{Value: "0", Origin: "cilium ciliumnodes.cilium.io/n1"}},
+		{name: "selected, no object: invalid, not the default", cov: []Coverage{sel("cilium", true)},
+			want: Mirror{Value: underlay.InvalidPrefix + "no ciliumnodes.cilium.io object maps to this node", Origin: "cilium"}},
+		{name: "an object without a capacity", cov: []Coverage{sel("cilium", true, broken)},
+			want: Mirror{Value: underlay.InvalidPrefix + "capacity expression: negative: -1", Origin: "cilium ciliumnodes.cilium.io/n1"}},
+		{name: "two objects map to the node", cov: []Coverage{cov("mine", obj("ippools.example.com/b", 1), obj("ippools.example.com/a", 2))},
+			want: Mirror{Value: underlay.InvalidPrefix + "2 objects map to this node: ippools.example.com/a, ippools.example.com/b", Origin: "mine"}},
+		{name: "two sources cover the node", cov: []Coverage{sel("cilium", true, obj("ciliumnodes.cilium.io/n1", 3)), cov("mine", obj("ippools.example.com/n1", 4))},
+			want: Mirror{Value: underlay.InvalidPrefix + "covered by more than one capacity source: cilium, mine", Origin: "cilium,mine"}},
+		{name: "two sources of one resource over disjoint nodes", cov: []Coverage{sel("eni", false, obj("ciliumnodes.cilium.io/n1", 3)), sel("multi-pool", true, obj("ciliumnodes.cilium.io/n1", 30))},
+			want: Mirror{Value: "30", Origin: "multi-pool ciliumnodes.cilium.io/n1"}},
+		{name: "the other source does not cover the node", cov: []Coverage{sel("cilium", false), cov("mine", obj("ippools.example.com/n1", 4))},
+			want: Mirror{Value: "4", Origin: "mine ippools.example.com/n1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Want(tc.cov)
+			if got != tc.want {
+				t.Fatalf("Want = %+v, want %+v", got, tc.want)
+			}
+			// What the one rule reads from it.
+			c := underlay.NodeCapacity(map[string]string{names.UnderlayIPSourceCapacityAnnotation: got.Value, names.UnderlayIPSourceAnnotation: got.Origin},
+				map[string]string{names.UnderlayIPCapacityLabel: "9"}, 10)
+			switch {
+			case got == (Mirror{}):
+			case got.Invalid() != (c.Invalid != "") || (got.Invalid() && c.IPs != 0):
+				t.Errorf("the rule reads %+v from %+v", c, got)
+			}
+		})
+	}
+}
+
+func TestPatchFor(t *testing.T) {
+	const (
+		v = names.UnderlayIPSourceCapacityAnnotation
+		o = names.UnderlayIPSourceAnnotation
+	)
+	mirror := Mirror{Value: "12", Origin: "cilium ciliumnodes.cilium.io/n1"}
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		want        Mirror
+		patch       map[string]any // nil: no patch
+	}{
+		{name: "nothing to write, nothing there", annotations: map[string]string{"other": "x"}, want: Mirror{}},
+		{name: "new value", want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
+		{name: "same value: no patch, however often the object's status changes", annotations: map[string]string{v: "12", o: mirror.Origin}, want: mirror},
+		{name: "value changed", annotations: map[string]string{v: "11", o: mirror.Origin}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
+		{name: "origin changed", annotations: map[string]string{v: "12", o: "cilium ciliumnodes.cilium.io/old"}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
+		{name: "origin missing", annotations: map[string]string{v: "12"}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
+		{name: "no longer covered: both removed", annotations: map[string]string{v: "12", o: mirror.Origin, "other": "x"}, want: Mirror{}, patch: map[string]any{v: nil, o: nil}},
+		{name: "a stray origin removed", annotations: map[string]string{o: "x"}, want: Mirror{}, patch: map[string]any{v: nil, o: nil}},
+		{name: "an empty value is still there", annotations: map[string]string{v: ""}, want: Mirror{}, patch: map[string]any{v: nil, o: nil}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := PatchFor(tc.annotations, tc.want)
+			if tc.patch == nil {
+				if b != nil {
+					t.Fatalf("patch %s, want none", b)
+				}
+				return
+			}
+			var got map[string]map[string]map[string]any
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got["metadata"]["annotations"], tc.patch) {
+				t.Fatalf("patch %s, want annotations %v", b, tc.patch)
+			}
+		})
+	}
+}
+
+func TestSourceOf(t *testing.T) {
+	for m, want := range map[Mirror]string{
+		{Value: "1", Origin: "cilium ciliumnodes.cilium.io/n1"}: "cilium",
+		{Value: "invalid: x", Origin: "cilium"}:                 "cilium",
+		{Value: "invalid: x", Origin: "a,b"}:                    "*",
+	} {
+		if got := sourceOf(m); got != want {
+			t.Errorf("sourceOf(%+v) = %q, want %q", m, got, want)
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package capacitysource
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/ext"
+	"k8s.io/apimachinery/pkg/util/version"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+// ObjectVariable is the name the expressions read the source's object by.
+const ObjectVariable = "object"
+
+// CostLimit bounds one evaluation, in CEL's cost units: the per-call limit
+// kube-apiserver gives a validation rule or an admission policy expression
+// (roughly 0.1 s of CPU). An expression that walks a large object past it
+// fails, and the node it decides is invalid.
+const CostLimit = celconfig.PerCallLimit
+
+// env is the CEL environment of every expression: Kubernetes' base
+// environment (k8s.io/apiserver/pkg/cel/environment, the one CRD
+// validation rules and admission policies compile in, with its libraries:
+// lists, strings, sets, regex, quantity, ip and cidr, optional types) at the
+// compatibility version of this build, plus the variable object (the
+// source's object, of no declared schema: a CRD's schema is the IPAM's and
+// may change under capscale) and cel-go's math extension, for
+// math.bitShiftLeft: the address count of a CIDR is 2 to the power of its
+// host bits, and no Kubernetes library raises a power.
+var env = sync.OnceValues(func() (*cel.Env, error) {
+	set, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Extend(environment.VersionedOptions{
+		IntroducedVersion: version.MajorMinor(1, 0),
+		EnvOptions: []cel.EnvOption{
+			cel.Variable(ObjectVariable, cel.DynType),
+			ext.Math(ext.MathVersion(2)),
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building the CEL environment: %w", err)
+	}
+	return set.NewExpressionsEnv(), nil
+})
+
+// Expression is one compiled CEL expression over object.
+type Expression struct {
+	// Source is the expression as written.
+	Source string
+	prg    cel.Program
+}
+
+// compile compiles src, which must give a value of type want or of a type
+// known only when it runs (dyn: any field of object), and prepares it to
+// run within limit.
+func compile(src string, want *cel.Type, limit uint64) (*Expression, error) {
+	e, err := env()
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(src) == "" {
+		return nil, errors.New("empty expression")
+	}
+	ast, iss := e.Compile(src)
+	if iss.Err() != nil {
+		return nil, iss.Err()
+	}
+	out := ast.OutputType()
+	// A count may be an int or a uint (Count bounds it); anything may be
+	// dyn, the type of any field of object, checked when it runs.
+	if !out.IsExactType(want) && !out.IsExactType(cel.DynType) && !(want == cel.IntType && out.IsExactType(cel.UintType)) {
+		return nil, fmt.Errorf("gives %s, want %s", out, want)
+	}
+	prg, err := e.Program(ast, cel.CostLimit(limit))
+	if err != nil {
+		return nil, err
+	}
+	return &Expression{Source: src, prg: prg}, nil
+}
+
+// eval runs the expression on obj (an object as the dynamic client decodes
+// it: maps, slices, strings, int64, float64, bool).
+func (x *Expression) eval(obj map[string]any) (ref.Val, error) {
+	v, _, err := x.prg.Eval(map[string]any{ObjectVariable: obj})
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// Count runs a capacity expression on obj: a whole number of underlay IPs
+// from 0 to underlay.MaxCapacity. Anything else is an error that says what
+// the expression gave, so the node is invalid with that reason: a
+// negative or fractional count, a string (even "10"), a number too large.
+func (x *Expression) Count(obj map[string]any) (int64, error) {
+	v, err := x.eval(obj)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	switch t := v.(type) {
+	case types.Int:
+		n = int64(t)
+	case types.Uint:
+		if uint64(t) > math.MaxInt64 {
+			return 0, fmt.Errorf("larger than %d: %d", underlay.MaxCapacity, uint64(t))
+		}
+		n = int64(t)
+	case types.Double:
+		return 0, fmt.Errorf("not an integer: %v (a double; a count is an int: use int() if it is whole)", float64(t))
+	default:
+		return 0, fmt.Errorf("gives %s %s, want an int", v.Type().TypeName(), short(v))
+	}
+	switch {
+	case n < 0:
+		return 0, fmt.Errorf("negative: %d", n)
+	case n > underlay.MaxCapacity:
+		return 0, fmt.Errorf("larger than %d: %d", underlay.MaxCapacity, n)
+	}
+	return n, nil
+}
+
+// NodeName runs a node expression on obj: the name of the node the object
+// maps to; "" maps it to no node.
+func (x *Expression) NodeName(obj map[string]any) (string, error) {
+	v, err := x.eval(obj)
+	if err != nil {
+		return "", err
+	}
+	s, ok := v.(types.String)
+	if !ok {
+		return "", fmt.Errorf("gives %s %s, want a string", v.Type().TypeName(), short(v))
+	}
+	return string(s), nil
+}
+
+// short renders a value for an error message, cut to a readable length.
+func short(v ref.Val) string {
+	s := fmt.Sprint(v.Value())
+	if len(s) > 40 {
+		s = s[:40] + "…"
+	}
+	return fmt.Sprintf("%q", s)
+}

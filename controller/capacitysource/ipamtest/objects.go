@@ -1,0 +1,180 @@
+// Package ipamtest builds IPAM objects shaped as each project's own
+// controllers write them, for the tests of the capacity-source presets
+// (unit and end-to-end): the fields, their names and their nesting are
+// those of the project's types, cited on each builder.
+package ipamtest
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ip is the i-th address of 10.<net>.0.0/16.
+func ip(net, i int) string { return fmt.Sprintf("10.%d.%d.%d", net, 1+i/250, 4+i%250) }
+
+// ownedByNode is the owner reference cilium-agent (pkg/nodediscovery) and
+// Azure CNS give the object: the Node, so that it goes with the Node.
+func ownedByNode(node string, uid types.UID) []any {
+	if uid == "" {
+		return nil
+	}
+	return []any{map[string]any{"apiVersion": "v1", "kind": "Node", "name": node, "uid": string(uid)}}
+}
+
+// CiliumNodeENI is a CiliumNode (cilium.io/v2) in ENI mode
+// (github.com/cilium/cilium pkg/k8s/apis/cilium.io/v2 CiliumNode,
+// pkg/ipam/types): cilium-operator has attached one ENI and written its
+// pool secondary IPs into spec.ipam.pool (each with the ENI as resource)
+// and the ENI into status.eni.enis; cilium-agent has taken two of them for
+// itself (owners "router" and "health") and one per pod in pods (owner
+// "namespace/name") into status.ipam.used. The node can hold pool − 2 pod
+// IPs: the capacity the cilium-eni preset gives.
+func CiliumNodeENI(node string, uid types.UID, pool int, pods []string) *unstructured.Unstructured {
+	const eni = "eni-0a1b2c3d4e5f60001"
+	spool := map[string]any{}
+	addrs := []any{}
+	for i := range pool {
+		spool[ip(0, i)] = map[string]any{"resource": eni}
+		addrs = append(addrs, ip(0, i))
+	}
+	used := map[string]any{}
+	owners := append([]string{"router", "health"}, pods...)
+	for i, o := range owners {
+		if i < pool {
+			used[ip(0, i)] = map[string]any{"owner": o, "resource": eni}
+		}
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cilium.io/v2",
+		"kind":       "CiliumNode",
+		"metadata":   map[string]any{"name": node, "ownerReferences": ownedByNode(node, uid)},
+		"spec": map[string]any{
+			"addresses":   []any{map[string]any{"type": "InternalIP", "ip": "10.0.0.10"}, map[string]any{"type": "CiliumInternalIP", "ip": ip(0, 0)}},
+			"instance-id": "i-0123456789abcdef0",
+			"eni": map[string]any{
+				"instance-type": "m5.large", "availability-zone": "us-east-1a", "vpc-id": "vpc-0123456789abcdef0",
+				"first-interface-index": int64(0), "subnet-ids": []any{"subnet-0123456789abcdef0"},
+				"security-groups": []any{"sg-0123456789abcdef0"}, "node-subnet-id": "subnet-0123456789abcdef0",
+			},
+			"ipam": map[string]any{"pool": spool, "pre-allocate": int64(8)},
+		},
+		"status": map[string]any{
+			"eni": map[string]any{"enis": map[string]any{eni: map[string]any{
+				"id": eni, "ip": "10.0.0.10", "mac": "0a:1b:2c:3d:4e:5f", "number": int64(0), "addresses": addrs,
+				"subnet": map[string]any{"id": "subnet-0123456789abcdef0", "cidr": "10.0.0.0/16"},
+				"vpc":    map[string]any{"id": "vpc-0123456789abcdef0", "primary-cidr": "10.0.0.0/16"},
+			}}},
+			"ipam": map[string]any{"used": used, "operator-status": map[string]any{}},
+		},
+	}}
+}
+
+// CiliumNodeAzure is a CiliumNode in Azure IPAM mode: cilium-operator has
+// written the VM interface's secondary IPs into spec.ipam.pool (resource:
+// the interface's ID) and the interface into status.azure.interfaces
+// (pkg/azure/types AzureInterface); cilium-agent uses them as in ENI mode.
+func CiliumNodeAzure(node string, uid types.UID, pool int, pods []string) *unstructured.Unstructured {
+	u := CiliumNodeENI(node, uid, pool, pods)
+	const iface = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/nic-1"
+	spec := u.Object["spec"].(map[string]any)
+	delete(spec, "eni")
+	spec["instance-id"] = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/vmss/virtualMachines/0"
+	spec["azure"] = map[string]any{"interface-name": "eth0"}
+	addrs := []any{}
+	for ipAddr, v := range spec["ipam"].(map[string]any)["pool"].(map[string]any) {
+		v.(map[string]any)["resource"] = iface
+		addrs = append(addrs, map[string]any{"ip": ipAddr, "state": "succeeded", "subnet": "subnet-1"})
+	}
+	for _, v := range u.Object["status"].(map[string]any)["ipam"].(map[string]any)["used"].(map[string]any) {
+		v.(map[string]any)["resource"] = iface
+	}
+	st := u.Object["status"].(map[string]any)
+	delete(st, "eni")
+	st["azure"] = map[string]any{"interfaces": []any{map[string]any{
+		"id": iface, "name": "nic-1", "mac": "00-0D-3A-00-00-01", "state": "succeeded", "addresses": addrs,
+		"cidr": "10.0.0.0/16", "gateway": "10.0.0.1", "security-group": "nsg-1",
+	}}}
+	return u
+}
+
+// PoolAllocation is one pool's CIDRs on a node in multi-pool mode.
+type PoolAllocation struct {
+	Pool                      string
+	CIDRs                     []string
+	AllowFirstIP, AllowLastIP bool
+}
+
+// CiliumNodeMultiPool is a CiliumNode in multi-pool IPAM mode:
+// cilium-agent asks for IPs per pool in spec.ipam.pools.requested and
+// cilium-operator allocates CIDRs of each pool in spec.ipam.pools.allocated
+// (pkg/ipam/types IPAMPoolSpec, IPAMPoolAllocation).
+func CiliumNodeMultiPool(node string, uid types.UID, pools []PoolAllocation) *unstructured.Unstructured {
+	var requested, allocated []any
+	for _, p := range pools {
+		requested = append(requested, map[string]any{"pool": p.Pool, "needed": map[string]any{"ipv4-addrs": int64(16)}})
+		cidrs := make([]any, len(p.CIDRs))
+		for i, c := range p.CIDRs {
+			cidrs[i] = c
+		}
+		a := map[string]any{"pool": p.Pool, "cidrs": cidrs}
+		if p.AllowFirstIP {
+			a["allowFirstIP"] = true
+		}
+		if p.AllowLastIP {
+			a["allowLastIP"] = true
+		}
+		allocated = append(allocated, a)
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cilium.io/v2",
+		"kind":       "CiliumNode",
+		"metadata":   map[string]any{"name": node, "ownerReferences": ownedByNode(node, uid)},
+		"spec": map[string]any{
+			"addresses": []any{map[string]any{"type": "InternalIP", "ip": "10.0.0.10"}},
+			"ipam":      map[string]any{"pools": map[string]any{"requested": requested, "allocated": allocated}},
+		},
+	}}
+}
+
+// NodeNetworkConfig is an Azure CNS NodeNetworkConfig (acn.azure.com/
+// v1alpha, kube-system/<node>; github.com/Azure/azure-container-networking
+// crd/nodenetworkconfig/api/v1alpha) of a node with dynamic pod IP
+// allocation: CNS has asked for requested IPs in spec.requestedIPCount,
+// and the delegated network controller has assigned ips secondary IPs to
+// one dynamic VNET network container in status; CNS is releasing the
+// first notInUse of them (spec.ipsNotInUse holds their IDs).
+func NodeNetworkConfig(node string, uid types.UID, requested, ips, notInUse int) *unstructured.Unstructured {
+	assignments := make([]any, ips)
+	var releasing []any
+	for i := range ips {
+		id := fmt.Sprintf("f0a1b2c3-0000-4000-8000-%012d", i)
+		assignments[i] = map[string]any{"name": id, "ip": ip(240, i)}
+		if i < notInUse {
+			releasing = append(releasing, id)
+		}
+	}
+	spec := map[string]any{"requestedIPCount": int64(requested), "availabilityZone": int64(1)}
+	if len(releasing) > 0 {
+		spec["ipsNotInUse"] = releasing
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "acn.azure.com/v1alpha",
+		"kind":       "NodeNetworkConfig",
+		"metadata":   map[string]any{"name": node, "namespace": "kube-system", "ownerReferences": ownedByNode(node, uid)},
+		"spec":       spec,
+		"status": map[string]any{
+			"assignedIPCount": int64(ips),
+			"status":          "Updated",
+			"scaler":          map[string]any{"batchSize": int64(16), "releaseThresholdPercent": int64(150), "requestThresholdPercent": int64(50), "maxIPCount": int64(250)},
+			"networkContainers": []any{map[string]any{
+				"id": "d9a5b0f2-5a8e-4e47-8a9b-6c1f3a2e9b10", "assignmentMode": "dynamic", "type": "vnet",
+				"primaryIP": "10.240.0.4", "subnetName": "pods", "subnetAddressSpace": "10.240.0.0/16",
+				"defaultGateway": "10.240.0.1", "nodeIP": "10.224.0.4", "version": int64(1), "status": "NCUpdateSuccess",
+				"subnetID": "pods", "vnetID": "vnet-1", "subcriptionID": "s", "resourceGroupID": "rg",
+				"ipAssignments": assignments,
+			}},
+		},
+	}}
+}

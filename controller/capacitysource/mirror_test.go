@@ -1,0 +1,144 @@
+package capacitysource
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/capscale/capscale/controller/capacitysource/ipamtest"
+	"github.com/capscale/capscale/internal/names"
+)
+
+// TestMirror runs the controller on fake clients: it follows the objects
+// onto the Nodes, leaves alone a node no source covers, removes what a
+// removed source left, marks a covered node without an object invalid with
+// an Event, and patches only when the value or origin changes.
+func TestMirror(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	node := func(name string, labels, annotations map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: labels, Annotations: annotations}}
+	}
+	underlayPool := map[string]string{"pool": "underlay"}
+	client := fake.NewClientset(
+		node("n1", underlayPool, nil),
+		node("n2", underlayPool, nil),
+		node("plain", nil, map[string]string{"keep": "me"}),
+		// Left by a source since removed from the file.
+		node("stale", nil, map[string]string{names.UnderlayIPSourceCapacityAnnotation: "4", names.UnderlayIPSourceAnnotation: "old ippools.example.com/stale"}),
+	)
+	scheme := runtime.NewScheme()
+	src := presetSource(t, "cilium-eni")
+	src.Name = "cilium"
+	if src.Selector, _ = metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchLabels: underlayPool}); src.Selector == nil {
+		t.Fatal("selector")
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme,
+		map[schema.GroupVersionResource]string{src.Resource.GVR(): "CiliumNodeList"},
+		ipamtest.CiliumNodeENI("n1", "uid-n1", 12, nil))
+	rec := record.NewFakeRecorder(10)
+	reg := prometheus.NewRegistry()
+	c, err := New(Config{Client: client, Dynamic: dyn, Sources: []*Compiled{src}, Recorder: rec, Metrics: NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	annotations := func(name string) map[string]string {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Annotations
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	waitFor("n1 mirrored", func() bool { return annotations("n1")[names.UnderlayIPSourceCapacityAnnotation] == "10" })
+	if got := annotations("n1")[names.UnderlayIPSourceAnnotation]; got != "cilium ciliumnodes.cilium.io/n1" {
+		t.Errorf("n1 origin %q", got)
+	}
+	waitFor("n2 invalid (selected, no CiliumNode)", func() bool {
+		return strings.HasPrefix(annotations("n2")[names.UnderlayIPSourceCapacityAnnotation], "invalid: no ciliumnodes.cilium.io object")
+	})
+	waitFor("the stale mirror removed", func() bool { _, ok := annotations("stale")[names.UnderlayIPSourceCapacityAnnotation]; return !ok })
+	if a := annotations("plain"); len(a) != 1 || a["keep"] != "me" {
+		t.Errorf("a node no source covers was changed: %v", a)
+	}
+	select {
+	case e := <-rec.Events:
+		if !strings.Contains(e, "InvalidUnderlayIPCapacitySource") || !strings.Contains(e, "no ciliumnodes.cilium.io object maps to this node") {
+			t.Errorf("event %q", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("no Warning Event for the invalid node")
+	}
+	if !c.HasSynced() {
+		t.Error("not synced after mirroring")
+	}
+
+	gvr := src.Resource.GVR()
+	patchesBefore := testutil.ToFloat64(c.cfg.Metrics.patches.WithLabelValues("success"))
+	// A status change that leaves the count alone patches nothing.
+	u := ipamtest.CiliumNodeENI("n1", "uid-n1", 12, []string{"shop/a", "shop/b"})
+	if _, err := dyn.Resource(gvr).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The pool grows: n1 follows.
+	if _, err := dyn.Resource(gvr).Update(ctx, ipamtest.CiliumNodeENI("n1", "uid-n1", 20, nil), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("n1 at 18", func() bool { return annotations("n1")[names.UnderlayIPSourceCapacityAnnotation] == "18" })
+	if got := testutil.ToFloat64(c.cfg.Metrics.patches.WithLabelValues("success")) - patchesBefore; got != 1 {
+		t.Errorf("%v patches for one change of the count, want 1", got)
+	}
+	// n2's object arrives.
+	if _, err := dyn.Resource(gvr).Create(ctx, ipamtest.CiliumNodeENI("n2", "uid-n2", 5, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("n2 at 3", func() bool { return annotations("n2")[names.UnderlayIPSourceCapacityAnnotation] == "3" })
+	// n1's object goes: invalid, never the label or the default.
+	if err := dyn.Resource(gvr).Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("n1 invalid", func() bool {
+		return strings.HasPrefix(annotations("n1")[names.UnderlayIPSourceCapacityAnnotation], "invalid: ")
+	})
+	// A malformed object: invalid with the expression's reason.
+	bad := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+		"metadata": map[string]any{"name": "n1"}, "spec": map[string]any{"ipam": map[string]any{"pool": int64(5)}}}}
+	if _, err := dyn.Resource(gvr).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("n1 invalid with the expression's reason", func() bool {
+		return strings.Contains(annotations("n1")[names.UnderlayIPSourceCapacityAnnotation], "capacity expression:")
+	})
+	if got := testutil.ToFloat64(c.cfg.Metrics.nodes.WithLabelValues("cilium", "invalid")); got != 1 {
+		t.Errorf("capacity_source_nodes{cilium,invalid} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(c.cfg.Metrics.nodes.WithLabelValues("cilium", "valid")); got != 1 {
+		t.Errorf("capacity_source_nodes{cilium,valid} = %v, want 1", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,139 @@
+package capacitysource
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/capscale/capscale/controller/capacitysource/ipamtest"
+)
+
+// decoded round-trips u through JSON as the dynamic client would decode it
+// from the apiserver.
+func decoded(t testing.TB, u *unstructured.Unstructured) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fromJSON(t, b)
+}
+
+func ciliumENI(t testing.TB, pool, pods int) map[string]any {
+	names := make([]string, pods)
+	for i := range names {
+		names[i] = fmt.Sprintf("shop/web-%d", i)
+	}
+	return decoded(t, ipamtest.CiliumNodeENI("n1", "uid-1", pool, names))
+}
+
+func presetSource(t testing.TB, preset string) *Compiled {
+	t.Helper()
+	s, err := Source{Name: "s", Preset: preset}.Expand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.compile(CostLimit)
+	if err != nil {
+		t.Fatalf("preset %s does not compile: %v", preset, err)
+	}
+	return c
+}
+
+// TestPresets: each preset on objects shaped as the IPAM's controllers
+// write them (package ipamtest) gives the IPs the node can hand to pods.
+func TestPresets(t *testing.T) {
+	withRelease := func(u *unstructured.Unstructured, states map[string]string) *unstructured.Unstructured {
+		rel := map[string]any{}
+		for k, v := range states {
+			rel[k] = v
+		}
+		u.Object["status"].(map[string]any)["ipam"].(map[string]any)["release-ips"] = rel
+		return u
+	}
+	tests := []struct {
+		name, preset string
+		obj          *unstructured.Unstructured
+		want         int64
+		err          string
+	}{
+		{name: "ENI: the pool less the agent's router and health IPs", preset: "cilium-eni",
+			obj: ipamtest.CiliumNodeENI("n1", "u", 12, []string{"shop/a", "shop/b"}), want: 10},
+		{name: "ENI: pods in use do not lower the capacity (capscale counts them)", preset: "cilium-eni",
+			obj: ipamtest.CiliumNodeENI("n1", "u", 12, []string{"shop/a", "shop/b", "shop/c", "shop/d"}), want: 10},
+		{name: "ENI: IPs being released are not for new pods", preset: "cilium-eni",
+			obj: withRelease(ipamtest.CiliumNodeENI("n1", "u", 12, nil), map[string]string{
+				"10.0.1.13": "do-not-release", "10.0.1.14": "marked-for-release", "10.0.1.15": "ready-for-release", "10.9.9.9": "released"}),
+			want: 8},
+		{name: "ENI: no pool yet (the operator has not allocated)", preset: "cilium-eni",
+			obj: &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "n1"}, "spec": map[string]any{}}}, want: 0},
+		{name: "Azure: the same fields", preset: "cilium-azure",
+			obj: ipamtest.CiliumNodeAzure("n1", "u", 30, []string{"shop/a"}), want: 28},
+		{name: "multi-pool: a /28 less network and broadcast, plus a delegated /28", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
+				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
+				{Pool: "underlay", CIDRs: []string{"10.20.0.16/28"}, AllowFirstIP: true, AllowLastIP: true},
+			}), want: 14 + 16},
+		{name: "multi-pool: IPv6 CIDRs and tiny CIDRs", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
+				{Pool: "default", CIDRs: []string{"fd00::/120", "10.10.0.0/31", "10.10.0.2/32", "10.10.1.0/30"}},
+			}), want: 2 + 1 + 2},
+		{name: "multi-pool: a malformed CIDR", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{{Pool: "default", CIDRs: []string{"10.10.0.0/33"}}}),
+			err: "network address parse error"},
+		{name: "Azure CNS: the assigned IPs less those CNS releases", preset: "azure-cns",
+			obj: ipamtest.NodeNetworkConfig("n1", "u", 32, 32, 4), want: 28},
+		{name: "Azure CNS: nothing assigned yet", preset: "azure-cns",
+			obj: ipamtest.NodeNetworkConfig("n1", "u", 16, 0, 0), want: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Evaluate(presetSource(t, tc.preset), tc.obj.GetNamespace(), "n1", decoded(t, tc.obj))
+			if r.Node != "n1" || r.NodeErr != "" {
+				t.Fatalf("node %q (%s), want n1", r.Node, r.NodeErr)
+			}
+			if tc.err != "" {
+				if !strings.Contains(r.Err, tc.err) {
+					t.Fatalf("Evaluate = %+v, want an error containing %q", r, tc.err)
+				}
+				return
+			}
+			if r.Err != "" || r.Capacity != tc.want {
+				t.Fatalf("Evaluate = %+v, want capacity %d", r, tc.want)
+			}
+		})
+	}
+}
+
+// TestPresetOverride: a source may take a preset's resource and node and
+// write its own capacity, e.g. one multi-pool pool.
+func TestPresetOverride(t *testing.T) {
+	f, err := Decode([]byte(`
+sources:
+- name: underlay
+  preset: cilium-multi-pool
+  capacity: >-
+    object.spec.ipam.pools.allocated.filter(a, a.pool == "underlay")
+      .map(a, a.cidrs.map(c, math.bitShiftLeft(1, 32 - cidr(c).prefixLength())).sum()).sum()
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := f.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs[0].Resource.String() != "ciliumnodes.cilium.io" || cs[0].Node.Source != "object.metadata.name" {
+		t.Errorf("the preset's resource and node were not kept: %+v", cs[0])
+	}
+	obj := ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
+		{Pool: "default", CIDRs: []string{"10.10.0.0/24"}},
+		{Pool: "underlay", CIDRs: []string{"10.20.0.0/28", "10.20.0.16/28"}, AllowFirstIP: true, AllowLastIP: true},
+	})
+	if r := Evaluate(cs[0], "", "n1", decoded(t, obj)); r.Err != "" || r.Capacity != 32 {
+		t.Errorf("Evaluate = %+v, want 32", r)
+	}
+}

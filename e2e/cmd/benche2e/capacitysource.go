@@ -1,0 +1,475 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/capscale/capscale/controller/capacitysource/ipamtest"
+	"github.com/capscale/capscale/e2e/ipamcrd"
+	"github.com/capscale/capscale/e2e/plane"
+	"github.com/capscale/capscale/e2e/stack"
+	"github.com/capscale/capscale/internal/names"
+)
+
+// The capacity-source scenario (issue 43): how long an IPAM object's change
+// takes to become the capacity every mode uses, and what a source costs
+// capscale-controller at scale. The source is the cilium-eni preset on
+// Cilium's own CRD (e2e/ipamcrd), its objects shaped as cilium-operator and
+// cilium-agent write them (ipamtest).
+
+var ciliumNodes = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnodes"}
+
+const ciliumSources = "sources: [{name: cilium, preset: cilium-eni, nodeSelector: {matchLabels: {type: kwok}}}]"
+
+// capacitySourceBench runs the lag part in each of modes, then the cost
+// part at costNodes nodes (0 skips it).
+func capacitySourceBench(ctx context.Context, modes string, changes, costNodes, costEvents int, binDir string, nodeLease time.Duration) error {
+	run := thisRun(time.Now(), loadAverage())
+	var rows []row
+	for _, m := range strings.Split(modes, ",") {
+		lag, err := sourceLag(ctx, strings.TrimSpace(m), changes, binDir)
+		if err != nil {
+			return fmt.Errorf("%s mode: %w", m, err)
+		}
+		rows = append(rows, lag...)
+	}
+	if costNodes > 0 {
+		cost, err := sourceCost(ctx, costNodes, costEvents, binDir, nodeLease)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, cost...)
+	}
+	printRows(rows, run)
+	return nil
+}
+
+// putCiliumNode creates or replaces a CiliumNode, spec then status.
+func putCiliumNode(ctx context.Context, dyn dynamic.Interface, obj *unstructured.Unstructured) error {
+	return ipamcrd.Put(ctx, dyn, ciliumNodes, obj)
+}
+
+// installCilium installs the CiliumNode CRD from Cilium's module.
+func installCilium(ctx context.Context, s *stack.Stack) error {
+	file, err := ipamcrd.CiliumNode.File(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := s.Kubectl(ctx, "apply", "--server-side", "-f", file); err != nil {
+		return err
+	}
+	fmt.Printf("# installed %s from %s@%s %s\n", ipamcrd.CiliumNode.Name, ipamcrd.CiliumNode.Module, ipamcrd.CiliumNode.Version, ipamcrd.CiliumNode.Path)
+	_, err = s.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd/"+ipamcrd.CiliumNode.Name)
+	return err
+}
+
+// times records when each watched thing was first seen in a state.
+type times struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func (t *times) mark(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.seen[key]; !ok {
+		t.seen[key] = time.Now()
+	}
+}
+
+func (t *times) at(key string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.seen[key]
+	return v, ok
+}
+
+// sourceLag: one node covered by the source, its CiliumNode giving c IPs, c
+// underlay pods bound and one waiting. Each change raises the object to
+// c+1 at a random moment; the time to the Node's mirrored value (the
+// mirror), to its published allocatable (native mode's publisher) and to
+// the waiting pod bound (the mode acting on it) are read from watches.
+func sourceLag(ctx context.Context, mode string, changes int, binDir string) ([]row, error) {
+	o := stack.Options{BinDir: binDir, Plane: plane.Options{BinDir: binDir, Nodes: 1,
+		Logf: func(f string, a ...any) { fmt.Printf("# "+f+"\n", a...) }}}
+	switch mode {
+	case "plugin":
+		o.Plugin = true
+	case "extender":
+		o.Extender = true
+	case "native":
+		o.Native = true
+	default:
+		return nil, fmt.Errorf("--capacity-modes: %q is not extender, native or plugin", mode)
+	}
+	o.CapacitySources = ciliumSources
+	o.Prepare = installCilium
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	s, err := stack.Start(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Stop()
+	dyn, err := dynamic.NewForConfig(s.Config)
+	if err != nil {
+		return nil, err
+	}
+	node := plane.NodeName(0)
+	n, err := s.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	uid := n.UID
+
+	seen := &times{seen: map[string]time.Time{}}
+	factory := informers.NewSharedInformerFactory(s.Client, 0)
+	_, _ = factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, cur any) {
+			n := cur.(*corev1.Node)
+			seen.mark("value=" + n.Annotations[names.UnderlayIPSourceCapacityAnnotation])
+			if q, ok := n.Status.Allocatable[names.UnderlayIPResource]; ok {
+				seen.mark("published=" + q.String())
+			}
+		},
+	})
+	_, _ = factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, cur any) {
+			if p := cur.(*corev1.Pod); p.Spec.NodeName != "" {
+				seen.mark("bound=" + p.Name)
+			}
+		},
+	})
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	factory.WaitForCacheSync(ctx.Done())
+
+	const ns = "lag"
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		return nil, err
+	}
+	// c IPs, c bound, one waiting; the agent's router and health IPs come
+	// out of the pool too.
+	setCapacity := func(c int) error { return putCiliumNode(ctx, dyn, ipamtest.CiliumNodeENI(node, uid, c+2, nil)) }
+	if err := setCapacity(0); err != nil {
+		return nil, err
+	}
+	pod := func(i int) error {
+		p := benchUnderlayPod(ns, fmt.Sprintf("p-%03d", i))
+		_, err := s.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	waitRejected := func(name string) error {
+		return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := s.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+	var mirror, published, bound []float64
+	fmt.Printf("change\tmirrored_ms\tpublished_ms\tbound_ms\n")
+	for i := range changes {
+		if err := pod(i); err != nil {
+			return nil, err
+		}
+		if err := waitRejected(fmt.Sprintf("p-%03d", i)); err != nil {
+			return nil, fmt.Errorf("pod %d never waited: %w", i, err)
+		}
+		// A random moment, so that changes land anywhere in the components'
+		// cycles (the extender's requeue bucket, kube-scheduler's backoff).
+		time.Sleep(time.Duration(rand.Int64N(int64(time.Second))))
+		t0 := time.Now()
+		if err := setCapacity(i + 1); err != nil {
+			return nil, err
+		}
+		want := []string{"value=" + strconv.Itoa(i+1), fmt.Sprintf("bound=p-%03d", i)}
+		if mode == "native" {
+			want = append(want, "published="+strconv.Itoa(i+1))
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			for _, k := range want {
+				if _, ok := seen.at(k); !ok {
+					return false, nil
+				}
+			}
+			return true, nil
+		}); err != nil {
+			return nil, fmt.Errorf("change %d: %v not all seen within a minute", i, want)
+		}
+		since := func(k string) float64 { at, _ := seen.at(k); return float64(at.Sub(t0)) / float64(time.Millisecond) }
+		mirror = append(mirror, since(want[0]))
+		bound = append(bound, since(want[1]))
+		line := fmt.Sprintf("%d\t%.0f\t", i, mirror[len(mirror)-1])
+		if mode == "native" {
+			published = append(published, since(want[2]))
+			line += fmt.Sprintf("%.0f", published[len(published)-1])
+		} else {
+			line += "-"
+		}
+		fmt.Printf("%s\t%.0f\n", line, bound[len(bound)-1])
+	}
+	q := func(xs []float64) (p50, p99, hi float64) {
+		return quantileOf(xs, 0.5), quantileOf(xs, 0.99), quantileOf(xs, 1)
+	}
+	m50, m99, mmax := q(mirror)
+	b50, b99, bmax := q(bound)
+	fmt.Printf("%s mode over %d changes: object to mirrored value p50 %.0f ms p99 %.0f ms max %.0f; to the waiting pod bound p50 %.0f ms p99 %.0f ms max %.0f\n",
+		mode, changes, m50, m99, mmax, b50, b99, bmax)
+	rows := []row{
+		{Measure: fmt.Sprintf("Capacity source, %s mode: IPAM object change to the Node's mirrored value, p50 / p99 (%d changes)", mode, changes),
+			Figure: fmt.Sprintf("%.0f / %.0f ms (max %.0f ms)", m50, m99, mmax)},
+		{Measure: fmt.Sprintf("Capacity source, %s mode: IPAM object change to the waiting pod bound, p50 / p99 (%d changes)", mode, changes),
+			Figure: fmt.Sprintf("%.0f / %.0f ms (max %.0f ms)", b50, b99, bmax), Goal: "≤ 5 s every time"},
+	}
+	if mode == "native" {
+		p50, p99, pmax := q(published)
+		rows = append(rows, row{Measure: fmt.Sprintf("Capacity source, native mode: IPAM object change to the published allocatable, p50 / p99 (%d changes)", changes),
+			Figure: fmt.Sprintf("%.0f / %.0f ms (max %.0f ms)", p50, p99, pmax)})
+	}
+	return rows, nil
+}
+
+// quantileOf is the q-quantile of xs (nearest rank).
+func quantileOf(xs []float64, q float64) float64 {
+	d := make([]time.Duration, len(xs))
+	for i, x := range xs {
+		d[i] = time.Duration(x * float64(time.Millisecond))
+	}
+	return float64(percentile(d, q)) / float64(time.Millisecond)
+}
+
+func benchUnderlayPod(ns, name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Image: "registry.example/capscale/fake:1",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{names.UnderlayIPResource: *resource.NewQuantity(1, resource.DecimalSI)}}}},
+			TerminationGracePeriodSeconds: new(int64),
+		},
+	}
+}
+
+// sourceCost: nodes kwok nodes, a CiliumNode each, capscale-controller with
+// the source beside one without (the ElasticWeb controller alone), both
+// leading nothing but their own controllers (--leader-elect=false). It
+// reports the time to mirror every node at the controller's default
+// --kube-api-qps, the RSS of each process, and the controller's CPU per
+// object change: events that move no capacity (an IP used or released, the
+// common case) and events that do (a Node patch each).
+func sourceCost(ctx context.Context, nodes, events int, binDir string, nodeLease time.Duration) ([]row, error) {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Minute)
+	defer cancel()
+	start := time.Now()
+	s, err := stack.Start(ctx, stack.Options{
+		BinDir: binDir,
+		Plane: plane.Options{BinDir: binDir, Nodes: nodes, NodeLeaseDuration: nodeLease,
+			Logf: func(f string, a ...any) { fmt.Printf("# "+f+"\n", a...) }},
+		Plugin:          true,
+		CapacitySources: ciliumSources,
+		ControllerArgs:  []string{"--leader-elect=false"},
+		Prepare: func(ctx context.Context, s *stack.Stack) error {
+			if err := installCilium(ctx, s); err != nil {
+				return err
+			}
+			return createCiliumNodes(ctx, s, nodes)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Stop()
+	fmt.Printf("# plane with %d nodes and %d CiliumNodes, controller ready in %.1fs\n", nodes, nodes, time.Since(start).Seconds())
+	base, err := s.StartController(ctx, "controller-baseline", "--leader-elect=false", "--capacity-sources=")
+	if err != nil {
+		return nil, err
+	}
+	// Every node mirrored: the first pass patches each once.
+	t0 := time.Now()
+	if err := waitAllMirrored(ctx, s.Client, nodes, func(v string) bool { return v == "10" }); err != nil {
+		return nil, err
+	}
+	mirrorAll := time.Since(t0)
+	fmt.Printf("# every node mirrored %.1fs after the controller was ready\n", mirrorAll.Seconds())
+	time.Sleep(10 * time.Second)
+	withRSS, baseRSS := rss(s.Controller.Pid()), rss(base.Pid())
+	fmt.Printf("controller with the source: %s\tcontroller without: %s\n", withRSS, baseRSS)
+
+	dyn, err := clientsFor(s)
+	if err != nil {
+		return nil, err
+	}
+	uids, err := nodeUIDs(ctx, s.Client)
+	if err != nil {
+		return nil, err
+	}
+	// CPU per event: the same number of object writes, first moving no
+	// capacity (a pod's IP used: status.ipam.used changes), then moving it.
+	measure := func(label string, capacity func(i int) int, pods func(i int) []string, wantValue string) (float64, error) {
+		before, err := procCPU(s.Controller.Pid())
+		if err != nil {
+			return 0, err
+		}
+		baseBefore, _ := procCPU(base.Pid())
+		t := time.Now()
+		if err := parallel(ctx, 16, events, func(i int) error {
+			node := plane.NodeName(i % nodes)
+			return putCiliumNode(ctx, dyn, ipamtest.CiliumNodeENI(node, uids[node], capacity(i)+2, pods(i)))
+		}); err != nil {
+			return 0, err
+		}
+		if wantValue != "" {
+			if err := waitAllMirrored(ctx, s.Client, min(nodes, events), func(v string) bool { return v == wantValue }); err != nil {
+				return 0, err
+			}
+		}
+		time.Sleep(5 * time.Second)
+		after, err := procCPU(s.Controller.Pid())
+		if err != nil {
+			return 0, err
+		}
+		baseAfter, _ := procCPU(base.Pid())
+		wall := time.Since(t)
+		// The baseline's CPU over the same window is what the process costs
+		// anyway (its other informers, GC, leader-less idling).
+		perEvent := float64(after-before-(baseAfter-baseBefore)) / float64(time.Microsecond) / float64(events)
+		fmt.Printf("%s: %d object writes in %.1fs, controller CPU %.0f ms (baseline %.0f ms): %.0f µs per event\n",
+			label, events, wall.Seconds(), float64(after-before)/float64(time.Millisecond), float64(baseAfter-baseBefore)/float64(time.Millisecond), perEvent)
+		return perEvent, nil
+	}
+	noop, err := measure("events moving no capacity", func(int) int { return 10 }, func(i int) []string { return []string{fmt.Sprintf("shop/web-%d", i)} }, "")
+	if err != nil {
+		return nil, err
+	}
+	moving, err := measure("events moving the capacity", func(int) int { return 11 }, func(int) []string { return nil }, "11")
+	if err != nil {
+		return nil, err
+	}
+	rssMiB := func(s string) string { f := strings.Fields(s); return f[1] + " MiB" }
+	return []row{
+		{Measure: fmt.Sprintf("Capacity source at %d nodes: every Node mirrored after capscale-controller's start (default --kube-api-qps 20)", nodes),
+			Figure: fmt.Sprintf("%.0f s", mirrorAll.Seconds())},
+		{Measure: fmt.Sprintf("Capacity source at %d nodes: capscale-controller RSS with the source / without", nodes),
+			Figure: rssMiB(withRSS) + " / " + rssMiB(baseRSS)},
+		{Measure: fmt.Sprintf("Capacity source at %d nodes: controller CPU per object change that moves no capacity (%d changes)", nodes, events),
+			Figure: fmt.Sprintf("%.0f µs", noop)},
+		{Measure: fmt.Sprintf("Capacity source at %d nodes: controller CPU per object change that moves the capacity, its Node patch included (%d changes)", nodes, events),
+			Figure: fmt.Sprintf("%.0f µs", moving)},
+	}, nil
+}
+
+func clientsFor(s *stack.Stack) (dynamic.Interface, error) {
+	cfg := rest.CopyConfig(s.Config)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	return dynamic.NewForConfig(cfg)
+}
+
+func createCiliumNodes(ctx context.Context, s *stack.Stack, nodes int) error {
+	dyn, err := clientsFor(s)
+	if err != nil {
+		return err
+	}
+	uids, err := nodeUIDs(ctx, s.Client)
+	if err != nil {
+		return err
+	}
+	return parallel(ctx, 16, nodes, func(i int) error {
+		node := plane.NodeName(i)
+		return putCiliumNode(ctx, dyn, ipamtest.CiliumNodeENI(node, uids[node], 12, nil))
+	})
+}
+
+func nodeUIDs(ctx context.Context, c kubernetes.Interface) (map[string]types.UID, error) {
+	list, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]types.UID, len(list.Items))
+	for _, n := range list.Items {
+		out[n.Name] = n.UID
+	}
+	return out, nil
+}
+
+// waitAllMirrored waits until the first n kwok nodes' mirrored value
+// satisfies ok.
+func waitAllMirrored(ctx context.Context, c kubernetes.Interface, n int, ok func(string) bool) error {
+	return wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, nil
+		}
+		done := 0
+		want := map[string]bool{}
+		for i := range n {
+			want[plane.NodeName(i)] = true
+		}
+		for _, node := range list.Items {
+			if want[node.Name] && ok(node.Annotations[names.UnderlayIPSourceCapacityAnnotation]) {
+				done++
+			}
+		}
+		return done == n, nil
+	})
+}
+
+// parallel runs f(0..n-1) on workers goroutines and returns the first error.
+func parallel(ctx context.Context, workers, n int, f func(i int) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  = make(chan int)
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
