@@ -70,6 +70,7 @@ test-unit: deps deploy-tools ## Unit tests: go test -race ./... (deploy/'s run h
 	@# whole dependency graph would be a second cold compile; the plugin's own
 	@# decisions run under -race in the main module (schedplugin/).
 	cd $(SCHED_MOD) && CGO_ENABLED=0 $(GO) test -trimpath -count=1 ./...
+	cd hack/oci && $(GO) test -count=1 ./...
 
 # An execution count, not a duration: with a duration, Go <1.27's fuzz
 # coordinator can report its own deadline as a failure on a loaded machine
@@ -150,6 +151,7 @@ lint: ## No compiled binary tracked by git; gofmt, go vet and staticcheck (unit 
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(STATICCHECK) -tags e2e ./...
 	cd $(SCHED_MOD) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	cd hack/oci && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 # Scheduling mode of local-up and demo: plugin (capscale-scheduler as the
 # plane's scheduler), extender or native (docs/scheduling.md).
@@ -169,15 +171,48 @@ local-down: ## Stop everything local-up started.
 demo: ## Build capscale and the control plane (not helm), start the local plane (MODE=plugin|extender|native) and walk through what capscale does.
 	@MODE=$(MODE) bash hack/demo.sh
 
-IMAGE ?= ghcr.io/capscale/capscale:$(VERSION)
+# The image (issue 44): no container engine and no base image. Every binary
+# is built static (CGO_ENABLED=0, -trimpath) for each of IMAGE_PLATFORMS, and
+# hack/oci (go-containerregistry, its own module) puts them in one image per
+# platform, one layer per binary at /NAME, user 65532:65532, OCI labels, an
+# SPDX SBOM per platform attached as a referrer, and the index over them,
+# written as an OCI image layout to IMAGE_OUT; REGISTRY=host:port[/path]
+# also pushes it there as $(REGISTRY)/capscale:$(VERSION) (REGISTRY_INSECURE=true:
+# plain HTTP, for the local registry).
+IMAGE_OUT        ?= $(OUT)/image
+IMAGE_PLATFORMS  ?= linux/amd64,linux/arm64
+IMAGE_BIN        := $(OUT)/image-bin
+REGISTRY         ?=
+REGISTRY_INSECURE ?= $(if $(filter 127.0.0.1:% localhost:%,$(REGISTRY)),true,false)
+REVISION         := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+SOURCE_EPOCH     := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+# capscale-scheduler for older Kubernetes minors (hack/compat/genmodule.sh):
+# /capscale-scheduler-1.MINOR beside /capscale-scheduler (this repo's minor).
+# make release puts every supported minor in; make image only this one.
+SCHEDULER_MINORS ?=
+OCI              := cd hack/oci && $(GO) run .
 
 .PHONY: image
-image: ## Build the container image with docker or podman (IMAGE=...); its build stage runs `make build`.
-	@engine=$$(command -v podman || command -v docker || true); \
-	if [ -z "$$engine" ] || ! $$engine info >/dev/null 2>&1; then \
-	  echo "make image needs a running container engine (docker or podman); none here."; \
-	  echo "The Dockerfile's build stage runs 'make build', which 'make test' and CI exercise."; exit 1; fi; \
-	$$engine build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+image: ## Build the image without a container engine: OCI layout in IMAGE_OUT (_output/image), pushed to REGISTRY if set (IMAGE_PLATFORMS, SCHEDULER_MINORS).
+	@rm -rf $(IMAGE_BIN)
+	@for p in $$(echo $(IMAGE_PLATFORMS) | tr , ' '); do \
+	  os=$${p%/*}; arch=$${p#*/}; dir=$(abspath $(IMAGE_BIN))/$${os}_$$arch; mkdir -p $$dir; \
+	  echo "building capscale's binaries for $$p"; \
+	  GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$dir/ ./cmd/...; \
+	  (cd $(SCHED_MOD) && GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) $(K8S_STAMP)' -o $$dir/capscale-scheduler .); \
+	  for m in $$(echo $(SCHEDULER_MINORS) | tr , ' '); do \
+	    echo "building capscale-scheduler for Kubernetes $$m ($$p)"; \
+	    GOOS=$$os GOARCH=$$arch CAPSCALE_LDFLAGS='$(LDFLAGS)' CAPSCALE_K8S=$$m bash e2e/tools/build.sh $$dir/.k8s-$$m capscale-scheduler >/dev/null; \
+	    mv $$dir/.k8s-$$m/capscale-scheduler $$dir/capscale-scheduler-$$m; rm -rf $$dir/.k8s-$$m; \
+	  done; \
+	done
+	$(OCI) image --bin-dir $(abspath $(IMAGE_BIN)) --out $(abspath $(IMAGE_OUT)) --platforms $(IMAGE_PLATFORMS) \
+	  --version $(VERSION) --revision $(REVISION) --created $(SOURCE_EPOCH) \
+	  $(if $(REGISTRY),--push $(REGISTRY)/capscale --insecure=$(REGISTRY_INSECURE))
+
+.PHONY: registry
+registry: ## Serve a local OCI registry (go-containerregistry's) on REGISTRY_ADDR (127.0.0.1:5000) until Ctrl-C.
+	$(OCI) registry --addr $(or $(REGISTRY_ADDR),127.0.0.1:5000)
 
 .PHONY: clean
 clean: local-down ## Stop the local plane and remove _output (the binary cache in ~/.cache/capscale stays).
