@@ -86,14 +86,37 @@ fuzz: ## Run every fuzz target for FUZZTIME (20000 executions) each, so that a d
 	  done; \
 	done
 
-# The kubectl plugin's release: one archive per platform and the krew
-# manifest whose sha256 sums are those archives' (hack/release).
+# make release (issue 44): the kubectl plugin's archives and krew manifest
+# (hack/release), the image for IMAGE_PLATFORMS with capscale-scheduler for
+# every supported minor (COMPAT_MINORS), and the Helm chart packaged with
+# that version; with REGISTRY=host:port[/path], the image goes to
+# $(REGISTRY)/capscale:$(RELEASE_VERSION) and the chart beside it as the OCI
+# artifact $(REGISTRY)/charts/capscale:$(RELEASE_VERSION without v), whose
+# image.repository is that image, so `helm install capscale
+# oci://$(REGISTRY)/charts/capscale --version ...` needs nothing else.
 RELEASE_VERSION ?= v0.1.0
 PLATFORMS       ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64
+# The Kubernetes minors below this repo's own that capscale-scheduler is
+# built for (e2e/tools/k8s-1.MINOR); make test-compat runs each.
+COMPAT_MINORS   ?= 1.35,1.36
 .PHONY: release
-release: ## Build kubectl-capscale for PLATFORMS into _output/release with its krew manifest (RELEASE_VERSION=v0.1.0).
+release: release-kubectl ## kubectl-capscale archives, the image and the Helm chart (RELEASE_VERSION=v0.1.0); REGISTRY=host:port pushes image and chart there.
+	$(MAKE) --no-print-directory image VERSION=$(RELEASE_VERSION) SCHEDULER_MINORS=$(COMPAT_MINORS) IMAGE_OUT=$(OUT)/release/image
+	$(MAKE) --no-print-directory release-chart
+
+.PHONY: release-kubectl
+release-kubectl: ## Build kubectl-capscale for PLATFORMS into _output/release with its krew manifest (RELEASE_VERSION=v0.1.0).
 	$(GO) run ./hack/release --version $(RELEASE_VERSION) --platforms $(PLATFORMS) --out $(OUT)/release \
 	  --ldflags '-X github.com/capscale/capscale/internal/version.Version=$(RELEASE_VERSION)'
+
+.PHONY: release-chart
+release-chart: deploy-tools ## Package the Helm chart as capscale-$(RELEASE_VERSION).tgz into _output/release; REGISTRY=... pushes it to oci://$(REGISTRY)/charts.
+	@rm -rf $(OUT)/release/chart && mkdir -p $(OUT)/release/chart && cp -r deploy/helm/capscale $(OUT)/release/chart/
+	@# The packaged chart names the image it was released with.
+	$(if $(REGISTRY),sed -i 's#^  repository: ghcr.io/capscale/capscale$$#  repository: $(REGISTRY)/capscale#' $(OUT)/release/chart/capscale/values.yaml && \
+	  grep -q '^  repository: $(REGISTRY)/capscale$$' $(OUT)/release/chart/capscale/values.yaml)
+	$(BIN)/helm package $(OUT)/release/chart/capscale --version $(RELEASE_VERSION:v%=%) --app-version $(RELEASE_VERSION) -d $(OUT)/release
+	$(if $(REGISTRY),$(BIN)/helm push $(OUT)/release/capscale-$(RELEASE_VERSION:v%=%).tgz oci://$(REGISTRY)/charts $(if $(filter true,$(REGISTRY_INSECURE)),--plain-http))
 
 .PHONY: e2e
 e2e: deps control-plane keda ## End-to-end tests against a real local control plane.
