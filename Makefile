@@ -18,7 +18,7 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # Debian packages the targets use: gcc (go test -race needs cgo), openssl
-# (hack/install.sh, tested by the e2e suite), git (version stamping).
+# (docs/keda.md's client-certificate commands), git (version stamping).
 DEB_PACKAGES := gcc libc6-dev openssl git
 
 .PHONY: deps
