@@ -122,6 +122,17 @@ release-chart: deploy-tools ## Package the Helm chart as capscale-$(RELEASE_VERS
 e2e: deps control-plane keda ## End-to-end tests against a real local control plane.
 	CAPSCALE_BIN_DIR=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -timeout 50m -v $(E2E_FLAGS) ./e2e/
 
+# The compatibility matrix (issue 44), outside make test: each minor's
+# control plane (COMPAT_MINORS, built from e2e/tools/k8s-1.MINOR: a cold
+# minor is a full Kubernetes build) and this repo's, each running the
+# scheduling modes, the adapter with HPAs and the rotating certificates;
+# README.md's table is rewritten from the results (hack/compat/run.sh).
+.PHONY: test-compat
+test-compat: deps ## The compatibility matrix: COMPAT_MINORS and this repo's minor, each mode and the adapter on that minor's plane; rewrites README.md's table.
+	bash hack/compat/run.sh $(subst $(comma), ,$(COMPAT_MINORS)) 1.37
+
+comma := ,
+
 .PHONY: bench
 # The Go benchmarks' output is kept in $(OUT)/gobench.txt and printed again
 # as rows of BENCHMARKS.md's table, as the benche2e scenarios print theirs.

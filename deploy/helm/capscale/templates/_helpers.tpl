@@ -85,3 +85,17 @@ delegate
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+capscale-scheduler for the cluster's minor: the image holds /capscale-scheduler
+(kube-scheduler v1.37 with the plugin) and /capscale-scheduler-1.MINOR for
+each older minor make test-compat passes (make release builds them).
+*/}}
+{{- define "capscale.schedulerBinary" -}}
+{{- $minor := .Capabilities.KubeVersion.Minor | trimSuffix "+" | int -}}
+{{- if and (eq (.Capabilities.KubeVersion.Major | trimSuffix "+") "1") (has $minor (list 35 36)) -}}
+/capscale-scheduler-1.{{ $minor }}
+{{- else -}}
+/capscale-scheduler
+{{- end -}}
+{{- end }}
