@@ -17,7 +17,7 @@ func TestEventsToRegister(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[fwk.ClusterEvent]bool{
-		{Resource: assignedPod, ActionType: fwk.Delete}:                              true,
+		{Resource: assignedPod, ActionType: fwk.Delete}:                                  true,
 		{Resource: fwk.Node, ActionType: fwk.Add}:                                        true,
 		{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}: true,
 	}
