@@ -57,4 +57,3 @@ func NewRegistry(dir string, quiet bool) http.Handler {
 	}
 	return registry.New(opts...)
 }
-

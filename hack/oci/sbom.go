@@ -76,7 +76,9 @@ type spdxRelationship struct {
 
 var spdxIDUnsafe = regexp.MustCompile(`[^A-Za-z0-9.-]+`)
 
-func spdxID(kind, name string) string { return "SPDXRef-" + kind + "-" + spdxIDUnsafe.ReplaceAllString(name, "-") }
+func spdxID(kind, name string) string {
+	return "SPDXRef-" + kind + "-" + spdxIDUnsafe.ReplaceAllString(name, "-")
+}
 
 // SBOM is an SPDX 2.3 document for one platform's image: the image, each
 // binary in it (with its SHA-256), and each Go module a binary was built

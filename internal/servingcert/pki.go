@@ -39,60 +39,16 @@ type pair struct {
 	key  crypto.Signer
 }
 
-func newKey() (*ecdsa.PrivateKey, error) { return ecdsa.GenerateKey(elliptic.P256(), rand.Reader) }
-
-func serial() (*big.Int, error) { return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127)) }
-
-// newCA makes a self-signed CA valid for validity from now.
-func newCA(now time.Time, validity time.Duration, name string) (pair, error) {
-	key, err := newKey()
+// sign makes a P-256 key and a random serial for tmpl, then signs it with
+// parent (itself when parent is empty: a self-signed CA).
+func sign(tmpl *x509.Certificate, parent pair) (pair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return pair{}, err
 	}
-	sn, err := serial()
-	if err != nil {
+	if tmpl.SerialNumber, err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127)); err != nil {
 		return pair{}, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          sn,
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("%s-ca@%d", name, now.Unix())},
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              now.Add(validity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	return sign(tmpl, key, pair{})
-}
-
-// newLeaf makes a serving certificate for dnsNames signed by ca.
-func newLeaf(now time.Time, validity time.Duration, dnsNames []string, ca pair) (pair, error) {
-	key, err := newKey()
-	if err != nil {
-		return pair{}, err
-	}
-	sn, err := serial()
-	if err != nil {
-		return pair{}, err
-	}
-	notAfter := now.Add(validity)
-	if notAfter.After(ca.cert.NotAfter) {
-		notAfter = ca.cert.NotAfter
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: sn,
-		Subject:      pkix.Name{CommonName: dnsNames[0]},
-		DNSNames:     slices.Clone(dnsNames),
-		NotBefore:    now.Add(-backdate),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	return sign(tmpl, key, ca)
-}
-
-func sign(tmpl *x509.Certificate, key *ecdsa.PrivateKey, parent pair) (pair, error) {
 	issuer, signer := tmpl, crypto.Signer(key)
 	if parent.cert != nil {
 		issuer, signer = parent.cert, parent.key
@@ -106,6 +62,37 @@ func sign(tmpl *x509.Certificate, key *ecdsa.PrivateKey, parent pair) (pair, err
 		return pair{}, err
 	}
 	return pair{cert: cert, key: key}, nil
+}
+
+// newCA makes a self-signed CA valid for validity from now.
+func newCA(now time.Time, validity time.Duration, name string) (pair, error) {
+	tmpl := &x509.Certificate{
+		Subject:               pkix.Name{CommonName: fmt.Sprintf("%s-ca@%d", name, now.Unix())},
+		NotBefore:             now.Add(-backdate),
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	return sign(tmpl, pair{})
+}
+
+// newLeaf makes a serving certificate for dnsNames signed by ca.
+func newLeaf(now time.Time, validity time.Duration, dnsNames []string, ca pair) (pair, error) {
+	notAfter := now.Add(validity)
+	if notAfter.After(ca.cert.NotAfter) {
+		notAfter = ca.cert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: dnsNames[0]},
+		DNSNames:    slices.Clone(dnsNames),
+		NotBefore:   now.Add(-backdate),
+		NotAfter:    notAfter,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	return sign(tmpl, ca)
 }
 
 func encodeCerts(certs ...*x509.Certificate) []byte {
