@@ -88,6 +88,13 @@ type Manager struct {
 	mu           sync.Mutex
 	trustedSince map[string]time.Time // CA fingerprint → first seen in the caBundle
 	otherSeen    string               // resourceVersion of the APIService OtherOwner last saw
+	// Put-backs of a caBundle someone else wrote, for the backoff that
+	// keeps a fight with another writer (KEDA's operator with APIService
+	// patching on) from becoming a loop: the n-th in a row waits 2^(n-1) s,
+	// at most 5 min; 10 min without one starts over.
+	putBacks    int
+	lastPutBack time.Time
+	written     []byte // the caBundle this Manager last wrote
 	serving      *Serving
 }
 
@@ -287,7 +294,20 @@ func (m *Manager) sync(ctx context.Context) (time.Duration, error) {
 	}
 	want := encodeCerts(s.cas...)
 	if ours && !bytes.Equal(api.Spec.CABundle, want) {
-		return 0, m.putCABundle(ctx, api, want)
+		// Someone else's, not our previous bundle before a CA rotation.
+		if len(api.Spec.CABundle) > 0 && !bytes.Equal(api.Spec.CABundle, m.written) {
+			if now.Sub(m.lastPutBack) > 10*time.Minute {
+				m.putBacks = 0
+			}
+			if wait := m.lastPutBack.Add(min(time.Second<<max(m.putBacks-1, 0), 5*time.Minute)).Sub(now); m.putBacks > 0 && wait > 0 {
+				logger.Info("Another writer keeps changing the APIService's caBundle; putting it back after a pause",
+					"apiservice", api.Name, "pause", wait, "writers", caBundleWriters(api), "times", m.putBacks)
+				return wait, nil
+			}
+			m.putBacks++
+			m.lastPutBack = now
+		}
+		return 0, m.putCABundle(ctx, api, want, !bytes.Equal(api.Spec.CABundle, m.written))
 	}
 	if api != nil && !ours && m.o.OtherOwner != nil && api.ResourceVersion != m.otherSeen {
 		if err := m.o.OtherOwner(ctx, api, want); err != nil {
@@ -393,14 +413,14 @@ func (m *Manager) apiService() (*apiregv1.APIService, bool) {
 
 // putCABundle writes want into the APIService's caBundle: at install, after a
 // CA rotation, and when someone else changed it.
-func (m *Manager) putCABundle(ctx context.Context, api *apiregv1.APIService, want []byte) error {
+func (m *Manager) putCABundle(ctx context.Context, api *apiregv1.APIService, want []byte, someoneElse bool) error {
 	logger := klog.FromContext(ctx)
-	if len(api.Spec.CABundle) > 0 {
-		logger.Info("Putting capscale's CA bundle into the APIService's caBundle", "apiservice", api.Name,
-			"had", describeBundle(api.Spec.CABundle))
+	if len(api.Spec.CABundle) > 0 && someoneElse {
+		logger.Info("Putting capscale's CA bundle back into the APIService's caBundle", "apiservice", api.Name,
+			"had", describeBundle(api.Spec.CABundle), "writers", caBundleWriters(api))
 		m.metrics.caBundleWrites.Inc()
 	} else {
-		logger.Info("Writing the APIService's caBundle", "apiservice", api.Name)
+		logger.Info("Writing the APIService's caBundle", "apiservice", api.Name, "cas", describeBundle(want))
 	}
 	api = api.DeepCopy()
 	api.Spec.CABundle = want
@@ -413,7 +433,20 @@ func (m *Manager) putCABundle(ctx context.Context, api *apiregv1.APIService, wan
 	if err != nil {
 		return fmt.Errorf("writing the caBundle of APIService %s: %w", api.Name, err)
 	}
+	m.written = want
 	return nil
+}
+
+// caBundleWriters names the field managers, other than capscale's, that
+// own spec.caBundle (who wrote it: keda-operator, cainjector, ...).
+func caBundleWriters(api *apiregv1.APIService) []string {
+	var out []string
+	for _, f := range api.ManagedFields {
+		if f.Manager != "capscale-servingcert" && f.FieldsV1 != nil && bytes.Contains(f.FieldsV1.Raw, []byte(`"f:caBundle"`)) {
+			out = append(out, f.Manager)
+		}
+	}
+	return out
 }
 
 func describeBundle(b []byte) string {

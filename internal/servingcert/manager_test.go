@@ -208,3 +208,32 @@ func TestRotationNeverServesAnUntrustedCertificate(t *testing.T) {
 		t.Errorf("the CA bundle never changed")
 	}
 }
+
+// TestBacksOffFromACABundleFight: another writer that keeps rewriting the
+// caBundle (KEDA's operator with APIService patching on) is answered with
+// put-backs spaced ever further apart, not a loop.
+func TestBacksOffFromACABundleFight(t *testing.T) {
+	f := newFixture(t, ourAPIService(nil))
+	f.eventually("a caBundle", func() bool { return len(f.caBundle()) > 0 })
+	want := string(f.caBundle())
+	other, err := newCA(f.clock.Now(), time.Hour, "keda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overwrite := func() {
+		api, _ := f.agg.ApiregistrationV1().APIServices().Get(context.Background(), testAPI, metav1.GetOptions{})
+		api.Spec.CABundle = encodeCerts(other.cert)
+		if _, err := f.agg.ApiregistrationV1().APIServices().Update(context.Background(), api, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	overwrite()
+	f.eventually("the first put-back, at once", func() bool { return string(f.caBundle()) == want })
+	overwrite()
+	time.Sleep(300 * time.Millisecond)
+	if string(f.caBundle()) == want {
+		t.Fatalf("the second put-back came at once: no backoff")
+	}
+	f.clock.Step(1100 * time.Millisecond)
+	f.eventually("the second put-back after 1s", func() bool { return string(f.caBundle()) == want })
+}
