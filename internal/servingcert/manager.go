@@ -95,7 +95,7 @@ type Manager struct {
 	putBacks    int
 	lastPutBack time.Time
 	written     []byte // the caBundle this Manager last wrote
-	serving      *Serving
+	serving     *Serving
 }
 
 // New builds a Manager; Run starts it.
