@@ -3,6 +3,7 @@ package servingcert
 import (
 	"context"
 	"crypto/x509"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,13 +107,15 @@ func (f *fixture) served() *x509.Certificate {
 // verifies reports whether the served certificate verifies against the
 // APIService's caBundle for the adapter's name, at the fake clock's time:
 // what the aggregator checks on every request.
-func (f *fixture) verifies() bool {
+func (f *fixture) verifies() bool { return f.verifiesAgainst(f.caBundle()) }
+
+func (f *fixture) verifiesAgainst(caBundle []byte) bool {
 	leaf := f.served()
 	if leaf == nil {
 		return false
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(f.caBundle()) {
+	if !pool.AppendCertsFromPEM(caBundle) {
 		return false
 	}
 	_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "capscale-metrics-adapter.capscale-system.svc", CurrentTime: f.clock.Now()})
@@ -176,6 +179,19 @@ func TestLeavesAnotherOwnersAPIServiceAlone(t *testing.T) {
 func TestRotationNeverServesAnUntrustedCertificate(t *testing.T) {
 	f := newFixture(t, ourAPIService(nil))
 	f.eventually("a trusted served certificate", f.verifies)
+	// Every change of the served certificate is checked the moment it
+	// happens, against the caBundle as the aggregator sees it: as it was
+	// 3s (of the fake clock) earlier, less than the 5s propagation delay.
+	lagged := f.laggedCABundle(3 * time.Second)
+	var untrusted []string
+	var mu sync.Mutex
+	f.m.Serving().AddListener(listenerFunc(func() {
+		if !f.verifiesAgainst(lagged()) {
+			mu.Lock()
+			untrusted = append(untrusted, f.clock.Now().Format(time.TimeOnly))
+			mu.Unlock()
+		}
+	}))
 	first := f.served()
 	firstCA := f.secret().Data[KeyCABundle]
 	var leaves, cas = map[string]bool{fingerprint(first): true}, map[string]bool{}
@@ -198,6 +214,11 @@ func TestRotationNeverServesAnUntrustedCertificate(t *testing.T) {
 		}
 	}
 	f.eventually("the served certificate to verify", f.verifies)
+	mu.Lock()
+	if len(untrusted) > 0 {
+		t.Errorf("served %d certificates the caBundle did not verify, at %v", len(untrusted), untrusted)
+	}
+	mu.Unlock()
 	if len(leaves) < 6 {
 		t.Errorf("served %d certificates in 4 h of 30 min certificates", len(leaves))
 	}
@@ -236,4 +257,45 @@ func TestBacksOffFromACABundleFight(t *testing.T) {
 	}
 	f.clock.Step(1100 * time.Millisecond)
 	f.eventually("the second put-back after 1s", func() bool { return string(f.caBundle()) == want })
+}
+
+type listenerFunc func()
+
+func (f listenerFunc) Enqueue() { f() }
+
+// laggedCABundle watches the APIService and returns a function giving its
+// caBundle as it was lag ago by the fake clock: a slower watcher's view.
+func (f *fixture) laggedCABundle(lag time.Duration) func() []byte {
+	type seen struct {
+		at     time.Time
+		bundle []byte
+	}
+	var mu sync.Mutex
+	history := []seen{{at: f.clock.Now(), bundle: f.caBundle()}}
+	w, err := f.agg.ApiregistrationV1().APIServices().Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(w.Stop)
+	go func() {
+		for ev := range w.ResultChan() {
+			if api, ok := ev.Object.(*apiregv1.APIService); ok {
+				mu.Lock()
+				history = append(history, seen{at: f.clock.Now(), bundle: api.Spec.CABundle})
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		cut := f.clock.Now().Add(-lag)
+		b := history[0].bundle
+		for _, h := range history {
+			if !h.at.After(cut) {
+				b = h.bundle
+			}
+		}
+		return b
+	}
 }
