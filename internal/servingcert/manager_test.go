@@ -299,3 +299,25 @@ func (f *fixture) laggedCABundle(lag time.Duration) func() []byte {
 		return b
 	}
 }
+
+// TestShortLifetimesRenewAfterIssue: with lifetimes shorter than the
+// backdate, a new CA or certificate is not already due at once (that was a
+// loop of CA rotations with a 45 s CA).
+func TestShortLifetimesRenewAfterIssue(t *testing.T) {
+	now := time.Now()
+	for _, v := range []time.Duration{15 * time.Second, 45 * time.Second, time.Hour, 5 * 365 * 24 * time.Hour} {
+		ca, err := newCA(now, v, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := newLeaf(now, v, []string{"a.b.svc"}, ca)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []*x509.Certificate{ca.cert, leaf.cert} {
+			if at := renewAt(c); !at.After(now.Add(v / 2)) {
+				t.Errorf("lifetime %s: renewal due at %s, %s after issue", v, at, at.Sub(now))
+			}
+		}
+	}
+}

@@ -30,8 +30,10 @@ const (
 )
 
 // backdate is how far NotBefore is set in the past, for clocks a little
-// behind ours.
-const backdate = 5 * time.Minute
+// behind ours: 5 minutes, or a tenth of the lifetime if that is less, so
+// that the renewal point (a third of NotBefore..NotAfter before the end)
+// stays well after the issue time however short the lifetime.
+func backdate(validity time.Duration) time.Duration { return min(5*time.Minute, validity/10) }
 
 // pair is a parsed certificate with its key (nil for a CA only trusted).
 type pair struct {
@@ -68,7 +70,7 @@ func sign(tmpl *x509.Certificate, parent pair) (pair, error) {
 func newCA(now time.Time, validity time.Duration, name string) (pair, error) {
 	tmpl := &x509.Certificate{
 		Subject:               pkix.Name{CommonName: fmt.Sprintf("%s-ca@%d", name, now.Unix())},
-		NotBefore:             now.Add(-backdate),
+		NotBefore:             now.Add(-backdate(validity)),
 		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
@@ -87,7 +89,7 @@ func newLeaf(now time.Time, validity time.Duration, dnsNames []string, ca pair) 
 	tmpl := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: dnsNames[0]},
 		DNSNames:    slices.Clone(dnsNames),
-		NotBefore:   now.Add(-backdate),
+		NotBefore:   now.Add(-backdate(validity)),
 		NotAfter:    notAfter,
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
