@@ -297,10 +297,8 @@ func (s *Stack) waitReady(ctx context.Context, proc *plane.Process, url string) 
 	if err == nil && proc == s.Extender {
 		c, err = s.ExtenderHTTPClient()
 	}
-	if err == nil && s.Opts.AdapterManagedCert && strings.HasPrefix(proc.Name, "metrics-adapter") {
-		// Its CA is its own, made at start; readiness is probed as the
-		// kubelet does, without verifying (the aggregator verifies).
-		c = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if err == nil && strings.HasPrefix(proc.Name, "metrics-adapter") {
+		c = s.adapterProbeClient(c)
 	}
 	if err != nil {
 		return err
@@ -351,4 +349,15 @@ func viaServer(kc, server string) (string, error) {
 		return "", fmt.Errorf("writing kubeconfig %s: %w", out, err)
 	}
 	return out, nil
+}
+
+// adapterProbeClient is the client that probes the adapter's /readyz: c,
+// or with AdapterManagedCert one that does not verify, as the kubelet
+// probes (the adapter's CA is its own, made at start; the aggregator
+// verifies it).
+func (s *Stack) adapterProbeClient(c *http.Client) *http.Client {
+	if !s.Opts.AdapterManagedCert {
+		return c
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 }
