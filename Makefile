@@ -18,7 +18,7 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # Debian packages the targets use: gcc (go test -race needs cgo), openssl
-# (hack/install.sh, tested by the e2e suite), git (version stamping); for the
+# (docs/keda.md's client-certificate commands), git (version stamping); for the
 # real nodes (e2e/plane/realnode*.go): containerd and runc (the container
 # runtime), containernetworking-plugins (bridge and host-local, the node's
 # IPAM), iproute2 (ip, for the node's bridge) and nftables (the tests check
@@ -74,6 +74,7 @@ test-unit: deps deploy-tools ## Unit tests: go test -race ./... (deploy/'s run h
 	@# whole dependency graph would be a second cold compile; the plugin's own
 	@# decisions run under -race in the main module (schedplugin/).
 	cd $(SCHED_MOD) && CGO_ENABLED=0 $(GO) test -trimpath -count=1 ./...
+	cd hack/oci && $(GO) test -count=1 ./...
 
 # An execution count, not a duration: with a duration, Go <1.27's fuzz
 # coordinator can report its own deadline as a failure on a loaded machine
@@ -89,18 +90,52 @@ fuzz: ## Run every fuzz target for FUZZTIME (20000 executions) each, so that a d
 	  done; \
 	done
 
-# The kubectl plugin's release: one archive per platform and the krew
-# manifest whose sha256 sums are those archives' (hack/release).
+# make release (issue 44): the kubectl plugin's archives and krew manifest
+# (hack/release), the image for IMAGE_PLATFORMS with capscale-scheduler for
+# every supported minor (COMPAT_MINORS), and the Helm chart packaged with
+# that version; with REGISTRY=host:port[/path], the image goes to
+# $(REGISTRY)/capscale:$(RELEASE_VERSION) and the chart beside it as the OCI
+# artifact $(REGISTRY)/charts/capscale:$(RELEASE_VERSION without v), whose
+# image.repository is that image, so `helm install capscale
+# oci://$(REGISTRY)/charts/capscale --version ...` needs nothing else.
 RELEASE_VERSION ?= v0.1.0
 PLATFORMS       ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64
+# The Kubernetes minors below this repo's own that capscale-scheduler is
+# built for (e2e/tools/k8s-1.MINOR); make test-compat runs each.
+COMPAT_MINORS   ?= 1.35,1.36
 .PHONY: release
-release: ## Build kubectl-capscale for PLATFORMS into _output/release with its krew manifest (RELEASE_VERSION=v0.1.0).
+release: release-kubectl ## kubectl-capscale archives, the image and the Helm chart (RELEASE_VERSION=v0.1.0); REGISTRY=host:port pushes image and chart there.
+	$(MAKE) --no-print-directory image VERSION=$(RELEASE_VERSION) SCHEDULER_MINORS=$(COMPAT_MINORS) IMAGE_OUT=$(OUT)/release/image
+	$(MAKE) --no-print-directory release-chart
+
+.PHONY: release-kubectl
+release-kubectl: ## Build kubectl-capscale for PLATFORMS into _output/release with its krew manifest (RELEASE_VERSION=v0.1.0).
 	$(GO) run ./hack/release --version $(RELEASE_VERSION) --platforms $(PLATFORMS) --out $(OUT)/release \
 	  --ldflags '-X github.com/capscale/capscale/internal/version.Version=$(RELEASE_VERSION)'
+
+.PHONY: release-chart
+release-chart: deploy-tools ## Package the Helm chart as capscale-$(RELEASE_VERSION).tgz into _output/release; REGISTRY=... pushes it to oci://$(REGISTRY)/charts.
+	@rm -rf $(OUT)/release/chart && mkdir -p $(OUT)/release/chart && cp -r deploy/helm/capscale $(OUT)/release/chart/
+	@# The packaged chart names the image it was released with.
+	$(if $(REGISTRY),sed -i 's#^  repository: ghcr.io/capscale/capscale$$#  repository: $(REGISTRY)/capscale#' $(OUT)/release/chart/capscale/values.yaml && \
+	  grep -q '^  repository: $(REGISTRY)/capscale$$' $(OUT)/release/chart/capscale/values.yaml)
+	$(BIN)/helm package $(OUT)/release/chart/capscale --version $(RELEASE_VERSION:v%=%) --app-version $(RELEASE_VERSION) -d $(OUT)/release
+	$(if $(REGISTRY),$(BIN)/helm push $(OUT)/release/capscale-$(RELEASE_VERSION:v%=%).tgz oci://$(REGISTRY)/charts $(if $(filter true,$(REGISTRY_INSECURE)),--plain-http))
 
 .PHONY: e2e
 e2e: deps control-plane keda ## End-to-end tests against a real local control plane.
 	CAPSCALE_BIN_DIR=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -timeout 50m -v $(E2E_FLAGS) ./e2e/
+
+# The compatibility matrix (issue 44), outside make test: each minor's
+# control plane (COMPAT_MINORS, built from e2e/tools/k8s-1.MINOR: a cold
+# minor is a full Kubernetes build) and this repo's, each running the
+# scheduling modes, the adapter with HPAs and the rotating certificates;
+# README.md's table is rewritten from the results (hack/compat/run.sh).
+.PHONY: test-compat
+test-compat: deps ## The compatibility matrix: COMPAT_MINORS and this repo's minor, each mode and the adapter on that minor's plane; rewrites README.md's table.
+	bash hack/compat/run.sh $(subst $(comma), ,$(COMPAT_MINORS)) 1.37
+
+comma := ,
 
 .PHONY: bench
 # The Go benchmarks' output is kept in $(OUT)/gobench.txt and printed again
@@ -154,6 +189,7 @@ lint: ## No compiled binary tracked by git; gofmt, go vet and staticcheck (unit 
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(STATICCHECK) -tags e2e ./...
 	cd $(SCHED_MOD) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	cd hack/oci && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 # Scheduling mode of local-up and demo: plugin (capscale-scheduler as the
 # plane's scheduler), extender or native (docs/scheduling.md).
@@ -178,15 +214,48 @@ local-down: ## Stop everything local-up started (real nodes: their processes, mo
 demo: ## Build capscale and the control plane (not helm), start the local plane (MODE=plugin|extender|native) and walk through what capscale does.
 	@MODE=$(MODE) bash hack/demo.sh
 
-IMAGE ?= ghcr.io/capscale/capscale:$(VERSION)
+# The image (issue 44): no container engine and no base image. Every binary
+# is built static (CGO_ENABLED=0, -trimpath) for each of IMAGE_PLATFORMS, and
+# hack/oci (go-containerregistry, its own module) puts them in one image per
+# platform, one layer per binary at /NAME, user 65532:65532, OCI labels, an
+# SPDX SBOM per platform attached as a referrer, and the index over them,
+# written as an OCI image layout to IMAGE_OUT; REGISTRY=host:port[/path]
+# also pushes it there as $(REGISTRY)/capscale:$(VERSION) (REGISTRY_INSECURE=true:
+# plain HTTP, for the local registry).
+IMAGE_OUT        ?= $(OUT)/image
+IMAGE_PLATFORMS  ?= linux/amd64,linux/arm64
+IMAGE_BIN        := $(OUT)/image-bin
+REGISTRY         ?=
+REGISTRY_INSECURE ?= $(if $(filter 127.0.0.1:% localhost:%,$(REGISTRY)),true,false)
+REVISION         := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+SOURCE_EPOCH     := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+# capscale-scheduler for older Kubernetes minors (hack/compat/genmodule.sh):
+# /capscale-scheduler-1.MINOR beside /capscale-scheduler (this repo's minor).
+# make release puts every supported minor in; make image only this one.
+SCHEDULER_MINORS ?=
+OCI              := cd hack/oci && $(GO) run .
 
 .PHONY: image
-image: ## Build the container image with docker or podman (IMAGE=...); its build stage runs `make build`.
-	@engine=$$(command -v podman || command -v docker || true); \
-	if [ -z "$$engine" ] || ! $$engine info >/dev/null 2>&1; then \
-	  echo "make image needs a running container engine (docker or podman); none here."; \
-	  echo "The Dockerfile's build stage runs 'make build', which 'make test' and CI exercise."; exit 1; fi; \
-	$$engine build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+image: ## Build the image without a container engine: OCI layout in IMAGE_OUT (_output/image), pushed to REGISTRY if set (IMAGE_PLATFORMS, SCHEDULER_MINORS).
+	@rm -rf $(IMAGE_BIN)
+	@for p in $$(echo $(IMAGE_PLATFORMS) | tr , ' '); do \
+	  os=$${p%/*}; arch=$${p#*/}; dir=$(abspath $(IMAGE_BIN))/$${os}_$$arch; mkdir -p $$dir; \
+	  echo "building capscale's binaries for $$p"; \
+	  GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$dir/ ./cmd/...; \
+	  (cd $(SCHED_MOD) && GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) $(K8S_STAMP)' -o $$dir/capscale-scheduler .); \
+	  for m in $$(echo $(SCHEDULER_MINORS) | tr , ' '); do \
+	    echo "building capscale-scheduler for Kubernetes $$m ($$p)"; \
+	    GOOS=$$os GOARCH=$$arch CAPSCALE_LDFLAGS='$(LDFLAGS)' CAPSCALE_K8S=$$m bash e2e/tools/build.sh $$dir/.k8s-$$m capscale-scheduler >/dev/null; \
+	    mv $$dir/.k8s-$$m/capscale-scheduler $$dir/capscale-scheduler-$$m; rm -rf $$dir/.k8s-$$m; \
+	  done; \
+	done
+	$(OCI) image --bin-dir $(abspath $(IMAGE_BIN)) --out $(abspath $(IMAGE_OUT)) --platforms $(IMAGE_PLATFORMS) \
+	  --version $(VERSION) --revision $(REVISION) --created $(SOURCE_EPOCH) \
+	  $(if $(REGISTRY),--push $(REGISTRY)/capscale --insecure=$(REGISTRY_INSECURE))
+
+.PHONY: registry
+registry: ## Serve a local OCI registry (go-containerregistry's) on REGISTRY_ADDR (127.0.0.1:5000) until Ctrl-C.
+	$(OCI) registry --addr $(or $(REGISTRY_ADDR),127.0.0.1:5000)
 
 .PHONY: clean
 clean: local-down ## Stop the local plane and remove _output (the binary cache in ~/.cache/capscale stays).

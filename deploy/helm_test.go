@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/diff"
@@ -96,6 +97,8 @@ image:
   pullPolicy: Always
 tls:
   secretName: my-serving-cert
+  validity: 720h
+  caValidity: 8760h
 extender:
   defaultCapacity: 32
   schedulerReplicas: 3
@@ -135,7 +138,7 @@ controller:
   nodeSelector: {node-role.kubernetes.io/control-plane: ""}
   tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
 apiService:
-  caBundle: Q0EK
+  delegate: true
 `
 
 func writeValues(t *testing.T, values string) string {
@@ -231,8 +234,29 @@ func TestHelmCustomValues(t *testing.T) {
 				got := lim.Memory().String()
 				t.Errorf("adapter memory limit %s, want 1Gi", got)
 			}
-			if v := volume(adapter, "tls"); v == nil || v.Secret == nil || v.Secret.SecretName != "my-serving-cert" {
-				t.Errorf("adapter tls volume %+v, want Secret my-serving-cert", v)
+			// The adapter makes its own certificate in the Secret (no volume),
+			// for both Services of the namespace, and keeps the APIService's
+			// caBundle; delegate takes another owner's APIService over.
+			if c := container(t, adapter, "metrics-adapter"); volume(adapter, "tls") != nil ||
+				!slices.Contains(c.Command, "--serving-cert-secret=infra/my-serving-cert") ||
+				!slices.Contains(c.Command, "--serving-cert-dns-names=capscale-metrics-adapter.infra.svc,capscale-workload-api.infra.svc") ||
+				!slices.Contains(c.Command, "--serving-cert-apiservice-service=infra/capscale-metrics-adapter") ||
+				!slices.Contains(c.Command, "--serving-cert-validity=720h") || !slices.Contains(c.Command, "--serving-cert-ca-validity=8760h") ||
+				!slices.Contains(c.Command, "--delegate-existing-owner") {
+				t.Errorf("adapter: tls volume %+v, command %v", volume(adapter, "tls"), c.Command)
+			}
+			if v := volume(wapi, "tls"); v == nil || v.Secret == nil || v.Secret.SecretName != "my-serving-cert" {
+				t.Errorf("workload API tls volume %+v, want Secret my-serving-cert", v)
+			}
+			role := get[*rbacv1.Role](t, r, objectKey("Role", "infra", "capscale:metrics-adapter:serving-cert"))
+			if got := role.Rules[1].ResourceNames; len(got) != 1 || got[0] != "my-serving-cert" {
+				t.Errorf("the adapter may read and update Secrets %v, want only my-serving-cert", got)
+			}
+			hook := get[*batchv1.Job](t, r, objectKey("Job", "infra", "capscale-apiservice-restore"))
+			if c := hook.Spec.Template.Spec.Containers[0]; hook.Annotations["helm.sh/hook"] != "pre-delete" ||
+				!slices.Equal(c.Command, []string{"/metrics-adapter", "preflight", "--restore", "--namespace=infra"}) ||
+				hook.Spec.Template.Spec.ServiceAccountName != "capscale-metrics-adapter" {
+				t.Errorf("restore hook: annotations %v, command %v", hook.Annotations, c.Command)
 			}
 			cm := get[*corev1.ConfigMap](t, r, objectKey("ConfigMap", "infra", "capscale-metrics-adapter-config"))
 			cfg, err := config.Decode([]byte(cm.Data["config.yaml"]))
@@ -253,7 +277,7 @@ func TestHelmCustomValues(t *testing.T) {
 			get[*rbacv1.Role](t, r, objectKey("Role", "infra", "capscale:controller-leader-election"))
 
 			as := get[*apiregv1.APIService](t, r, objectKey("APIService", "", "v1beta1.external.metrics.k8s.io"))
-			if as.Spec.Service.Namespace != "infra" || string(as.Spec.CABundle) != "CA\n" || as.Spec.InsecureSkipTLSVerify {
+			if as.Spec.Service.Namespace != "infra" || len(as.Spec.CABundle) != 0 || as.Spec.InsecureSkipTLSVerify {
 				t.Errorf("APIService service %+v, caBundle %q, insecure %v", as.Spec.Service, as.Spec.CABundle, as.Spec.InsecureSkipTLSVerify)
 			}
 			for _, k := range r.keys() {

@@ -21,7 +21,7 @@ import (
 // write to the API and no periodic flush (5 minutes by default) needed.
 func (pl *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.afterPodDeleted},
+		{Event: fwk.ClusterEvent{Resource: assignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.afterPodDeleted},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}, QueueingHintFn: pl.afterNodeAdded},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}, QueueingHintFn: pl.afterNodeUpdated},
 	}, nil

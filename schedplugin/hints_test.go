@@ -19,7 +19,7 @@ func TestEventsToRegister(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[fwk.ClusterEvent]bool{
-		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                              true,
+		{Resource: assignedPod, ActionType: fwk.Delete}:                                  true,
 		{Resource: fwk.Node, ActionType: fwk.Add}:                                        true,
 		{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}: true,
 	}
@@ -50,7 +50,7 @@ func hint(t *testing.T, pl *Plugin, ev fwk.ClusterEvent, pod *v1.Pod, oldObj, ne
 }
 
 func TestQueueingHints(t *testing.T) {
-	podDeleted := fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}
+	podDeleted := fwk.ClusterEvent{Resource: assignedPod, ActionType: fwk.Delete}
 	nodeAdded := fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}
 	nodeUpdated := fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}
 	waiting := ipPod("waiting", "", 2)

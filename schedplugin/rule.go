@@ -81,9 +81,9 @@ func normalize(scores fwk.NodeScoreList) {
 	}
 	for i := range scores {
 		if best > 0 && scores[i].Score == best {
-			scores[i].Score = fwk.MaxScore
+			scores[i].Score = maxScore
 		} else {
-			scores[i].Score = fwk.MinScore
+			scores[i].Score = minScore
 		}
 	}
 }

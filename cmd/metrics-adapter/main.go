@@ -8,6 +8,10 @@ import (
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/component-base/cli"
+	// Mozilla's roots, used only where the system has none (capscale's
+	// image has no base and no /etc/ssl): the adapter polls load-index
+	// sources that may be public HTTPS endpoints.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/capscale/capscale/cmd/metrics-adapter/app"
 )

@@ -22,6 +22,10 @@ import (
 // AdapterService is the Service name the APIService points at.
 const AdapterService = "capscale-metrics-adapter"
 
+// ServingCertSecret is the Secret the adapter makes its certificate in
+// with AdapterManagedCert.
+const ServingCertSecret = "capscale-serving-cert"
+
 func (s *Stack) startAdapter(ctx context.Context) error {
 	kc, err := s.componentKubeconfig(ctx, "metrics-adapter/rbac.yaml", "capscale-metrics-adapter")
 	if err != nil {
@@ -41,6 +45,11 @@ func (s *Stack) startAdapter(ctx context.Context) error {
 			"--tls-cert-file=" + cert.CertFile, "--tls-private-key-file=" + cert.KeyFile,
 			"--lister-kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
 			"--v=2",
+		}
+		if s.Opts.AdapterManagedCert {
+			args = append(args[:2], "--serving-cert-secret="+Namespace+"/"+ServingCertSecret,
+				"--serving-cert-apiservice-service="+Namespace+"/"+AdapterService)
+			args = append(args, "--lister-kubeconfig="+kc, "--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc, "--v=2")
 		}
 		if s.Opts.AdapterConfig != "" {
 			args = append(args, "--config="+s.Opts.AdapterConfig)
@@ -108,6 +117,10 @@ func (s *Stack) RouteAPIService(ctx context.Context, ns, name string) error {
 		CABundle:             s.PKI.ClusterCA.CAData(),
 		GroupPriorityMinimum: 100,
 		VersionPriority:      100,
+	}
+	if s.Opts.AdapterManagedCert && ns == Namespace && name == AdapterService {
+		// The adapter writes it, as after a helm install.
+		spec.CABundle = nil
 	}
 	apis := ac.ApiregistrationV1().APIServices()
 	got, err := apis.Get(ctx, "v1beta1.external.metrics.k8s.io", metav1.GetOptions{})

@@ -140,6 +140,7 @@ func (s *Stack) registerAdapterReplicas(ctx context.Context) error {
 // answer of its /readyz until ctx is done.
 func (s *Stack) probeAdapters(ctx context.Context) {
 	c, err := s.HTTPClient()
+	c = s.adapterProbeClient(c)
 	if err != nil {
 		s.Plane.Opts.Logf("adapter endpoint prober: %v", err)
 		return

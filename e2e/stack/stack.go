@@ -8,6 +8,7 @@ package stack
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -68,6 +69,11 @@ type Options struct {
 	// AdapterReplicas runs this many adapter processes behind the
 	// APIService's Service (default 1); see replicas.go.
 	AdapterReplicas int
+	// AdapterManagedCert runs the adapter as the chart does: it makes its
+	// own serving certificate in the Secret capscale-serving-cert and
+	// writes the APIService's caBundle, which is registered without one
+	// (AdapterArgs may shorten --serving-cert-*-validity).
+	AdapterManagedCert bool
 
 	WorkloadAPI  bool
 	WorkloadArgs []string
@@ -304,6 +310,9 @@ func (s *Stack) waitReady(ctx context.Context, proc *plane.Process, url string) 
 	if err == nil && proc == s.Extender {
 		c, err = s.ExtenderHTTPClient()
 	}
+	if err == nil && strings.HasPrefix(proc.Name, "metrics-adapter") {
+		c = s.adapterProbeClient(c)
+	}
 	if err != nil {
 		return err
 	}
@@ -353,4 +362,15 @@ func viaServer(kc, server string) (string, error) {
 		return "", fmt.Errorf("writing kubeconfig %s: %w", out, err)
 	}
 	return out, nil
+}
+
+// adapterProbeClient is the client that probes the adapter's /readyz: c,
+// or with AdapterManagedCert one that does not verify, as the kubelet
+// probes (the adapter's CA is its own, made at start; the aggregator
+// verifies it).
+func (s *Stack) adapterProbeClient(c *http.Client) *http.Client {
+	if !s.Opts.AdapterManagedCert {
+		return c
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 }

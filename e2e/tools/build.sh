@@ -18,6 +18,16 @@ out=${1:?usage: build.sh OUTPUT_DIR [TOOL...]}
 shift
 all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet keda-operator keda-adapter)
 tools=("$@")
+# CAPSCALE_K8S=1.MINOR builds the control plane of an older minor, and
+# capscale-scheduler for it, from e2e/tools/k8s-1.MINOR (hack/compat/genmodule.sh;
+# the compatibility matrix, make test-compat). Empty: the repo's own minor.
+k8s_mod=k8s
+if [ -n "${CAPSCALE_K8S:-}" ]; then
+  k8s_mod=k8s-$CAPSCALE_K8S
+  [ -f "$here/$k8s_mod/go.mod" ] || { echo "build.sh: no tool module e2e/tools/$k8s_mod (hack/compat/genmodule.sh)" >&2; exit 2; }
+  k8s_version=$(sed -n 's#^\s*k8s.io/kubernetes => k8s.io/kubernetes \(v[0-9.]*\)$#\1#p' "$here/$k8s_mod/go.mod")
+  all=(kube-apiserver kube-controller-manager kube-scheduler kubectl capscale-scheduler)
+fi
 [ ${#tools[@]} -gt 0 ] || tools=("${all[@]}")
 for t in "${tools[@]}"; do
   [[ " ${all[*]} " == *" $t "* ]] || { echo "build.sh: unknown tool $t (known: ${all[*]})" >&2; exit 2; }
@@ -26,7 +36,9 @@ wanted() { [[ " ${tools[*]} " == *" $1 "* ]]; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
-k8s_version=v1.37.2
+k8s_version=${k8s_version:-v1.37.2}
+k8s_minor=${k8s_version#v1.}
+k8s_minor=${k8s_minor%%.*}
 # Bump when the way binaries are built changes, so caches are not reused.
 recipe=1
 cache_root=${CAPSCALE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capscale}/bin
@@ -34,7 +46,7 @@ export GOFLAGS=-mod=mod CGO_ENABLED=0
 
 stamp=""
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  stamp+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=37 -X $pkg.gitTreeState=clean"
+  stamp+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor -X $pkg.gitTreeState=clean"
 done
 
 # binname PACKAGE: the name go build -o DIR/ gives PACKAGE's binary, its last
@@ -88,6 +100,21 @@ build() {
   for spec in "${specs[@]}"; do ln -sf "$dir/${spec%%=*}" "$out/${spec%%=*}"; done
 }
 
+if [ "$k8s_mod" != k8s ]; then
+  build "$k8s_mod" kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl
+  # capscale-scheduler is capscale's code: built every time, never cached
+  # by go.mod's key (Go's build cache makes a rebuild a link).
+  if wanted capscale-scheduler; then
+    echo "building capscale-scheduler for Kubernetes $k8s_version" >&2
+    rm -f "$out/capscale-scheduler"
+    (cd "$here/$k8s_mod" && go build -trimpath -tags "k8s_1_$k8s_minor" -ldflags "-s -w$stamp ${CAPSCALE_LDFLAGS:-}" \
+      -o "$out/capscale-scheduler" github.com/capscale/capscale/cmd/capscale-scheduler)
+  fi
+  echo "${tools[*]} (Kubernetes $k8s_version) ready in $out" >&2
+  exit 0
+fi
 build etcd etcd=go.etcd.io/etcd/server/v3
 build kwok kwok=sigs.k8s.io/kwok/cmd/kwok
 build helm helm=helm.sh/helm/v3/cmd/helm

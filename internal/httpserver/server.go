@@ -5,6 +5,7 @@ package httpserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -12,13 +13,16 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/capscale/capscale/internal/servingcert"
 )
 
 // Options configure Serve.
 type Options struct {
 	// Addr is host:port; tests use 127.0.0.1:0.
 	Addr string
-	// CertFile and KeyFile enable TLS when both are set.
+	// CertFile and KeyFile enable TLS when both are set; they are read
+	// again when they change (a rotated, mounted Secret).
 	CertFile, KeyFile string
 	// ShutdownTimeout bounds how long in-flight requests may finish.
 	ShutdownTimeout time.Duration
@@ -51,10 +55,22 @@ func ServeListener(ctx context.Context, o Options, ln net.Listener, h http.Handl
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ConnState:         o.ConnState,
 	}
+	tlsOn := o.CertFile != "" && o.KeyFile != ""
+	if tlsOn {
+		files, err := servingcert.FromFiles("serving", o.CertFile, o.KeyFile)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		fctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go files.Run(fctx)
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: files.GetCertificate}
+	}
 	errc := make(chan error, 1)
 	go func() {
-		if o.CertFile != "" && o.KeyFile != "" {
-			errc <- srv.ServeTLS(ln, o.CertFile, o.KeyFile)
+		if tlsOn {
+			errc <- srv.ServeTLS(ln, "", "")
 		} else {
 			errc <- srv.Serve(ln)
 		}

@@ -18,6 +18,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
+
+	"github.com/capscale/capscale/internal/servingcert"
 )
 
 // Bounds on what one client can make the server hold.
@@ -38,8 +40,11 @@ type Options struct {
 	// BindAddress is host:port to listen on.
 	BindAddress string
 	// CertFile and KeyFile are the PEM serving certificate and key,
-	// reloaded when they change.
+	// reloaded when they change; unused when Serving is set.
 	CertFile, KeyFile string
+	// Serving, if set, is the serving pair (the adapter's own, made and
+	// rotated by servingcert.Manager).
+	Serving interface{ CurrentCertKeyContent() ([]byte, []byte) }
 	// ClientCAFile, if set, is the PEM CA that client certificates must
 	// verify against (reloaded when it changes); empty accepts any client.
 	ClientCAFile string
@@ -58,7 +63,8 @@ type Options struct {
 type Server struct {
 	opts     Options
 	grpc     *grpc.Server
-	serving  *dynamiccertificates.DynamicCertKeyPairContent
+	serving  interface{ CurrentCertKeyContent() ([]byte, []byte) }
+	files    *servingcert.Files // nil when Options.Serving is set
 	clientCA *dynamiccertificates.DynamicFileCAContent
 	done     chan struct{}
 
@@ -81,11 +87,13 @@ func New(p cmprovider.ExternalMetricsProvider, o Options, m *Metrics) (*Server, 
 	}
 	s := &Server{opts: o, done: make(chan struct{})}
 	var err error
-	if s.serving, err = dynamiccertificates.NewDynamicServingContentFromFiles("keda-scaler-serving", o.CertFile, o.KeyFile); err != nil {
-		return nil, fmt.Errorf("loading the KEDA scaler's serving certificate: %w", err)
-	}
-	if _, err := s.certificate(); err != nil {
-		return nil, err
+	if o.Serving != nil {
+		s.serving = o.Serving
+	} else {
+		if s.files, err = servingcert.FromFiles("keda-scaler-serving", o.CertFile, o.KeyFile); err != nil {
+			return nil, fmt.Errorf("the KEDA scaler: %w", err)
+		}
+		s.serving = s.files
 	}
 	if o.ClientCAFile != "" {
 		if s.clientCA, err = dynamiccertificates.NewDynamicCAContentFromFile("keda-scaler-client-ca", o.ClientCAFile); err != nil {
@@ -166,7 +174,9 @@ func (s *Server) serve(ctx context.Context, l net.Listener) error {
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go s.serving.Run(ctx, 1)
+	if s.files != nil {
+		go s.files.Run(ctx)
+	}
 	if s.clientCA != nil {
 		go s.clientCA.Run(ctx, 1)
 	} else {

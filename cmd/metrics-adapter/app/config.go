@@ -16,6 +16,7 @@ import (
 	cmmetrics "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver/metrics"
 
 	"github.com/capscale/capscale/internal/kube"
+	"github.com/capscale/capscale/internal/servingcert"
 	"github.com/capscale/capscale/internal/version"
 	"github.com/capscale/capscale/metricsadapter/delegate"
 	"github.com/capscale/capscale/metricsadapter/kedascaler"
@@ -30,6 +31,10 @@ type Config struct {
 	// Scaler serves KEDA's external-scaler protocol; nil when
 	// --keda-scaler-bind-address is empty.
 	Scaler *kedascaler.Server
+
+	// certs makes and rotates the serving certificate; nil without
+	// --serving-cert-secret.
+	certs *servingcert.Manager
 
 	adapter  *adapter
 	delegate *delegate.Watcher
@@ -117,6 +122,18 @@ func (o *Options) config(a *adapter, health *kube.WatchHealth, base, restCfg *re
 		return nil, fmt.Errorf("adding readyz check: %w", err)
 	}
 	c := &Config{Options: o, Server: server, adapter: a, delegate: dw}
+	sm := servingcert.NewMetrics()
+	if err := sm.Register(legacyregistry.Registerer()); err != nil {
+		return nil, err
+	}
+	if c.certs, err = o.ServingCert.manager(a.client, ac, sm); err != nil {
+		return nil, err
+	}
+	if c.certs != nil {
+		// The generic server asks this provider for the certificate on every
+		// handshake: what the Secret holds once its CA is trusted.
+		server.GenericAPIServer.SecureServingInfo.Cert = c.certs.Serving()
+	}
 
 	// KEDA's external scaler reads capscale's own provider, the one the
 	// external-metrics API answers capscale-* names with.
@@ -126,10 +143,14 @@ func (o *Options) config(a *adapter, health *kube.WatchHealth, base, restCfg *re
 			return nil, err
 		}
 		cert, key := o.kedaScalerCertKey()
-		c.Scaler, err = kedascaler.New(a.provider, kedascaler.Options{
+		ko := kedascaler.Options{
 			BindAddress: o.KEDAScalerBindAddress, CertFile: cert, KeyFile: key, ClientCAFile: o.KEDAScalerClientCAFile,
 			StreamInterval: o.KEDAScalerStreamInterval, MaxStreams: o.KEDAScalerMaxStreams, Ready: a.provider.HasSynced,
-		}, km)
+		}
+		if c.certs != nil && o.KEDAScalerCertFile == "" {
+			ko.Serving = c.certs.Serving()
+		}
+		c.Scaler, err = kedascaler.New(a.provider, ko, km)
 		if err != nil {
 			return nil, err
 		}
@@ -146,6 +167,14 @@ func (c *Config) Run(ctx context.Context) error {
 	defer cancel()
 	c.adapter.start(ctx)
 	go c.delegate.Run(ctx)
+	if c.certs != nil {
+		go c.certs.Run(ctx)
+		// Nothing to serve before the Secret holds a certificate.
+		klog.FromContext(ctx).Info("Waiting for the serving certificate", "secret", c.Options.ServingCert.Secret)
+		if err := c.certs.Serving().Wait(ctx); err != nil {
+			return err
+		}
+	}
 
 	scalerErr := make(chan error, 1)
 	if c.Scaler != nil {

@@ -46,6 +46,9 @@ type Options struct {
 	KEDAScalerStreamInterval time.Duration
 	KEDAScalerMaxStreams     int
 
+	// ServingCert makes the adapter its own serving certificate.
+	ServingCert ServingCertOptions
+
 	Logs *logsapi.LoggingConfiguration
 }
 
@@ -59,6 +62,7 @@ func NewOptions() *Options {
 		DelegateDiscoveryInterval: 30 * time.Second,
 		KEDAScalerStreamInterval:  5 * time.Second,
 		KEDAScalerMaxStreams:      1000,
+		ServingCert:               defaultServingCertOptions(),
 		Logs:                      logsapi.NewLoggingConfiguration(),
 	}
 	o.Name = "capscale-metrics-adapter"
@@ -98,6 +102,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.DelegateDiscoveryInterval, "delegate-discovery-interval", o.DelegateDiscoveryInterval,
 		"How often the delegate's metric names are listed for discovery.")
 
+	o.ServingCert.AddFlags(fss.FlagSet("serving certificate"))
+
 	fs = fss.FlagSet("keda scaler")
 	fs.StringVar(&o.KEDAScalerBindAddress, "keda-scaler-bind-address", o.KEDAScalerBindAddress,
 		"host:port to serve KEDA's external-scaler gRPC protocol on (TLS), for ScaledObjects with an 'external' trigger; empty (the default) disables it.")
@@ -136,6 +142,7 @@ func (o *Options) Validate() []error {
 	if o.DelegateDiscoveryInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--delegate-discovery-interval must be positive, got %s", o.DelegateDiscoveryInterval))
 	}
+	errs = append(errs, o.ServingCert.Validate()...)
 	errs = append(errs, o.validateKEDAScaler()...)
 	errs = append(errs, o.CustomMetricsAdapterServerOptions.Validate()...)
 	if err := logsapi.Validate(o.Logs, nil, nil); len(err) > 0 {
@@ -155,8 +162,8 @@ func (o *Options) validateKEDAScaler() []error {
 	}
 	if (o.KEDAScalerCertFile == "") != (o.KEDAScalerKeyFile == "") {
 		errs = append(errs, errors.New("--keda-scaler-tls-cert-file and --keda-scaler-tls-private-key-file go together"))
-	} else if cert, key := o.kedaScalerCertKey(); cert == "" || key == "" {
-		errs = append(errs, errors.New("--keda-scaler-bind-address needs a serving certificate: --keda-scaler-tls-cert-file and --keda-scaler-tls-private-key-file, or the adapter's --tls-cert-file and --tls-private-key-file"))
+	} else if cert, key := o.kedaScalerCertKey(); (cert == "" || key == "") && o.ServingCert.Secret == "" {
+		errs = append(errs, errors.New("--keda-scaler-bind-address needs a serving certificate: --keda-scaler-tls-cert-file and --keda-scaler-tls-private-key-file, --serving-cert-secret, or the adapter's --tls-cert-file and --tls-private-key-file"))
 	}
 	switch {
 	case o.KEDAScalerClientCAFile == "" && !o.KEDAScalerAnyClient:

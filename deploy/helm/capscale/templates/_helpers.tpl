@@ -52,16 +52,36 @@ affinity:
 {{- end }}
 
 {{/*
-The APIService's caBundle: the value, else the ca.crt of the serving Secret
-when it exists in the cluster (empty under helm template).
+What the chart does with the APIService v1beta1.external.metrics.k8s.io,
+from what the cluster holds (lookup; helm template sees nothing):
+"render" (absent, or this release's), "keep" (it routes to capscale
+already: an earlier delegation or hack/install.sh; the adapter keeps its
+caBundle), "delegate" (another adapter owns it and apiService.delegate is
+true: the adapter takes it over at start), "off" (apiService.create=false).
+Another owner without apiService.delegate fails the install, changing
+nothing.
 */}}
-{{- define "capscale.caBundle" -}}
-{{- if .Values.apiService.caBundle -}}
-{{ .Values.apiService.caBundle }}
+{{- define "capscale.apiService" -}}
+{{- if not .Values.apiService.create -}}
+off
 {{- else -}}
-{{- $secret := lookup "v1" "Secret" .Values.namespace .Values.tls.secretName -}}
-{{- if $secret -}}
-{{ index ($secret.data | default dict) "ca.crt" | default "" }}
+{{- $api := lookup "apiregistration.k8s.io/v1" "APIService" "" "v1beta1.external.metrics.k8s.io" -}}
+{{- $ns := include "capscale.namespace" . -}}
+{{- if not $api -}}
+render
+{{- else if eq (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $api) .Release.Name -}}
+render
+{{- else -}}
+{{- $svc := dig "spec" "service" dict $api -}}
+{{- $owner := "kube-apiserver itself (a local APIService)" -}}
+{{- if $svc -}}{{- $owner = printf "%s/%s" (get $svc "namespace") (get $svc "name") -}}{{- end -}}
+{{- if eq $owner (printf "%s/capscale-metrics-adapter" $ns) -}}
+keep
+{{- else if and .Values.apiService.delegate $svc -}}
+delegate
+{{- else -}}
+{{- fail (printf "\n\ncapscale: the APIService v1beta1.external.metrics.k8s.io is served by %s, not capscale.\nInstalling would take external metrics away from it and from every HPA that uses them (KEDA ScaledObjects, prometheus-adapter rules): nothing was changed.\n- To share it (capscale serves the capscale-* metrics and forwards every other one to %s): --set apiService.delegate=true\n- To leave it alone (capscale's metrics then reach KEDA through its external scaler): --set apiService.create=false\n(docs/keda.md \"Installing next to KEDA or prometheus-adapter\")" $owner $owner) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end }}
@@ -108,4 +128,18 @@ cluster: {"<group>/<resource>": true}, namespaced: {"<ns>": {"<group>/<resource>
 {{- end }}
 {{- end }}
 {{- dict "cluster" $cluster "namespaced" $namespaced | toYaml }}
+{{- end }}
+
+{{/*
+capscale-scheduler for the cluster's minor: the image holds /capscale-scheduler
+(kube-scheduler v1.37 with the plugin) and /capscale-scheduler-1.MINOR for
+each older minor make test-compat passes (make release builds them).
+*/}}
+{{- define "capscale.schedulerBinary" -}}
+{{- $minor := .Capabilities.KubeVersion.Minor | trimSuffix "+" | int -}}
+{{- if and (eq (.Capabilities.KubeVersion.Major | trimSuffix "+") "1") (has $minor (list 35 36)) -}}
+/capscale-scheduler-1.{{ $minor }}
+{{- else -}}
+/capscale-scheduler
+{{- end -}}
 {{- end }}

@@ -1,0 +1,41 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/capscale/capscale/e2e/plane"
+)
+
+// TestCompatAdmissionAPIs records which version of MutatingAdmissionPolicy
+// the plane's kube-apiserver serves with its default feature gates and
+// runtime config, the API issue 43's chart uses: the compatibility matrix
+// (make test-compat) reads the "compat:" line. It never fails on an older
+// minor; it fails only if discovery fails.
+func TestCompatAdmissionAPIs(t *testing.T) {
+	p := startPlane(t, plane.Options{Nodes: 1})
+	_ = testContext(t, time.Minute)
+	served := "none"
+	for _, gv := range []string{"admissionregistration.k8s.io/v1", "admissionregistration.k8s.io/v1beta1", "admissionregistration.k8s.io/v1alpha1"} {
+		list, err := p.Client.Discovery().ServerResourcesForGroupVersion(gv)
+		if err != nil {
+			continue // a group version not served at all
+		}
+		for _, r := range list.APIResources {
+			if r.Name == "mutatingadmissionpolicies" {
+				served = gv[len("admissionregistration.k8s.io/"):]
+				break
+			}
+		}
+		if served != "none" {
+			break
+		}
+	}
+	v, err := p.Client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("compat: MutatingAdmissionPolicy %s (kube-apiserver %s)", served, v.GitVersion)
+}

@@ -1,0 +1,106 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+	"k8s.io/utils/ptr"
+
+	"github.com/capscale/capscale/e2e/plane"
+)
+
+// TestHelmInstallOwnerCheck (issue 44): the chart's in-cluster preflight.
+// With another adapter owning the external-metrics APIService, `helm
+// install` fails with a message naming it and the ways on, and applies
+// nothing; with apiService.delegate=true it installs without the
+// APIService and the adapter is told to take it over; on an empty cluster
+// it installs the APIService without a caBundle (the adapter writes it).
+// Objects only: kwok nodes run no container.
+func TestHelmInstallOwnerCheck(t *testing.T) {
+	helmBin := filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "helm")
+	if _, err := os.Stat(helmBin); err != nil {
+		t.Fatalf("helm is not in CAPSCALE_BIN_DIR (make deploy-tools): %v", err)
+	}
+	p := startPlane(t, plane.Options{Nodes: 1})
+	ctx := testContext(t, 3*time.Minute)
+	helm := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, helmBin, append(args, "--kubeconfig", p.Kubeconfig)...)
+		cmd.Dir = plane.RepoRoot()
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+		b, err := cmd.CombinedOutput()
+		return string(b), err
+	}
+	ac, err := aggregator.NewForConfig(p.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keda := &apiregv1.APIService{
+		ObjectMeta: metav1.ObjectMeta{Name: externalMetricsAPIService},
+		Spec: apiregv1.APIServiceSpec{
+			Service: &apiregv1.ServiceReference{Namespace: "keda", Name: "keda-operator-metrics-apiserver", Port: ptr.To(int32(443))},
+			Group:   "external.metrics.k8s.io", Version: "v1beta1", CABundle: p.PKI.ClusterCA.CAData(),
+			GroupPriorityMinimum: 100, VersionPriority: 100,
+		},
+	}
+	if _, err := ac.ApiregistrationV1().APIServices().Create(ctx, keda, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	chart := filepath.Join("deploy", "helm", "capscale")
+
+	out, err := helm("install", "capscale", chart, "--set", "extender.mode=native")
+	if err == nil || !strings.Contains(out, "served by keda/keda-operator-metrics-apiserver, not capscale") ||
+		!strings.Contains(out, "apiService.delegate=true") || !strings.Contains(out, "nothing was changed") {
+		t.Fatalf("helm install over KEDA's APIService: err=%v, want the refusal naming it:\n%s", err, out)
+	}
+	if _, err := p.Client.CoreV1().Namespaces().Get(ctx, "capscale-system", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the refused install created the namespace (err=%v)", err)
+	}
+	if got, _ := ac.ApiregistrationV1().APIServices().Get(ctx, externalMetricsAPIService, metav1.GetOptions{}); got.Spec.Service.Name != "keda-operator-metrics-apiserver" {
+		t.Errorf("the refused install changed the APIService: %+v", got.Spec.Service)
+	}
+	t.Logf("refusal:\n%s", out)
+
+	out, err = helm("install", "capscale", chart, "--set", "extender.mode=native", "--set", "apiService.delegate=true")
+	if err != nil {
+		t.Fatalf("helm install --set apiService.delegate=true: %v\n%s", err, out)
+	}
+	d, err := p.Client.AppsV1().Deployments("capscale-system").Get(ctx, "capscale-metrics-adapter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(d.Spec.Template.Spec.Containers[0].Command, " "), "--delegate-existing-owner") {
+		t.Errorf("the adapter is not told to take the APIService over: %v", d.Spec.Template.Spec.Containers[0].Command)
+	}
+	if got, _ := ac.ApiregistrationV1().APIServices().Get(ctx, externalMetricsAPIService, metav1.GetOptions{}); got.Spec.Service.Name != "keda-operator-metrics-apiserver" {
+		t.Errorf("helm took the APIService over itself: %+v", got.Spec.Service)
+	}
+	if out, err := helm("uninstall", "capscale", "--no-hooks", "--wait", "--timeout", "60s"); err != nil {
+		t.Fatalf("helm uninstall: %v\n%s", err, out)
+	}
+
+	// Nobody owns it: the chart installs it, without a caBundle.
+	if err := ac.ApiregistrationV1().APIServices().Delete(ctx, externalMetricsAPIService, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := helm("install", "capscale2", chart, "--set", "extender.mode=plugin"); err != nil {
+		t.Fatalf("helm install on an empty cluster: %v\n%s", err, out)
+	}
+	got, err := ac.ApiregistrationV1().APIServices().Get(ctx, externalMetricsAPIService, metav1.GetOptions{})
+	if err != nil || got.Spec.Service.Name != "capscale-metrics-adapter" || len(got.Spec.CABundle) != 0 {
+		t.Errorf("APIService after install: %v %+v", err, got)
+	}
+	// An upgrade keeps it (the release's own).
+	if out, err := helm("upgrade", "capscale2", chart, "--set", "extender.mode=native"); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+}
