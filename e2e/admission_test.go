@@ -80,7 +80,9 @@ func TestUnderlayPodPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	capacity := map[string]int{plane.NodeName(0): 2, plane.NodeName(1): 2}
-	waitUnderlay(ctx, t, s, marked, capacity, 4, 1)
+	// 4 of web bound, one waiting, and before-policy bound (holding no
+	// counted IP).
+	waitUnderlay(ctx, t, s, marked, capacity, 5, 1)
 	assertNeverOver(ctx, t, s, marked, capacity, 2*time.Second)
 	pods, err := s.Client.CoreV1().Pods(marked).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 	if err != nil {
