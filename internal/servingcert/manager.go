@@ -442,7 +442,7 @@ func (m *Manager) putCABundle(ctx context.Context, api *apiregv1.APIService, wan
 func caBundleWriters(api *apiregv1.APIService) []string {
 	var out []string
 	for _, f := range api.ManagedFields {
-		if f.Manager != "capscale-servingcert" && f.FieldsV1 != nil && bytes.Contains(f.FieldsV1.Raw, []byte(`"f:caBundle"`)) {
+		if f.Manager != "capscale-servingcert" && f.FieldsV1 != nil && bytes.Contains(f.FieldsV1.GetRawBytes(), []byte(`"f:caBundle"`)) {
 			out = append(out, f.Manager)
 		}
 	}
