@@ -27,7 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/yaml"
+
+	"github.com/capscale/capscale/internal/strictyaml"
 )
 
 // MaxFileSize bounds the file; a larger one is refused rather than read.
@@ -86,17 +87,7 @@ func (r Resource) String() string {
 // Decode parses a file strictly (unknown fields are errors) and checks it
 // without compiling its expressions (Compile does).
 func Decode(data []byte) (*File, error) {
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("capacity sources: %d bytes, more than the %d allowed", len(data), MaxFileSize)
-	}
-	f := &File{}
-	if err := yaml.UnmarshalStrict(data, f); err != nil {
-		return nil, fmt.Errorf("decoding capacity sources: %w", err)
-	}
-	if errs := f.Validate(); len(errs) > 0 {
-		return nil, fmt.Errorf("invalid capacity sources: %w", errs.ToAggregate())
-	}
-	return f, nil
+	return strictyaml.Decode(data, MaxFileSize, "capacity sources", (*File).Validate)
 }
 
 // Load reads, decodes and compiles the file at path.

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -265,17 +264,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.ready.Store(true)
 	klog.InfoS("Informers synced; mirroring", "controller", "capacity-sources", "workers", c.cfg.Workers)
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, c.worker, time.Second)
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	kube.RunWorkers(ctx, c.cfg.Workers, c.worker, c.queue)
 	return nil
 }
 

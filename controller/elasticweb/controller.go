@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -177,17 +176,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.hasSynced = true
 	c.syncedMu.Unlock()
 	klog.InfoS("Informers synced; reconciling", "controller", "elasticweb", "workers", c.cfg.Workers)
-	var wg sync.WaitGroup
-	for i := 0; i < c.cfg.Workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, c.worker, time.Second)
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	kube.RunWorkers(ctx, c.cfg.Workers, c.worker, c.queue)
 	return nil
 }
 

@@ -14,9 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/jsonpath"
-	"sigs.k8s.io/yaml"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/capscale/capscale/internal/strictyaml"
 )
 
 // MaxFileSize bounds the configuration file; a larger file is rejected rather
@@ -101,17 +102,7 @@ type StepPolicy struct {
 
 // Decode parses YAML (or JSON) strictly and validates the result.
 func Decode(data []byte) (*Config, error) {
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("config is %d bytes, more than the %d allowed", len(data), MaxFileSize)
-	}
-	cfg := &Config{}
-	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
-		return nil, fmt.Errorf("decoding config: %w", err)
-	}
-	if errs := cfg.Validate(); len(errs) > 0 {
-		return nil, fmt.Errorf("invalid config: %w", errs.ToAggregate())
-	}
-	return cfg, nil
+	return strictyaml.Decode(data, MaxFileSize, "config", (*Config).Validate)
 }
 
 // Validate checks every field and returns all problems, each named by its

@@ -1,0 +1,27 @@
+// Package strictyaml decodes capscale's configuration files one way: a size
+// bound, strict YAML (an unknown field is an error, not a silent default)
+// and the type's own validation, each error naming the file's kind.
+package strictyaml
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+)
+
+// Decode parses data (YAML or JSON) into a new T and validates it; what
+// names the file in errors ("config", "capacity sources").
+func Decode[T any](data []byte, maxSize int, what string, validate func(*T) field.ErrorList) (*T, error) {
+	if len(data) > maxSize {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d allowed", what, len(data), maxSize)
+	}
+	v := new(T)
+	if err := yaml.UnmarshalStrict(data, v); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", what, err)
+	}
+	if errs := validate(v); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid %s: %w", what, errs.ToAggregate())
+	}
+	return v, nil
+}
