@@ -124,7 +124,7 @@ release-chart: deploy-tools ## Package the Helm chart as capscale-$(RELEASE_VERS
 
 .PHONY: e2e
 e2e: deps control-plane keda ## End-to-end tests against a real local control plane.
-	CAPSCALE_BIN_DIR=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -timeout 50m -v $(E2E_FLAGS) ./e2e/
+	CAPSCALE_BIN_DIR=$(abspath $(BIN)) bash hack/e2e.sh $(E2E_FLAGS)
 
 # The compatibility matrix (issue 44), outside make test: each minor's
 # control plane (COMPAT_MINORS, built from e2e/tools/k8s-1.MINOR: a cold

@@ -84,14 +84,18 @@ func TestHelmInstallOwnerCheck(t *testing.T) {
 	if got, _ := ac.ApiregistrationV1().APIServices().Get(ctx, externalMetricsAPIService, metav1.GetOptions{}); got.Spec.Service.Name != "keda-operator-metrics-apiserver" {
 		t.Errorf("helm took the APIService over itself: %+v", got.Spec.Service)
 	}
-	if out, err := helm("uninstall", "capscale", "--no-hooks", "--wait", "--timeout", "60s"); err != nil {
+	// KEDA's stand-in goes before the uninstall: no server answers for it,
+	// and while it is registered discovery stays incomplete, so that
+	// kube-controller-manager cannot finish deleting any namespace and the
+	// uninstall's --wait would wait for capscale-system in vain.
+	if err := ac.ApiregistrationV1().APIServices().Delete(ctx, externalMetricsAPIService, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := helm("uninstall", "capscale", "--no-hooks", "--wait", "--timeout", "90s"); err != nil {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
 	}
 
 	// Nobody owns it: the chart installs it, without a caBundle.
-	if err := ac.ApiregistrationV1().APIServices().Delete(ctx, externalMetricsAPIService, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	if out, err := helm("install", "capscale2", chart, "--set", "extender.mode=plugin"); err != nil {
 		t.Fatalf("helm install on an empty cluster: %v\n%s", err, out)
 	}
