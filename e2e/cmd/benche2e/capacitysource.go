@@ -158,8 +158,11 @@ func sourceLag(ctx context.Context, mode string, changes int, binDir string) ([]
 			}
 		},
 	})
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	// Shutdown waits for the informers, which stop only when their channel
+	// closes: close it first (the deferred cancel above runs too late).
+	informersCtx, stopInformers := context.WithCancel(ctx)
+	factory.Start(informersCtx.Done())
+	defer func() { stopInformers(); factory.Shutdown() }()
 	factory.WaitForCacheSync(ctx.Done())
 
 	const ns = "lag"
