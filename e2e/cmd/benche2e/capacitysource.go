@@ -45,6 +45,9 @@ func capacitySourceBench(ctx context.Context, modes string, changes, costNodes, 
 	run := thisRun(time.Now(), loadAverage())
 	var rows []row
 	for _, m := range strings.Split(modes, ",") {
+		if strings.TrimSpace(m) == "" {
+			continue // --capacity-modes= runs the cost part alone
+		}
 		lag, err := sourceLag(ctx, strings.TrimSpace(m), changes, binDir)
 		if err != nil {
 			return fmt.Errorf("%s mode: %w", m, err)
