@@ -63,6 +63,11 @@ type Options struct {
 	// default 10): its host-local range holds exactly that many, and it
 	// registers with the capscale.io/underlay-ip-capacity label of that value.
 	RealNodeCapacity int
+	// RealNodeRegistries are plain-HTTP registries (host:port, e.g. a
+	// go-containerregistry registry on 127.0.0.1) the real nodes'
+	// containerd pulls from: each gets a hosts.toml in the node's own
+	// registry config_path (realnode_config.go).
+	RealNodeRegistries []string
 	// Detach leaves the processes running when this process exits
 	// (`make local-up`); Stop or StopPid ends them.
 	Detach bool

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"text/template"
 
 	"sigs.k8s.io/yaml"
@@ -18,6 +20,8 @@ import (
 // what they still write outside it and how cleanup finds it.
 
 // containerdConfig is containerd 1.6's configuration (version 2).
+// The CRI's registry config_path (containerd 1.5+; the mirrors and configs
+// tables are deprecated) is the node's own directory of hosts.toml files.
 // restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, and runc fails
 // with "can't get final child's PID from pipe" when it may not lower a
 // container's oom_score_adj below its own. The runc options' Root keeps
@@ -55,6 +59,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         SystemdCgroup = false
         Root = "{{.Dir}}/containerd/runc"
 
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{{.RegistryConfigDir}}"
+
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{{.CNIBinDir}}"
     conf_dir = "{{.Dir}}/cni/net.d"
@@ -65,9 +72,46 @@ func (n *RealNode) containerdConfig() ([]byte, error) {
 	var b bytes.Buffer
 	err := containerdConfig.Execute(&b, struct {
 		*RealNode
-		SandboxImage, CNIBinDir string
-	}{n, nodeimage.Pause, cniBinDir})
+		SandboxImage, CNIBinDir, RegistryConfigDir string
+	}{n, nodeimage.Pause, cniBinDir, n.registryConfigDir()})
 	return b.Bytes(), err
+}
+
+// registryConfigDir is containerd's registry config_path: one directory
+// per registry host (host:port), each with a hosts.toml.
+func (n *RealNode) registryConfigDir() string { return filepath.Join(n.Dir, "containerd", "certs.d") }
+
+// RegistryHostsFile is the hosts.toml that tells the node's containerd how
+// to reach the registry host (host:port). containerd reads it on each pull.
+func (n *RealNode) RegistryHostsFile(host string) string {
+	return filepath.Join(n.registryConfigDir(), host, "hosts.toml")
+}
+
+// registryHosts is the hosts.toml of a registry at host (host:port) served
+// over scheme: pulls and tag resolution go to scheme://host, nowhere else.
+func registryHosts(scheme, host string) []byte {
+	return []byte(fmt.Sprintf(`server = "%[1]s://%[2]s"
+
+[host."%[1]s://%[2]s"]
+  capabilities = ["pull", "resolve"]
+`, scheme, host))
+}
+
+// writeRegistryHosts writes the hosts.toml of each plain-HTTP registry.
+// containerd 1.6 would also try plain HTTP on its own for a loopback host
+// without one (its localhost default), but not for any other host, and
+// only the file says what this node was told.
+func (n *RealNode) writeRegistryHosts(hosts []string) error {
+	for _, h := range hosts {
+		f := n.RegistryHostsFile(h)
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(f, registryHosts("http", h), 0o644); err != nil {
+			return fmt.Errorf("writing %s's hosts.toml for %s: %w", n.Name, h, err)
+		}
+	}
+	return nil
 }
 
 // cniConfig is the node's pod network: a bridge of its own and host-local

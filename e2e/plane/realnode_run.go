@@ -118,7 +118,8 @@ func (p *Plane) startRealNode(ctx context.Context, n *RealNode, fp *nodeFootprin
 		return err
 	}
 
-	// containerd, then the images (no registry: imported from tarballs).
+	// containerd, then the images (imported from tarballs; a test's own
+	// registries, if any, for the images it pulls).
 	files := map[string]func() ([]byte, error){
 		"containerd.toml":                n.containerdConfig,
 		"cni/net.d/10-capscale.conflist": n.cniConfig,
@@ -132,6 +133,9 @@ func (p *Plane) startRealNode(ctx context.Context, n *RealNode, fp *nodeFootprin
 		if err := os.WriteFile(filepath.Join(n.Dir, name), b, 0o644); err != nil {
 			return err
 		}
+	}
+	if err := n.writeRegistryHosts(p.Opts.RealNodeRegistries); err != nil {
+		return err
 	}
 	ctrd, err := p.StartProcess("containerd-"+n.Name, "containerd", "--config", filepath.Join(n.Dir, "containerd.toml"))
 	if err != nil {

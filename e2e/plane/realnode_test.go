@@ -2,6 +2,7 @@ package plane
 
 import (
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 )
@@ -80,5 +81,34 @@ func TestCheckRealNodeHost(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal does not name %q: %v", want, err)
 		}
+	}
+}
+
+// TestRegistryConfig: the node's containerd looks for hosts.toml files in
+// its own directory, and a registry's file sends pulls to it over plain
+// HTTP.
+func TestRegistryConfig(t *testing.T) {
+	n := &RealNode{Name: "real-node-0", Dir: t.TempDir(), ContainerdSocket: "/x/containerd.sock"}
+	cfg, err := n.containerdConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `config_path = "` + n.Dir + `/containerd/certs.d"`; !strings.Contains(string(cfg), want) {
+		t.Errorf("containerd's configuration lacks %s:\n%s", want, cfg)
+	}
+	if err := n.writeRegistryHosts([]string{"127.0.0.1:38211"}); err != nil {
+		t.Fatal(err)
+	}
+	f := n.RegistryHostsFile("127.0.0.1:38211")
+	if want := n.Dir + "/containerd/certs.d/127.0.0.1:38211/hosts.toml"; f != want {
+		t.Errorf("hosts file %s, want %s", f, want)
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "server = \"http://127.0.0.1:38211\"\n\n[host.\"http://127.0.0.1:38211\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+	if string(b) != want {
+		t.Errorf("hosts.toml:\n%s\nwant:\n%s", b, want)
 	}
 }
