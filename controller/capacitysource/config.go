@@ -139,36 +139,14 @@ func (f *File) Validate() field.ErrorList {
 
 func (s *Source) validate(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if s.Name == "" {
-		errs = append(errs, field.Required(p.Child("name"), "names the source on Nodes, in Events and metrics"))
-	} else {
-		for _, msg := range validation.IsDNS1123Label(s.Name) {
-			errs = append(errs, field.Invalid(p.Child("name"), s.Name, msg))
-		}
-	}
+	errs = append(errs, strictyaml.Name(p.Child("name"), s.Name, true, "names the source on Nodes, in Events and metrics", validation.IsDNS1123Label)...)
 	if s.Resource == nil {
 		errs = append(errs, field.Required(p.Child("resource"), "group, version and resource, or a preset"))
 	} else {
 		rp := p.Child("resource")
-		if s.Resource.Group != "" {
-			for _, msg := range validation.IsDNS1123Subdomain(s.Resource.Group) {
-				errs = append(errs, field.Invalid(rp.Child("group"), s.Resource.Group, msg))
-			}
-		}
-		if s.Resource.Version == "" {
-			errs = append(errs, field.Required(rp.Child("version"), ""))
-		} else {
-			for _, msg := range validation.IsDNS1035Label(s.Resource.Version) {
-				errs = append(errs, field.Invalid(rp.Child("version"), s.Resource.Version, msg))
-			}
-		}
-		if s.Resource.Resource == "" {
-			errs = append(errs, field.Required(rp.Child("resource"), "the plural, as in RBAC"))
-		} else {
-			for _, msg := range validation.IsDNS1123Subdomain(s.Resource.Resource) {
-				errs = append(errs, field.Invalid(rp.Child("resource"), s.Resource.Resource, msg))
-			}
-		}
+		errs = append(errs, strictyaml.Name(rp.Child("group"), s.Resource.Group, false, "", validation.IsDNS1123Subdomain)...)
+		errs = append(errs, strictyaml.Name(rp.Child("version"), s.Resource.Version, true, "", validation.IsDNS1035Label)...)
+		errs = append(errs, strictyaml.Name(rp.Child("resource"), s.Resource.Resource, true, "the plural, as in RBAC", validation.IsDNS1123Subdomain)...)
 	}
 	if s.Namespace != "" {
 		for _, msg := range validation.IsDNS1123Label(s.Namespace) {

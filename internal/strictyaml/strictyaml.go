@@ -25,3 +25,20 @@ func Decode[T any](data []byte, maxSize int, what string, validate func(*T) fiel
 	}
 	return v, nil
 }
+
+// Name checks one name-like field of such a file: with required, empty is
+// Required (detail says why it is needed); a value check refuses is
+// Invalid with each of its messages.
+func Name(p *field.Path, value string, required bool, detail string, check func(string) []string) field.ErrorList {
+	if value == "" {
+		if required {
+			return field.ErrorList{field.Required(p, detail)}
+		}
+		return nil
+	}
+	var errs field.ErrorList
+	for _, msg := range check(value) {
+		errs = append(errs, field.Invalid(p, value, msg))
+	}
+	return errs
+}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -39,5 +40,21 @@ func TestDecode(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), tc.err) {
 			t.Errorf("%q: error %v, want one starting %q", tc.in, err, tc.err)
 		}
+	}
+}
+
+func TestName(t *testing.T) {
+	p := field.NewPath("x")
+	if errs := Name(p, "", true, "why", validation.IsDNS1123Label); len(errs) != 1 || errs[0].Type != field.ErrorTypeRequired || errs[0].Detail != "why" {
+		t.Errorf("required and empty: %v", errs)
+	}
+	if errs := Name(p, "", false, "", validation.IsDNS1123Label); len(errs) != 0 {
+		t.Errorf("optional and empty: %v", errs)
+	}
+	if errs := Name(p, "Not_OK", true, "", validation.IsDNS1123Label); len(errs) == 0 || errs[0].Type != field.ErrorTypeInvalid {
+		t.Errorf("invalid: %v", errs)
+	}
+	if errs := Name(p, "ok-1", true, "", validation.IsDNS1123Label); len(errs) != 0 {
+		t.Errorf("valid: %v", errs)
 	}
 }

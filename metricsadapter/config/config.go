@@ -226,20 +226,8 @@ func (s *Source) validate(p *field.Path) field.ErrorList {
 func (sp *StepPolicy) validate(p *field.Path, sources map[string]bool) field.ErrorList {
 	var errs field.ErrorList
 	wp := p.Child("workload")
-	if sp.Workload.Namespace == "" {
-		errs = append(errs, field.Required(wp.Child("namespace"), ""))
-	} else {
-		for _, msg := range validation.IsDNS1123Label(sp.Workload.Namespace) {
-			errs = append(errs, field.Invalid(wp.Child("namespace"), sp.Workload.Namespace, msg))
-		}
-	}
-	if sp.Workload.Name == "" {
-		errs = append(errs, field.Required(wp.Child("name"), ""))
-	} else {
-		for _, msg := range validation.IsDNS1123Subdomain(sp.Workload.Name) {
-			errs = append(errs, field.Invalid(wp.Child("name"), sp.Workload.Name, msg))
-		}
-	}
+	errs = append(errs, strictyaml.Name(wp.Child("namespace"), sp.Workload.Namespace, true, "", validation.IsDNS1123Label)...)
+	errs = append(errs, strictyaml.Name(wp.Child("name"), sp.Workload.Name, true, "", validation.IsDNS1123Subdomain)...)
 	if sp.Workload.Kind != KindDeployment && sp.Workload.Kind != KindStatefulSet {
 		errs = append(errs, field.NotSupported(wp.Child("kind"), sp.Workload.Kind, []string{KindDeployment, KindStatefulSet}))
 	}
