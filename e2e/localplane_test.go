@@ -23,24 +23,8 @@ func TestLocalUpDown(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	// The binaries this run built come first: _output/bin may hold stale
 	// capscale binaries of an earlier make build.
-	bin := localPlaneBinDir(ctx, t)
-	out := t.TempDir()
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, "localplane"), args...)
-		b, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("localplane %v: %v\n%s", args, err, b)
-		}
-		return string(b)
-	}
-	run("up", "--dir", out, "--bin-dir", bin, "--nodes", "2")
-	downDone := false
-	t.Cleanup(func() {
-		if !downDone {
-			run("down", "--dir", out)
-		}
-	})
+	lp := localPlaneUp(ctx, t, "--nodes", "2")
+	out, bin, run := lp.dir, lp.bin, lp.run
 
 	var st struct {
 		Processes []struct {
@@ -109,8 +93,7 @@ func TestLocalUpDown(t *testing.T) {
 		}
 	}
 
-	run("down", "--dir", out)
-	downDone = true
+	lp.down()
 	for name, pid := range started {
 		// Signal 0 to the process group: ESRCH once every member is gone.
 		if err := syscall.Kill(-pid, 0); err == nil {

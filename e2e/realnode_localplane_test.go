@@ -22,23 +22,8 @@ import (
 // footprint stays registered.
 func TestRealNodeLocalUpDown(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
-	bin := localPlaneBinDir(ctx, t)
-	out := t.TempDir()
-	run := func(args ...string) string {
-		t.Helper()
-		b, err := exec.CommandContext(ctx, filepath.Join(bin, "localplane"), args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("localplane %v: %v\n%s", args, err, b)
-		}
-		return string(b)
-	}
-	run("up", "--dir", out, "--bin-dir", bin, "--nodes", "1", "--real-nodes", "2", "--real-node-capacity", "3")
-	downDone := false
-	t.Cleanup(func() {
-		if !downDone {
-			run("down", "--dir", out)
-		}
-	})
+	lp := localPlaneUp(ctx, t, "--nodes", "1", "--real-nodes", "2", "--real-node-capacity", "3")
+	out, bin := lp.dir, lp.bin
 	env, err := os.ReadFile(filepath.Join(out, "env"))
 	if err != nil {
 		t.Fatal(err)
@@ -85,14 +70,44 @@ func TestRealNodeLocalUpDown(t *testing.T) {
 		t.Fatalf("the pod never ran on real-node-1:\n%s", o)
 	}
 
-	run("down", "--dir", out)
-	downDone = true
+	lp.down()
 	if _, err := os.Stat(st.Footprint); !os.IsNotExist(err) {
 		t.Errorf("footprint %s still registered after down: %v", st.Footprint, err)
 	}
 	if ms := grepFile(t, "/proc/self/mountinfo", filepath.Join(out, "plane")); len(ms) > 0 {
 		t.Errorf("mounts left under the plane after down: %v", ms)
 	}
+}
+
+// localPlane is a plane `localplane up` started in dir; the test's cleanup
+// takes it down unless the test did (down).
+type localPlane struct {
+	dir, bin string
+	run      func(args ...string) string
+	down     func()
+}
+
+// localPlaneUp runs `localplane up` with this run's binaries and upArgs.
+func localPlaneUp(ctx context.Context, t *testing.T, upArgs ...string) *localPlane {
+	t.Helper()
+	lp := &localPlane{dir: t.TempDir(), bin: localPlaneBinDir(ctx, t)}
+	lp.run = func(args ...string) string {
+		t.Helper()
+		b, err := exec.CommandContext(ctx, filepath.Join(lp.bin, "localplane"), args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("localplane %v: %v\n%s", args, err, b)
+		}
+		return string(b)
+	}
+	lp.run(append([]string{"up", "--dir", lp.dir, "--bin-dir", lp.bin}, upArgs...)...)
+	downDone := false
+	lp.down = func() { lp.run("down", "--dir", lp.dir); downDone = true }
+	t.Cleanup(func() {
+		if !downDone {
+			lp.run("down", "--dir", lp.dir)
+		}
+	})
+	return lp
 }
 
 // localPlaneBinDir is one directory with the control-plane and capscale
