@@ -53,8 +53,8 @@ build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, co
 	$(GO) build -v -trimpath -ldflags '$(LDFLAGS) $(K8S_STAMP)' -o $(abspath $(BIN))/ . 2>&1 | bash $(abspath e2e/tools/progress.sh) capscale-scheduler "$$total"
 
 .PHONY: control-plane
-control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl, the kubelet (real nodes) and kwok into _output/bin.
-	@bash e2e/tools/build.sh $(BIN) etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kwok
+control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl, the kubelet and kube-proxy (real nodes) and kwok into _output/bin.
+	@bash e2e/tools/build.sh $(BIN) etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kwok
 
 .PHONY: keda
 keda: ## Build (or link from ~/.cache/capscale) KEDA's operator and metrics server, at the version capscale requires, into _output/bin.
@@ -198,12 +198,16 @@ MODE       ?= plugin
 # make deps) and the pod IPs each holds (docs/development.md "Real nodes").
 REAL_NODES ?= 0
 REAL_NODE_CAPACITY ?= 10
+# SERVICE_NETWORK=1: the real nodes' pods reach Services and the apiserver
+# (kube-proxy and the Service kubernetes; docs/development.md).
+SERVICE_NETWORK ?= 0
 
 .PHONY: local-up
-local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native, REAL_NODES=0, REAL_NODE_CAPACITY=10); writes _output/local/{kubeconfig,env}.
+local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native, REAL_NODES=0, REAL_NODE_CAPACITY=10, SERVICE_NETWORK=0); writes _output/local/{kubeconfig,env}.
 	$(GO) build -o $(BIN)/localplane ./e2e/cmd/localplane
 	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) --mode $(MODE) \
-	  --real-nodes $(REAL_NODES) --real-node-capacity $(REAL_NODE_CAPACITY) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
+	  --real-nodes $(REAL_NODES) --real-node-capacity $(REAL_NODE_CAPACITY) \
+	  $(if $(filter-out 0,$(SERVICE_NETWORK)),--service-network) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
 	@echo "source $(OUT)/local/env   # then: kubectl get nodes"
 
 .PHONY: local-down

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
+
+	"github.com/capscale/capscale/e2e/nodeimage"
 )
 
 // Options shape the plane. The zero value gives 3 nodes of 32 CPU, 256Gi and
@@ -34,7 +36,8 @@ type Options struct {
 	// default a new temp dir, removed by Stop unless KeepDir.
 	Dir     string
 	KeepDir bool
-	// Nodes is the number of kwok nodes; NodeShape their size; Node may
+	// Nodes is the number of kwok nodes (default 3, negative for none);
+	// NodeShape their size; Node may
 	// adjust each node before it is created (annotations, capacity).
 	Nodes     int
 	NodeShape NodeShape
@@ -68,6 +71,16 @@ type Options struct {
 	// containerd pulls from: each gets a hosts.toml in the node's own
 	// registry config_path (realnode_config.go).
 	RealNodeRegistries []string
+	// RealNodeCapacities, when set, gives each real node its own capacity
+	// (one entry per node), instead of RealNodeCapacity.
+	RealNodeCapacities []int
+	// RealNodeImages are imported on every real node beside the plane's
+	// own images (docker-archive tarballs, e.g. nodeimage.WriteDockerArchive).
+	RealNodeImages []nodeimage.Image
+	// ServiceNetwork gives the real nodes' pods what a real cluster gives
+	// them: Services (kube-proxy) and the apiserver through the Service
+	// "kubernetes" (realnode_services.go).
+	ServiceNetwork bool
 	// Detach leaves the processes running when this process exits
 	// (`make local-up`); Stop or StopPid ends them.
 	Detach bool
@@ -184,6 +197,11 @@ func Start(ctx context.Context, o Options) (p *Plane, err error) {
 		if err = p.startRealNodes(ctx); err != nil {
 			return p, err
 		}
+		if o.ServiceNetwork {
+			if err = p.startServiceNetwork(ctx, apiPort); err != nil {
+				return p, err
+			}
+		}
 		o.Logf("%d real nodes Ready in %.1fs (images built and imported, containerd and kubelet started)", o.RealNodes, time.Since(realStart).Seconds())
 		for _, n := range p.RealNodes {
 			o.Logf("real node %s Ready in %.1fs: pod IPs %s-%s on bridge %s", n.Name, n.Started.Seconds(), n.RangeStart, n.RangeEnd, n.Bridge)
@@ -203,8 +221,11 @@ func withDefaults(o Options) Options {
 	if o.BinDir == "" {
 		o.BinDir = filepath.Join(RepoRoot(), "_output", "bin")
 	}
-	if o.Nodes == 0 {
+	switch {
+	case o.Nodes == 0:
 		o.Nodes = 3
+	case o.Nodes < 0: // none: the real nodes alone
+		o.Nodes = 0
 	}
 	if o.NodeShape.CPU == "" {
 		o.NodeShape.CPU = "32"
@@ -402,7 +423,7 @@ func (p *Plane) startAPIServer(ctx context.Context, port, etcdPort int) error {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + k.ServiceAccountPub,
 		"--service-account-signing-key-file=" + k.ServiceAccountKey,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + serviceCIDR,
 		"--requestheader-client-ca-file=" + k.FrontProxy.CertFile,
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",

@@ -68,6 +68,9 @@ type RealNode struct {
 	// and schedulable.
 	Started time.Duration
 
+	// services: the plane's service network reaches this node's pods
+	// (realnode_services.go).
+	services    bool
 	plane       *Plane
 	kubeletArgs []string
 	mu          sync.Mutex

@@ -50,8 +50,9 @@ func (n *nodeFootprint) cleanup() []error {
 }
 
 // ownExecutables are the programs a node runs that name its directory in
-// their arguments (--config, --root-dir, -address, --root).
-var ownExecutables = []string{"kubelet", "containerd", "containerd-shim-runc-v2", "runc", "ctr"}
+// their arguments (--config, --root-dir, -address, --root; kube-proxy's
+// --config is in the first node's directory).
+var ownExecutables = []string{"kubelet", "containerd", "containerd-shim-runc-v2", "runc", "ctr", "kube-proxy"}
 
 // processes lists the node's processes: those in its cgroups (the
 // containers) and its kubelet, containerd, shims and runc, which name its

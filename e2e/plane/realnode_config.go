@@ -118,8 +118,23 @@ func (n *RealNode) writeRegistryHosts(hosts []string) error {
 // IPAM whose range holds exactly the node's capacity, with its allocations
 // in the node's directory (dataDir), one file per IP handed out. The bridge
 // is the range's gateway (.1) so that the host reaches the pods; no
-// masquerade, so no firewall rule.
+// masquerade, so no firewall rule. With the service network, the pods
+// route the service range and the other nodes' pods through it: no default
+// route, so nothing of theirs leaves for the host's own networks.
 func (n *RealNode) cniConfig() ([]byte, error) {
+	ipam := map[string]any{
+		"type":    "host-local",
+		"dataDir": n.ipamDataDir(),
+		"ranges": [][]map[string]string{{{
+			"subnet":     n.Subnet.String(),
+			"rangeStart": n.RangeStart.String(),
+			"rangeEnd":   n.RangeEnd.String(),
+			"gateway":    n.Gateway.String(),
+		}}},
+	}
+	if n.services {
+		ipam["routes"] = []map[string]string{{"dst": serviceCIDR}, {"dst": subnetBase.String()}}
+	}
 	return json.MarshalIndent(map[string]any{
 		"cniVersion": "0.4.0",
 		"name":       n.Network,
@@ -129,16 +144,7 @@ func (n *RealNode) cniConfig() ([]byte, error) {
 			"isGateway":   true,
 			"ipMasq":      false,
 			"hairpinMode": false,
-			"ipam": map[string]any{
-				"type":    "host-local",
-				"dataDir": n.ipamDataDir(),
-				"ranges": [][]map[string]string{{{
-					"subnet":     n.Subnet.String(),
-					"rangeStart": n.RangeStart.String(),
-					"rangeEnd":   n.RangeEnd.String(),
-					"gateway":    n.Gateway.String(),
-				}}},
-			},
+			"ipam":        ipam,
 		}},
 	}, "", "  ")
 }

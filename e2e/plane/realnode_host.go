@@ -67,6 +67,9 @@ type footprint struct {
 	// leave the firewall as it found it.
 	Ruleset string          `json:"ruleset"`
 	Nodes   []nodeFootprint `json:"nodes"`
+	// Tables are the nftables tables of the run's service network
+	// ("family name"; realnode_services.go), deleted after its processes.
+	Tables []string `json:"tables,omitempty"`
 
 	path string
 }
@@ -167,6 +170,8 @@ func (f *footprint) cleanup() error {
 	for i := range f.Nodes {
 		errs = append(errs, f.Nodes[i].cleanup()...)
 	}
+	// kube-proxy is gone with the first node: nothing writes them again.
+	errs = append(errs, deleteTables(f.Tables)...)
 	// The device plugin directory's entries that were not there before.
 	if entries, err := os.ReadDir(devicePluginDir); err == nil {
 		for _, e := range entries {

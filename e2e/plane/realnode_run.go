@@ -51,6 +51,12 @@ func (p *Plane) startRealNodes(ctx context.Context) error {
 	if capacity == 0 {
 		capacity = DefaultRealNodeCapacity
 	}
+	if len(o.RealNodeCapacities) > 0 && len(o.RealNodeCapacities) != o.RealNodes {
+		return fmt.Errorf("RealNodeCapacities has %d entries for %d real nodes", len(o.RealNodeCapacities), o.RealNodes)
+	}
+	if o.ServiceNetwork && o.RealNodes == 0 {
+		return fmt.Errorf("a service network needs real nodes")
+	}
 	base := filepath.Join(p.Dir, "real-nodes")
 	images, err := nodeimage.Build(ctx, RepoRoot(), filepath.Join(base, "images"))
 	if err != nil {
@@ -67,7 +73,16 @@ func (p *Plane) startRealNodes(ctx context.Context) error {
 	p.mu.Lock()
 	p.footprint = fp
 	p.mu.Unlock()
+	if o.ServiceNetwork {
+		if err := checkTablesFree(fp.RunID); err != nil {
+			return err
+		}
+	}
+	images = append(images, o.RealNodeImages...)
 	for i := range o.RealNodes {
+		if len(o.RealNodeCapacities) > 0 {
+			capacity = o.RealNodeCapacities[i]
+		}
 		n := &RealNode{
 			Name:       RealNodeName(i),
 			Dir:        filepath.Join(base, fmt.Sprint(i)),
@@ -76,6 +91,7 @@ func (p *Plane) startRealNodes(ctx context.Context) error {
 			Bridge:     fmt.Sprintf("cs%sn%d", fp.RunID, i),
 			Network:    fmt.Sprintf("capscale-%s-%d", fp.RunID, i),
 			CgroupRoot: fmt.Sprintf("/capscale-%s-%d", fp.RunID, i),
+			services:   o.ServiceNetwork,
 			plane:      p,
 		}
 		n.ContainerdSocket = filepath.Join(n.Dir, "containerd.sock")
@@ -136,6 +152,11 @@ func (p *Plane) startRealNode(ctx context.Context, n *RealNode, fp *nodeFootprin
 	}
 	if err := n.writeRegistryHosts(p.Opts.RealNodeRegistries); err != nil {
 		return err
+	}
+	if n.services {
+		if err := n.makeBridge(); err != nil {
+			return err
+		}
 	}
 	ctrd, err := p.StartProcess("containerd-"+n.Name, "containerd", "--config", filepath.Join(n.Dir, "containerd.toml"))
 	if err != nil {

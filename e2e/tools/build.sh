@@ -2,7 +2,7 @@
 # Usage: build.sh OUTPUT_DIR [TOOL...]
 #
 # Builds the tools capscale's checks and the demo run — etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, the kubelet (real nodes),
+# kube-controller-manager, kube-scheduler, kubectl, the kubelet and kube-proxy (real nodes),
 # kwok, helm and KEDA's
 # operator and metrics server; all of them
 # unless TOOLs are named — from the Go module proxy, caches each tool module's
@@ -16,7 +16,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: build.sh OUTPUT_DIR [TOOL...]}
 shift
-all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet keda-operator keda-adapter)
+all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy keda-operator keda-adapter)
 tools=("$@")
 # CAPSCALE_K8S=1.MINOR builds the control plane of an older minor, and
 # capscale-scheduler for it, from e2e/tools/k8s-1.MINOR (hack/compat/genmodule.sh;
@@ -123,7 +123,7 @@ build keda keda-operator=github.com/kedacore/keda/v2/cmd/operator keda-adapter=g
 build k8s kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
   kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl \
-  kubelet=k8s.io/kubernetes/cmd/kubelet
+  kubelet=k8s.io/kubernetes/cmd/kubelet kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
 
 # kwok's standalone binary has no behaviour of its own: give it the "fast"
 # stages its module ships (nodes Ready with lease heartbeats, pods Running).

@@ -77,6 +77,7 @@ func up(args []string) error {
 	adapterConfig := fs.String("adapter-config", "", "metrics adapter config file; empty: a demo config polling a local load source")
 	mode := fs.String("mode", "plugin", "scheduling mode: extender, native or plugin (docs/scheduling.md)")
 	realNodes := fs.Int("real-nodes", 0, "number of real nodes (kubelet, containerd, CNI bridge; needs root and make deps)")
+	serviceNetwork := fs.Bool("service-network", false, "give the real nodes' pods Services and the apiserver: kube-proxy (nftables, its own tables) and the Service kubernetes (docs/development.md)")
 	realCapacity := fs.Int("real-node-capacity", plane.DefaultRealNodeCapacity, "pod IPs of each real node: its IPAM range and its capscale.io/underlay-ip-capacity label (1..253)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -122,7 +123,7 @@ func up(args []string) error {
 	s, err := stack.Start(ctx, stack.Options{
 		Plane: plane.Options{
 			Dir: filepath.Join(dir, "plane"), BinDir: binDir, Nodes: *nodes, Detach: true, Logf: logf,
-			RealNodes: *realNodes, RealNodeCapacity: *realCapacity,
+			RealNodes: *realNodes, RealNodeCapacity: *realCapacity, ServiceNetwork: *serviceNetwork,
 			// Short enough for the demo to show the HPA acting; the default is 15s.
 			HPASyncPeriod: 5 * time.Second,
 		},
