@@ -54,7 +54,7 @@ func TestRealNodeIPAMExhausted(t *testing.T) {
 		}
 		return len(stuck) == 2
 	})
-	checkRunningIPs(t, s, st)
+	checkRunningIPs(t, s.RealNodes, st)
 	failed, err := sandboxFailures(ctx, s, ns, ipamExhausted)
 	if err != nil {
 		t.Fatal(err)

@@ -148,10 +148,10 @@ func realNode(t *testing.T, s *stack.Stack, name string) *plane.RealNode {
 }
 
 // checkRunningIPs checks that every Running pod's IP is in its node's
-// range and that the node's IPAM handed out exactly those IPs.
-func checkRunningIPs(t *testing.T, s *stack.Stack, st realState) {
+// range and that the IPAM of each of nodes handed out exactly those IPs.
+func checkRunningIPs(t *testing.T, nodes []*plane.RealNode, st realState) {
 	t.Helper()
-	for _, n := range s.RealNodes {
+	for _, n := range nodes {
 		want := map[netip.Addr]string{}
 		for pod, ip := range st.running[n.Name] {
 			if !n.InRange(ip) {
@@ -199,6 +199,7 @@ func sandboxFailures(ctx context.Context, s *stack.Stack, ns, want string) ([]st
 // gives the IP back when its sandbox stops, before it stops counting. So
 // at every poll: IPAM ≤ capscale ≤ capacity; once settled, equal.
 type ipamWatch struct {
+	nodes      []*plane.RealNode
 	mu         sync.Mutex
 	polls      int
 	violations []string
@@ -207,9 +208,10 @@ type ipamWatch struct {
 	done       chan struct{}
 }
 
-func watchIPAM(ctx context.Context, t *testing.T, s *stack.Stack) *ipamWatch {
+// watchIPAM watches nodes (those whose every pod is an underlay pod).
+func watchIPAM(ctx context.Context, t *testing.T, s *stack.Stack, nodes []*plane.RealNode) *ipamWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &ipamWatch{stop: cancel, done: make(chan struct{}), last: map[string][2]int{}}
+	w := &ipamWatch{nodes: nodes, stop: cancel, done: make(chan struct{}), last: map[string][2]int{}}
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(200 * time.Millisecond)
@@ -236,7 +238,7 @@ func (w *ipamWatch) poll(ctx context.Context, s *stack.Stack) {
 		return
 	}
 	ipam := map[string]int{}
-	for _, n := range s.RealNodes {
+	for _, n := range w.nodes {
 		ips, err := n.AllocatedIPs()
 		if err != nil {
 			return

@@ -46,7 +46,7 @@ func TestRealNodePrevented(t *testing.T) {
 		if err := s.WaitForNamespace(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
-		watch := watchIPAM(ctx, t, s)
+		watch := watchIPAM(ctx, t, s, s.RealNodes)
 		var pods []*corev1.Pod
 		for i := range 25 {
 			pods = append(pods, realPod(ns, fmt.Sprintf("p-%02d", i), 1))
@@ -61,7 +61,7 @@ func TestRealNodePrevented(t *testing.T) {
 				t.Errorf("%s runs %d pods, want 10 (%s)", n.Name, got, st)
 			}
 		}
-		checkRunningIPs(t, s, st)
+		checkRunningIPs(t, s.RealNodes, st)
 		checkPendingReason(ctx, t, s, ns, st.pending, realExhausted[m.name])
 		waitIPAMSettled(ctx, t, watch, 10)
 
@@ -79,7 +79,7 @@ func TestRealNodePrevented(t *testing.T) {
 		if st.runningCount() != 20 || len(st.pending) != 2 {
 			t.Errorf("after three IPs freed and taken: %s, want 20 Running and 2 Pending", st)
 		}
-		checkRunningIPs(t, s, st)
+		checkRunningIPs(t, s.RealNodes, st)
 		waitIPAMSettled(ctx, t, watch, 10)
 		watch.end()
 		polls := watch.check(t)

@@ -9,17 +9,24 @@
 // appends "start", "sigterm" and "exit" lines with a timestamp to a file
 // named after the pod; TERM_DELAY, how long it keeps serving after SIGTERM
 // before it exits (default 0), to show that the kubelet waited.
+//
+// It is also a load index for capscale's metrics adapter: GET /load
+// answers {"load": X}, PUT /load?value=X sets X (a finite number >= 0;
+// LOAD sets the first, default 0).
 package main
 
 import (
 	"context"
 	"fmt"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -50,13 +57,31 @@ func main() {
 	rec := recorder{dir: os.Getenv("RECORD_DIR"), name: name}
 	rec.write("start")
 
-	srv := &http.Server{
-		ReadHeaderTimeout: 5 * time.Second,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-			fmt.Fprintf(w, "pod=%s addr=%v\n", name, local)
-		}),
+	load, err := parseLoad(os.Getenv("LOAD"))
+	if err != nil {
+		log.Fatalf("LOAD: %v", err)
 	}
+	var li loadIndex
+	li.set(load)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		fmt.Fprintf(w, "pod=%s addr=%v\n", name, local)
+	})
+	mux.HandleFunc("GET /load", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"load": %s}`+"\n", strconv.FormatFloat(li.get(), 'g', -1, 64))
+	})
+	mux.HandleFunc("PUT /load", func(w http.ResponseWriter, r *http.Request) {
+		v, err := parseLoad(r.URL.Query().Get("value"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		li.set(v)
+		log.Printf("load set to %v", v)
+	})
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: mux}
 	go func() {
 		if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
 			log.Fatalf("serving on :%s: %v", port, err)
@@ -99,4 +124,25 @@ func (r recorder) write(event string) {
 	if err := f.Sync(); err != nil {
 		log.Printf("recording %s: %v", event, err)
 	}
+}
+
+// loadIndex is the load GET /load answers.
+type loadIndex struct {
+	mu sync.Mutex
+	v  float64
+}
+
+func (l *loadIndex) get() float64  { l.mu.Lock(); defer l.mu.Unlock(); return l.v }
+func (l *loadIndex) set(v float64) { l.mu.Lock(); defer l.mu.Unlock(); l.v = v }
+
+// parseLoad reads a load: empty is 0; otherwise a finite number >= 0.
+func parseLoad(s string) (float64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0, fmt.Errorf("the load must be a finite number >= 0, got %q", s)
+	}
+	return v, nil
 }
