@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +35,11 @@ type DelegateOptions struct {
 	// caBundle in the same write (installs that do not apply the APIService
 	// themselves: Helm with apiService.create=false).
 	TakeOverCA []byte
+	// StartedAt, when set, is when the adapter deciding started: an
+	// APIService given back (ReleasedAnnotation) at or after it was given
+	// back by this adapter's own install, on its way out, and is left alone.
+	// Zero (preflight, an operator's explicit command): always decide.
+	StartedAt time.Time
 }
 
 // PlanDelegate decides how capscale records the current owner of api as its
@@ -58,6 +64,10 @@ func PlanDelegate(api *apiregv1.APIService, o DelegateOptions) (Plan, error) {
 			return Plan{Message: fmt.Sprintf("ok: %s already routes to %s, which delegates to %s", Name, o.Ours, rec.Target())}, nil
 		}
 	}
+	if released, ok := releasedAt(api); ok && !o.StartedAt.IsZero() && !released.Before(o.StartedAt) {
+		return Plan{Message: fmt.Sprintf("ok: %s was given back to %s/%s at %s, after this adapter started: its install is being removed; not taking it over again",
+			Name, svc.Namespace, svc.Name, released.Format(time.RFC3339))}, nil
+	}
 	rec := &Record{Spec: *api.Spec.DeepCopy()}
 	if len(api.Spec.CABundle) == 0 {
 		if len(o.DelegateCA) == 0 {
@@ -75,6 +85,7 @@ func PlanDelegate(api *apiregv1.APIService, o DelegateOptions) (Plan, error) {
 		up.Annotations = map[string]string{}
 	}
 	up.Annotations[names.DelegateAnnotation] = value
+	delete(up.Annotations, names.ReleasedAnnotation)
 	msg := fmt.Sprintf("ok: recorded %s as the delegate of %s; capscale forwards every metric not named %s* to it", rec.Target(), Name, names.OwnMetricPrefix)
 	if len(o.TakeOverCA) > 0 {
 		up.Spec.Service = &apiregv1.ServiceReference{Namespace: o.Ours.Namespace, Name: o.Ours.Name, Port: ptr.To(int32(DefaultPort))}
@@ -105,10 +116,19 @@ func isKEDA(api *apiregv1.APIService) bool {
 	return n == "keda-operator-metrics-apiserver" || n == "keda-metrics-apiserver"
 }
 
-// PlanRestore decides how to give api back to its recorded delegate. Without
-// a record there is nothing to restore; when api no longer routes to Ours,
-// someone took it over since and it is left alone.
-func PlanRestore(api *apiregv1.APIService, ours Service) (Plan, error) {
+// releasedAt reads ReleasedAnnotation; a value that is no time counts as
+// none (the adapter then decides as if never given back).
+func releasedAt(api *apiregv1.APIService) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339Nano, api.Annotations[names.ReleasedAnnotation])
+	return t, err == nil
+}
+
+// PlanRestore decides how to give api back to its recorded delegate, marked
+// given back at now (so that the adapters still running, about to be
+// removed, do not take it over again). Without a record there is nothing
+// to restore; when api no longer routes to Ours, someone took it over since
+// and it is left alone.
+func PlanRestore(api *apiregv1.APIService, ours Service, now time.Time) (Plan, error) {
 	if api == nil {
 		return Plan{Message: fmt.Sprintf("ok: %s is not registered; nothing to restore", Name)}, nil
 	}
@@ -125,6 +145,7 @@ func PlanRestore(api *apiregv1.APIService, ours Service) (Plan, error) {
 	up := api.DeepCopy()
 	up.Spec = *rec.Spec.DeepCopy()
 	delete(up.Annotations, names.DelegateAnnotation)
+	up.Annotations[names.ReleasedAnnotation] = now.UTC().Format(time.RFC3339Nano)
 	return Plan{Update: up, Restored: true, Message: fmt.Sprintf("restored: %s routes to %s again", Name, rec.Target())}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
@@ -106,7 +107,7 @@ func newPreflightCommand() *cobra.Command {
 				return nil
 			case o.restore:
 				p, err := apiservice.Apply(cmd.Context(), c.ApiregistrationV1(), o.dryRun, func(api *apiregv1.APIService) (apiservice.Plan, error) {
-					return apiservice.PlanRestore(api, o.want)
+					return apiservice.PlanRestore(api, o.want, time.Now())
 				})
 				if err != nil {
 					return err

@@ -125,8 +125,11 @@ func (o *ServingCertOptions) manager(cs kubernetes.Interface, ac aggregator.Inte
 			mo.DNSNames = []string{sname + "." + sns + ".svc"}
 		}
 		ours := apiservice.Service{Namespace: sns, Name: sname}
+		// An APIService given back after this moment was given back by
+		// this install's uninstall: not taken over again.
+		started := time.Now()
 		mo.OtherOwner = func(ctx context.Context, api *apiregv1.APIService, caBundle []byte) error {
-			return o.otherOwner(ctx, ac, ours, api, caBundle)
+			return o.otherOwner(ctx, ac, ours, api, caBundle, started)
 		}
 	}
 	return servingcert.New(cs, ac, mo, m)
@@ -137,7 +140,7 @@ func (o *ServingCertOptions) manager(cs kubernetes.Interface, ac aggregator.Inte
 // as its delegate and routes the APIService to capscale (preflight
 // --delegate --ca-bundle-file, in the cluster); without it, it leaves the
 // APIService alone and says so.
-func (o *ServingCertOptions) otherOwner(ctx context.Context, ac aggregator.Interface, ours apiservice.Service, api *apiregv1.APIService, caBundle []byte) error {
+func (o *ServingCertOptions) otherOwner(ctx context.Context, ac aggregator.Interface, ours apiservice.Service, api *apiregv1.APIService, caBundle []byte, started time.Time) error {
 	owner := "kube-apiserver itself"
 	if s := api.Spec.Service; s != nil {
 		owner = s.Namespace + "/" + s.Name
@@ -149,10 +152,14 @@ func (o *ServingCertOptions) otherOwner(ctx context.Context, ac aggregator.Inter
 		return nil
 	}
 	p, err := apiservice.Apply(ctx, ac.ApiregistrationV1(), false, func(api *apiregv1.APIService) (apiservice.Plan, error) {
-		return apiservice.PlanDelegate(api, apiservice.DelegateOptions{Ours: ours, TakeOverCA: caBundle})
+		return apiservice.PlanDelegate(api, apiservice.DelegateOptions{Ours: ours, TakeOverCA: caBundle, StartedAt: started})
 	})
 	if err != nil {
 		return fmt.Errorf("taking %s over from %s in delegation mode: %w", apiservice.Name, owner, err)
+	}
+	if p.Update == nil {
+		klog.FromContext(ctx).Info("Left the external-metrics APIService to its owner", "owner", owner, "result", p.Message)
+		return nil
 	}
 	klog.FromContext(ctx).Info("Took the external-metrics APIService over in delegation mode", "owner", owner, "result", p.Message)
 	return nil
