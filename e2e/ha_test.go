@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,55 +39,26 @@ func underlayPlane(t *testing.T) (plane.Options, map[string]int, int) {
 	}, capacity, total
 }
 
-// overCommitWatch polls the pods of ns every 100ms until stopped and keeps
-// the first node found over capacity: "0 nodes over capacity at any poll".
-type overCommitWatch struct {
-	stop  chan struct{}
-	done  chan struct{}
-	mu    sync.Mutex
-	over  string
-	polls int
-}
+// overCommitWatch polls the pods of ns every 100ms until stopped:
+// "0 nodes over capacity at any poll".
+type overCommitWatch struct{ *pollWatch }
 
-func watchOverCommit(ctx context.Context, s *stack.Stack, ns string, capacity map[string]int) *overCommitWatch {
-	w := &overCommitWatch{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for {
-			select {
-			case <-w.stop:
-				return
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			// Polls fail while the apiserver is down; those are not counted.
-			perNode, _, _, err := underlayUsage(ctx, s, ns)
-			if err != nil {
-				continue
-			}
-			w.mu.Lock()
-			w.polls++
-			if over := overCapacity(perNode, capacity); over != "" && w.over == "" {
-				w.over = over
-			}
-			w.mu.Unlock()
+func watchOverCommit(ctx context.Context, s *stack.Stack, ns string, capacity map[string]int) overCommitWatch {
+	return overCommitWatch{startPollWatch(ctx, 100*time.Millisecond, func(ctx context.Context) (string, bool) {
+		// Polls fail while the apiserver is down; those are not counted.
+		perNode, _, _, err := underlayUsage(ctx, s, ns)
+		if err != nil {
+			return "", false
 		}
-	}()
-	return w
+		return overCapacity(perNode, capacity), true
+	})}
 }
 
 // check stops the watch and fails t if any poll saw a node over capacity.
-func (w *overCommitWatch) check(t *testing.T) {
+func (w overCommitWatch) check(t *testing.T) {
 	t.Helper()
-	close(w.stop)
-	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.over != "" {
-		t.Errorf("nodes over underlay-IP capacity at a poll: %s", w.over)
-	}
-	t.Logf("over-commit watch: %d polls, none over capacity: %v", w.polls, w.over == "")
+	w.pollWatch.check(t, "nodes over underlay-IP capacity", 1)
+	t.Logf("over-commit watch: %d polls", w.polls)
 }
 
 // waitBound waits until at least n pods of ns are bound to a node.

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,7 +61,7 @@ func TestBinderLeaseUnderBacklog(t *testing.T) {
 	start := time.Now()
 	waitUnderlay(ctx, t, s, ns, capacity, pods, 0)
 	t.Logf("%d pods bound in %s", pods, time.Since(start).Round(time.Second))
-	lease.check(t)
+	lease.check(t, "the binder Lease held by the holder", 1)
 	over.check(t)
 
 	for series, want := range map[string]string{
@@ -82,62 +81,24 @@ func TestBinderLeaseUnderBacklog(t *testing.T) {
 	}
 }
 
-// leaseWatch polls the binder Lease and the holder extender's
-// binder_lease_held gauge until the test ends, and keeps the first lapse.
-type leaseWatch struct {
-	mu     sync.Mutex
-	lapsed string
-	polls  int
-	stop   context.CancelFunc
-	done   chan struct{}
-}
-
-func watchBinderLease(ctx context.Context, s *stack.Stack, holder string) *leaseWatch {
-	ctx, cancel := context.WithCancel(ctx)
-	w := &leaseWatch{stop: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			l, err := s.Client.CoordinationV1().Leases(stack.Namespace).Get(ctx, binderlease.Name, metav1.GetOptions{})
-			if err != nil {
-				continue
-			}
-			held, err := gauge(ctx, s.ExtenderURL, "capscale_extender_binder_lease_held")
-			w.mu.Lock()
-			w.polls++
-			switch {
-			case w.lapsed != "":
-			case l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != holder:
-				w.lapsed = fmt.Sprintf("the Lease passed to %v at %s", l.Spec.HolderIdentity, time.Now().Format(time.RFC3339))
-			case err == nil && held != 1:
-				w.lapsed = fmt.Sprintf("the holder's binder_lease_held was %v at %s", held, time.Now().Format(time.RFC3339))
-			}
-			w.mu.Unlock()
+// watchBinderLease polls the binder Lease and the holder extender's
+// binder_lease_held gauge: a poll that finds the Lease passed on, or the
+// holder not holding it, is a lapse.
+func watchBinderLease(ctx context.Context, s *stack.Stack, holder string) *pollWatch {
+	return startPollWatch(ctx, 250*time.Millisecond, func(ctx context.Context) (string, bool) {
+		l, err := s.Client.CoordinationV1().Leases(stack.Namespace).Get(ctx, binderlease.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", false
 		}
-	}()
-	return w
-}
-
-// check stops the watch and fails the test if the lease ever lapsed.
-func (w *leaseWatch) check(t *testing.T) {
-	t.Helper()
-	w.stop()
-	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.polls == 0 {
-		t.Fatal("the binder Lease was never polled")
-	}
-	if w.lapsed != "" {
-		t.Errorf("binder Lease lapsed: %s (%d polls)", w.lapsed, w.polls)
-	}
+		held, err := gauge(ctx, s.ExtenderURL, "capscale_extender_binder_lease_held")
+		switch {
+		case l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != holder:
+			return fmt.Sprintf("the Lease passed to %v", l.Spec.HolderIdentity), true
+		case err == nil && held != 1:
+			return fmt.Sprintf("the holder's binder_lease_held was %v", held), true
+		}
+		return "", true
+	})
 }
 
 // gauge reads one sample from url's /metrics; it fails rather than the
