@@ -44,14 +44,7 @@ func TestHelmInstallOwnerCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keda := &apiregv1.APIService{
-		ObjectMeta: metav1.ObjectMeta{Name: externalMetricsAPIService},
-		Spec: apiregv1.APIServiceSpec{
-			Service: &apiregv1.ServiceReference{Namespace: "keda", Name: "keda-operator-metrics-apiserver", Port: ptr.To(int32(443))},
-			Group:   "external.metrics.k8s.io", Version: "v1beta1", CABundle: p.PKI.ClusterCA.CAData(),
-			GroupPriorityMinimum: 100, VersionPriority: 100,
-		},
-	}
+	keda := otherAdapterAPIService("keda", "keda-operator-metrics-apiserver", p.PKI.ClusterCA.CAData())
 	if _, err := ac.ApiregistrationV1().APIServices().Create(ctx, keda, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -106,5 +99,18 @@ func TestHelmInstallOwnerCheck(t *testing.T) {
 	// An upgrade keeps it (the release's own).
 	if out, err := helm("upgrade", "capscale2", chart, "--set", "extender.mode=native"); err != nil {
 		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+}
+
+// otherAdapterAPIService is the external-metrics APIService as another
+// adapter registers it: its Service ns/name on 443, its CA.
+func otherAdapterAPIService(ns, name string, ca []byte) *apiregv1.APIService {
+	return &apiregv1.APIService{
+		ObjectMeta: metav1.ObjectMeta{Name: externalMetricsAPIService},
+		Spec: apiregv1.APIServiceSpec{
+			Service: &apiregv1.ServiceReference{Namespace: ns, Name: name, Port: ptr.To(int32(443))},
+			Group:   "external.metrics.k8s.io", Version: "v1beta1", CABundle: ca,
+			GroupPriorityMinimum: 100, VersionPriority: 100,
+		},
 	}
 }

@@ -59,6 +59,10 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e:test
 subjects: [{kind: ServiceAccount, name: test-adapter, namespace: %[1]s}]
 `
 
+// TestAdapterRBAC is testAdapterRBAC for the ServiceAccount test-adapter
+// of ns (a test that runs the test-adapter as a pod applies it).
+func TestAdapterRBAC(ns string) string { return fmt.Sprintf(testAdapterRBAC, ns) }
+
 // StartTestAdapter runs the test-adapter in bin as its own ServiceAccount in
 // ns, behind the Service ns/service on 127.0.0.1, and makes it the owner of
 // the external-metrics APIService.
