@@ -18,6 +18,7 @@ func goBench(command string) error {
 	run := runInfo{
 		Command: command,
 		Start:   time.Now(),
+		Commit:  gitCommit(),
 		// The load average now says nothing about the benchmarks that ran
 		// before: the machine column gives none.
 		Machine: machineLabel(runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), ""),

@@ -110,6 +110,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "benche2e: %v\n", err)
 		os.Exit(2)
 	}
+	planeVersion = kubeVersion(*binDir)
 	if *pprofDir != "" {
 		// Made now: a missing directory would only show after the plane is up.
 		if err := os.MkdirAll(*pprofDir, 0o755); err != nil {

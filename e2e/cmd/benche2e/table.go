@@ -4,32 +4,45 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 )
 
-// row is one measure of BENCHMARKS.md's top table; the command, date and
-// machine columns are the run's and come from runInfo.
+// tableHeader is the header of BENCHMARKS.md's "Current figures" tables,
+// whose rows tableRow writes (TestTableHeaderIsBenchmarks keeps the two
+// the same).
+const tableHeader = "| measure | figure | spread | goal | command | date | commit | Kubernetes | machine |"
+
+// row is one measure of BENCHMARKS.md's top table; the command, date,
+// commit, Kubernetes and machine columns are the run's and come from
+// runInfo.
 type row struct {
-	Measure, Figure, Goal string
+	Measure, Figure, Spread, Goal string
 }
 
 // runInfo is what every row of one run shares.
 type runInfo struct {
 	Command string
 	Start   time.Time
-	Machine string
+	// Commit is the checkout's (git describe's short hash, -dirty with
+	// uncommitted changes); Kubernetes the plane's version. Empty: "—".
+	Commit, Kubernetes string
+	Machine            string
 }
 
-// tableRow formats r as a row of BENCHMARKS.md's top table:
-// | measure | figure | goal | command | date | machine |.
+// tableRow formats r as a row of BENCHMARKS.md's top table (tableHeader).
 func tableRow(r row, run runInfo) string {
-	goal := r.Goal
-	if goal == "" {
-		goal = "—"
+	dash := func(s string) string {
+		if s == "" {
+			return "—"
+		}
+		return s
 	}
-	cells := []string{r.Measure, r.Figure, goal, "`" + run.Command + "`", run.Start.UTC().Format("2006-01-02 15:04"), run.Machine}
+	cells := []string{r.Measure, r.Figure, dash(r.Spread), dash(r.Goal), "`" + run.Command + "`",
+		run.Start.UTC().Format("2006-01-02 15:04"), dash(run.Commit), dash(run.Kubernetes), run.Machine}
 	for i, c := range cells {
 		// A pipe would end the cell; in a code span too, GitHub needs it escaped.
 		cells[i] = strings.ReplaceAll(c, "|", `\|`)
@@ -64,20 +77,47 @@ func commandLine(args []string) string {
 	return strings.Join(parts, " ")
 }
 
+// planeVersion is the Kubernetes version of the planes this run starts
+// (main reads it from --bin-dir's kube-apiserver); empty for none.
+var planeVersion string
+
 // thisRun describes the running process, started at start with the load
 // average loadavg (/proc/loadavg's fields).
 func thisRun(start time.Time, loadavg string) runInfo {
 	return runInfo{
-		Command: commandLine(os.Args[1:]),
-		Start:   start,
-		Machine: machineLabel(runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), loadavg),
+		Command:    commandLine(os.Args[1:]),
+		Start:      start,
+		Commit:     gitCommit(),
+		Kubernetes: planeVersion,
+		Machine:    machineLabel(runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), loadavg),
 	}
+}
+
+// gitCommit is the checkout's short commit, -dirty if anything tracked is
+// changed; empty outside a git checkout.
+func gitCommit() string {
+	out, err := exec.Command("git", "describe", "--always", "--dirty", "--abbrev=7").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// kubeVersion is what `kube-apiserver --version` in binDir says
+// ("Kubernetes v1.37.2" → "v1.37.2"), or empty.
+func kubeVersion(binDir string) string {
+	out, err := exec.Command(filepath.Join(binDir, "kube-apiserver"), "--version").Output()
+	if err != nil {
+		return ""
+	}
+	v, _ := strings.CutPrefix(strings.TrimSpace(string(out)), "Kubernetes ")
+	return v
 }
 
 // printRows ends a scenario's report with its rows, ready to replace the
 // ones in BENCHMARKS.md's table.
 func printRows(rows []row, run runInfo) {
-	fmt.Println("# rows for BENCHMARKS.md's table (| measure | figure | goal | command | date | machine |):")
+	fmt.Println("# rows for BENCHMARKS.md's tables (" + tableHeader + "):")
 	for _, r := range rows {
 		fmt.Println(tableRow(r, run))
 	}

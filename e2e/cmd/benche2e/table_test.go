@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ func TestTableRow(t *testing.T) {
 	run := runInfo{
 		Command: "go run ./e2e/cmd/benche2e --scenario delegate",
 		Start:   time.Date(2026, 11, 23, 13, 0, 0, 0, time.UTC),
+		Commit:  "5478d14", Kubernetes: "v1.37.2",
 		Machine: "2 cores, linux/amd64, go1.26.8, load 0.52",
 	}
 	for _, tc := range []struct {
@@ -22,19 +24,19 @@ func TestTableRow(t *testing.T) {
 			name: "delegate",
 			in:   delegateRows(0.670, 2.620, 1.479, 4.731)[0],
 			run:  run,
-			want: "| Forwarding to a delegate, p50 overhead | 0.809 ms (p50 1.479 against 0.670 ms direct; p99 4.731 against 2.620) | ≤ 1 ms (issue 10) | `go run ./e2e/cmd/benche2e --scenario delegate` | 2026-11-23 13:00 | 2 cores, linux/amd64, go1.26.8, load 0.52 |",
+			want: "| Forwarding to a delegate, p50 overhead | 0.809 ms (p50 1.479 against 0.670 ms direct; p99 4.731 against 2.620) | — | ≤ 1 ms (issue 10) | `go run ./e2e/cmd/benche2e --scenario delegate` | 2026-11-23 13:00 | 5478d14 | v1.37.2 | 2 cores, linux/amd64, go1.26.8, load 0.52 |",
 		},
 		{
-			name: "no goal prints a dash",
+			name: "no spread or goal prints a dash",
 			in:   row{Measure: "m", Figure: "f"},
 			run:  run,
-			want: "| m | f | — | `go run ./e2e/cmd/benche2e --scenario delegate` | 2026-11-23 13:00 | 2 cores, linux/amd64, go1.26.8, load 0.52 |",
+			want: "| m | f | — | — | `go run ./e2e/cmd/benche2e --scenario delegate` | 2026-11-23 13:00 | 5478d14 | v1.37.2 | 2 cores, linux/amd64, go1.26.8, load 0.52 |",
 		},
 		{
-			name: "pipes are escaped, the date is UTC",
-			in:   row{Measure: "a|b", Figure: "f", Goal: "g"},
+			name: "pipes are escaped, the date is UTC, no commit or version a dash",
+			in:   row{Measure: "a|b", Figure: "f", Spread: "1|2", Goal: "g"},
 			run:  runInfo{Command: "x --extender-floor bind|filter", Start: time.Date(2026, 11, 24, 1, 30, 0, 0, time.FixedZone("CET", 3600)), Machine: "m"},
-			want: "| a\\|b | f | g | `x --extender-floor bind\\|filter` | 2026-11-24 00:30 | m |",
+			want: "| a\\|b | f | 1\\|2 | g | `x --extender-floor bind\\|filter` | 2026-11-24 00:30 | — | — | m |",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,6 +44,36 @@ func TestTableRow(t *testing.T) {
 				t.Errorf("tableRow =\n%s\nwant\n%s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestTableHeaderIsBenchmarks: the rows benche2e prints have the columns of
+// every table under BENCHMARKS.md's "Current figures".
+func TestTableHeaderIsBenchmarks(t *testing.T) {
+	b, err := os.ReadFile("../../../BENCHMARKS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	start := strings.Index(page, "## Current figures")
+	end := strings.Index(page[start+1:], "\n## ")
+	if start < 0 || end < 0 {
+		t.Fatal("BENCHMARKS.md has no \"## Current figures\" section")
+	}
+	tables := 0
+	for _, line := range strings.Split(page[start:start+1+end], "\n") {
+		if strings.HasPrefix(line, "| measure |") {
+			tables++
+			if line != tableHeader {
+				t.Errorf("a table of Current figures has the header\n%s\nbenche2e prints rows for\n%s", line, tableHeader)
+			}
+		}
+	}
+	if tables == 0 {
+		t.Error("no table under Current figures")
+	}
+	if got := strings.Count(tableRow(row{Measure: "m", Figure: "f"}, runInfo{Machine: "x"}), " | ") + 1; got != strings.Count(tableHeader, " | ")+1 {
+		t.Errorf("tableRow writes %d cells, the header has %d", got, strings.Count(tableHeader, " | ")+1)
 	}
 }
 
