@@ -56,7 +56,7 @@ func newPKI(dir string) (*PKI, error) {
 	if p.APIServer, err = p.ClusterCA.Issue(dir, "apiserver", CertSpec{
 		CommonName: "kube-apiserver",
 		DNSNames:   []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPs:        []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+		IPs:        []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(kubernetesServiceIP)},
 		Server:     true,
 	}); err != nil {
 		return nil, err

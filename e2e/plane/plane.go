@@ -138,6 +138,9 @@ profiles:
 // ServiceAccount exists. On error everything started is stopped again.
 func Start(ctx context.Context, o Options) (p *Plane, err error) {
 	o = withDefaults(o)
+	if err := checkRealNodeOptions(o); err != nil {
+		return nil, err
+	}
 	dir := o.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "capscale-plane-"); err != nil {

@@ -41,6 +41,20 @@ func CheckRealNodeHost(binDir string) error {
 	return nil
 }
 
+// checkRealNodeOptions refuses real-node options that cannot all hold,
+// before Start starts anything: none of them is ever silently dropped.
+func checkRealNodeOptions(o Options) error {
+	switch {
+	case o.RealNodes < 0:
+		return fmt.Errorf("RealNodes must be at least 0, got %d", o.RealNodes)
+	case len(o.RealNodeCapacities) > 0 && len(o.RealNodeCapacities) != o.RealNodes:
+		return fmt.Errorf("RealNodeCapacities has %d entries for %d real nodes", len(o.RealNodeCapacities), o.RealNodes)
+	case o.RealNodes == 0 && (o.ServiceNetwork || len(o.RealNodeImages) > 0 || len(o.RealNodeRegistries) > 0):
+		return fmt.Errorf("ServiceNetwork, RealNodeImages and RealNodeRegistries need real nodes (RealNodes > 0)")
+	}
+	return nil
+}
+
 // startRealNodes starts Opts.RealNodes nodes and waits until all are Ready.
 func (p *Plane) startRealNodes(ctx context.Context) error {
 	o := p.Opts
@@ -50,12 +64,6 @@ func (p *Plane) startRealNodes(ctx context.Context) error {
 	capacity := o.RealNodeCapacity
 	if capacity == 0 {
 		capacity = DefaultRealNodeCapacity
-	}
-	if len(o.RealNodeCapacities) > 0 && len(o.RealNodeCapacities) != o.RealNodes {
-		return fmt.Errorf("RealNodeCapacities has %d entries for %d real nodes", len(o.RealNodeCapacities), o.RealNodes)
-	}
-	if o.ServiceNetwork && o.RealNodes == 0 {
-		return fmt.Errorf("a service network needs real nodes")
 	}
 	base := filepath.Join(p.Dir, "real-nodes")
 	images, err := nodeimage.Build(ctx, RepoRoot(), filepath.Join(base, "images"))

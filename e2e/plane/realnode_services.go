@@ -3,13 +3,11 @@ package plane
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -127,19 +125,8 @@ func (p *Plane) startServiceNetwork(ctx context.Context, apiserverPort int) erro
 	if err != nil {
 		return err
 	}
-	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[0])
-	return p.waitUntil(ctx, proc, time.Minute, "kube-proxy's first sync", func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthz, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
+	// Healthy once its first sync wrote the rules.
+	return p.waitHTTP(ctx, proc, fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[0]), nil)
 }
 
 // existingTables lists the host's nftables tables ("family name").

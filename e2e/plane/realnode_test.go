@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/capscale/capscale/e2e/nodeimage"
 )
 
 func TestRangeOf(t *testing.T) {
@@ -110,5 +112,33 @@ func TestRegistryConfig(t *testing.T) {
 	want := "server = \"http://127.0.0.1:38211\"\n\n[host.\"http://127.0.0.1:38211\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
 	if string(b) != want {
 		t.Errorf("hosts.toml:\n%s\nwant:\n%s", b, want)
+	}
+}
+
+func TestCheckRealNodeOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string // "" for accepted
+	}{
+		{name: "none", o: Options{}},
+		{name: "real nodes with all their options", o: Options{RealNodes: 2, RealNodeCapacities: []int{4, 10}, ServiceNetwork: true, RealNodeRegistries: []string{"127.0.0.1:5000"}}},
+		{name: "negative", o: Options{RealNodes: -1}, want: "at least 0"},
+		{name: "capacities for other nodes", o: Options{RealNodes: 3, RealNodeCapacities: []int{4, 10}}, want: "2 entries for 3 real nodes"},
+		{name: "service network alone", o: Options{ServiceNetwork: true}, want: "need real nodes"},
+		{name: "images alone", o: Options{RealNodeImages: make([]nodeimage.Image, 1)}, want: "need real nodes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkRealNodeOptions(tc.o)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error saying %q", err, tc.want)
+			}
+		})
 	}
 }
