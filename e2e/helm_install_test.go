@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,19 +28,9 @@ import (
 // it installs the APIService without a caBundle (the adapter writes it).
 // Objects only: kwok nodes run no container.
 func TestHelmInstallOwnerCheck(t *testing.T) {
-	helmBin := filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "helm")
-	if _, err := os.Stat(helmBin); err != nil {
-		t.Fatalf("helm is not in CAPSCALE_BIN_DIR (make deploy-tools): %v", err)
-	}
 	p := startPlane(t, plane.Options{Nodes: 1})
 	ctx := testContext(t, 3*time.Minute)
-	helm := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, helmBin, append(args, "--kubeconfig", p.Kubeconfig)...)
-		cmd.Dir = plane.RepoRoot()
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
-		b, err := cmd.CombinedOutput()
-		return string(b), err
-	}
+	helm := helmCommand(ctx, t, p)
 	ac, err := aggregator.NewForConfig(p.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -112,5 +103,25 @@ func otherAdapterAPIService(ns, name string, ca []byte) *apiregv1.APIService {
 			Group:   "external.metrics.k8s.io", Version: "v1beta1", CABundle: ca,
 			GroupPriorityMinimum: 100, VersionPriority: 100,
 		},
+	}
+}
+
+// helmCommand runs CAPSCALE_BIN_DIR's helm against p as its admin, from
+// the repository's root (a chart path is relative to it), with Helm's
+// cache, configuration and data in the test's own directories.
+func helmCommand(ctx context.Context, t *testing.T, p *plane.Plane) func(args ...string) (string, error) {
+	t.Helper()
+	bin := filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "helm")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("helm is not in CAPSCALE_BIN_DIR (make deploy-tools): %v", err)
+	}
+	home := t.TempDir()
+	return func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", p.Kubeconfig)...)
+		cmd.Dir = plane.RepoRoot()
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+			"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
+		b, err := cmd.CombinedOutput()
+		return string(b), err
 	}
 }

@@ -195,6 +195,29 @@ func pollHPAReadings(ctx context.Context, p *plane.Plane, ns string) *pollWatch 
 	})
 }
 
+// waitSchedulerRollout waits until helm upgrade has made a capscale-scheduler
+// pod of image (the new version's): the rollout is under way.
+func waitSchedulerRollout(ctx context.Context, t *testing.T, p *plane.Plane, image string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := p.Client.CoreV1().Pods("capscale-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=capscale-scheduler"})
+		if err != nil {
+			return false, nil
+		}
+		for _, pod := range pods.Items {
+			for _, c := range pod.Spec.Containers {
+				if c.Image == image {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("helm upgrade made no capscale-scheduler pod of %s: %v", image, err)
+	}
+}
+
 // checkImages: every capscale pod runs image, pulled by its node.
 func checkImages(ctx context.Context, t *testing.T, p *plane.Plane, image string) {
 	t.Helper()

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,10 +55,6 @@ const underlayPoolTaint = "e2e.capscale.io/underlay-pool"
 // from its module, as registry.k8s.io/kube-scheduler:v1.37.2 (the chart's
 // default for extender and native mode; this machine cannot pull it).
 func TestRealNodeHelmInstall(t *testing.T) {
-	helmBin := filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "helm")
-	if _, err := os.Stat(helmBin); err != nil {
-		t.Fatalf("helm is not in CAPSCALE_BIN_DIR (make deploy-tools): %v", err)
-	}
 	ctx := testContext(t, 40*time.Minute)
 	work := t.TempDir()
 	reg := startRegistry(ctx, t, work)
@@ -112,13 +107,7 @@ func TestRealNodeHelmInstall(t *testing.T) {
 `, loadURL), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	helm := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, helmBin, append(args, "--kubeconfig", p.Kubeconfig)...)
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(work, "helm-cache"),
-			"HELM_CONFIG_HOME="+filepath.Join(work, "helm-config"), "HELM_DATA_HOME="+filepath.Join(work, "helm-data"))
-		b, err := cmd.CombinedOutput()
-		return string(b), err
-	}
+	helm := helmCommand(ctx, t, p)
 	chart := "oci://" + reg + "/charts/capscale"
 
 	for _, mode := range []string{"plugin", "extender", "native"} {
@@ -182,6 +171,10 @@ func TestRealNodeHelmInstall(t *testing.T) {
 				}
 				upgraded <- err
 			}()
+			// The IP is freed once the new scheduler pods are being made,
+			// while the old ones still lead: the binds go on across the
+			// handover.
+			waitSchedulerRollout(ctx, t, p, reg+"/capscale:"+versions[1])
 			took := freeOneIP(ctx, t, s, burstNS, underlay[0].Name)
 			t.Logf("%s mode: during helm upgrade, a freed IP was taken by a Pending pod in %.1fs", mode, took.Seconds())
 			if err := <-upgraded; err != nil {
