@@ -59,6 +59,12 @@ type Source struct {
 	// Capacity is a CEL expression over object: the node's underlay IPs,
 	// an int from 0 to 1048576.
 	Capacity string `json:"capacity,omitempty"`
+	// MaxCapacity, optional, is a CEL expression over object: what the
+	// node's pool may grow to (an ENI limit, a max-allocate), an int as
+	// Capacity, or an optional int whose none means the object does not
+	// say. It is information only, mirrored beside the capacity: no mode
+	// schedules on it.
+	MaxCapacity string `json:"maxCapacity,omitempty"`
 	// NodeSelector, when set, names the nodes the source covers, and only
 	// those: such a node without an object is invalid (capacity 0), not
 	// left to the label or the default, and an object that maps to
@@ -175,6 +181,8 @@ type Compiled struct {
 	Namespace string
 	Node      *Expression
 	Capacity  *Expression
+	// MaxCapacity is nil when the source has none.
+	MaxCapacity *Expression
 	// Selector is nil when the source covers only the nodes its objects
 	// map to.
 	Selector labels.Selector
@@ -209,6 +217,11 @@ func (s *Source) compile(limit uint64) (*Compiled, error) {
 		return nil, fmt.Errorf("capacity: %w", err)
 	}
 	c := &Compiled{Name: s.Name, Resource: *s.Resource, Namespace: s.Namespace, Node: node, Capacity: capacity}
+	if s.MaxCapacity != "" {
+		if c.MaxCapacity, err = compile(s.MaxCapacity, cel.OptionalType(cel.IntType), limit); err != nil {
+			return nil, fmt.Errorf("maxCapacity: %w", err)
+		}
+	}
 	if s.NodeSelector != nil {
 		if c.Selector, err = metav1.LabelSelectorAsSelector(s.NodeSelector); err != nil {
 			return nil, fmt.Errorf("nodeSelector: %w", err)

@@ -37,10 +37,19 @@ sources:
 		{name: "bad selector", file: "sources: [{name: a, preset: cilium-eni, nodeSelector: {matchExpressions: [{key: k, operator: Sometimes}]}}]", err: "sources[0].nodeSelector"},
 		{name: "bad namespace", file: "sources: [{name: a, preset: azure-cns, namespace: Kube_System}]", err: "sources[0].namespace"},
 		{name: "not YAML", file: "sources: [", err: "decoding capacity sources"},
+		{name: "a maxCapacity of one's own", file: "sources: [{name: a, preset: cilium-eni, maxCapacity: '110'}]"},
+		{name: "an optional maxCapacity", file: "sources: [{name: a, preset: cilium-eni, maxCapacity: 'optional.none()'}]"},
+		{name: "a maxCapacity that does not compile", file: "sources: [{name: a, preset: cilium-eni, maxCapacity: 'objet.x'}]",
+			err: "sources[0] (a): maxCapacity: ERROR"},
+		{name: "a maxCapacity that gives a string", file: `sources: [{name: a, preset: cilium-eni, maxCapacity: '"10"'}]`,
+			err: "sources[0] (a): maxCapacity: gives string, want optional_type(int)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := Decode([]byte(tc.file))
+			if err == nil && tc.err != "" {
+				_, err = f.Compile()
+			}
 			if tc.err == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -104,6 +113,13 @@ func TestExpand(t *testing.T) {
 	s, err = Source{Name: "a", Preset: "azure-cns", Resource: &Resource{Version: "v1", Resource: "things"}}.Expand()
 	if err != nil || s.Namespace != "" {
 		t.Errorf("own resource: namespace %q, %v; want none", s.Namespace, err)
+	}
+	// maxCapacity is the preset's unless the source writes its own.
+	if s, _ := (Source{Name: "a", Preset: "azure-cns"}).Expand(); s.MaxCapacity != Presets["azure-cns"].MaxCapacity || s.MaxCapacity == "" {
+		t.Errorf("azure-cns: maxCapacity %q, want the preset's", s.MaxCapacity)
+	}
+	if s, _ := (Source{Name: "a", Preset: "azure-cns", MaxCapacity: "64"}).Expand(); s.MaxCapacity != "64" {
+		t.Errorf("own maxCapacity: %q, want 64", s.MaxCapacity)
 	}
 	// Expand never changes the preset itself.
 	s.Resource.Resource = "changed"

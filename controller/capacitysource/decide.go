@@ -29,6 +29,13 @@ type Result struct {
 	Capacity int64
 	// Err says why the object gives no capacity.
 	Err string
+
+	// MaxCapacity is what the node's pool may grow to, when MaxKnown
+	// (the source has a maxCapacity and the object says); MaxErr says why
+	// the expression failed. Information only.
+	MaxCapacity int64
+	MaxKnown    bool
+	MaxErr      string
 }
 
 // Evaluate runs a source's expressions on one object.
@@ -46,7 +53,23 @@ func Evaluate(s *Compiled, namespace, name string, obj map[string]any) Result {
 	if r.Capacity, err = s.Capacity.Count(obj); err != nil {
 		r.Capacity, r.Err = 0, fmt.Sprintf("capacity expression: %v", err)
 	}
+	if s.MaxCapacity != nil {
+		if r.MaxCapacity, r.MaxKnown, err = s.MaxCapacity.MaxCount(obj); err != nil {
+			r.MaxErr = fmt.Sprintf("maxCapacity expression: %v", err)
+		}
+	}
 	return r
+}
+
+// maxValue is the max-capacity annotation's value for o: "" for none.
+func maxValue(o Result) string {
+	switch {
+	case o.MaxErr != "":
+		return underlay.InvalidPrefix + o.MaxErr
+	case o.MaxKnown:
+		return strconv.FormatInt(o.MaxCapacity, 10)
+	}
+	return ""
 }
 
 // Coverage is what one source says of one node.
@@ -78,6 +101,9 @@ func (c Coverage) Covers() bool {
 // (the source and the object). The zero Mirror means neither annotation.
 type Mirror struct {
 	Value, Origin string
+	// Max is the value of capscale.io/underlay-ip-source-max-capacity
+	// (an integer or underlay.InvalidPrefix and why); "" for none.
+	Max string
 }
 
 // Invalid reports whether m marks the node's capacity invalid.
@@ -126,27 +152,29 @@ func Want(cov []Coverage) Mirror {
 	o := c.Objects[0]
 	origin := c.Source + " " + o.Ref
 	if o.Err != "" {
-		return Mirror{Value: underlay.InvalidPrefix + o.Err, Origin: origin}
+		return Mirror{Value: underlay.InvalidPrefix + o.Err, Origin: origin, Max: maxValue(o)}
 	}
-	return Mirror{Value: strconv.FormatInt(o.Capacity, 10), Origin: origin}
+	return Mirror{Value: strconv.FormatInt(o.Capacity, 10), Origin: origin, Max: maxValue(o)}
 }
 
 // Current is the mirror a node carries now.
 func Current(annotations map[string]string) Mirror {
-	return Mirror{Value: annotations[names.UnderlayIPSourceCapacityAnnotation], Origin: annotations[names.UnderlayIPSourceAnnotation]}
+	return Mirror{Value: annotations[names.UnderlayIPSourceCapacityAnnotation], Origin: annotations[names.UnderlayIPSourceAnnotation],
+		Max: annotations[names.UnderlayIPSourceMaxCapacityAnnotation]}
 }
 
-// has reports whether the node carries either annotation.
+// has reports whether the node carries any of the mirror's annotations.
 func has(annotations map[string]string) bool {
 	_, v := annotations[names.UnderlayIPSourceCapacityAnnotation]
 	_, o := annotations[names.UnderlayIPSourceAnnotation]
-	return v || o
+	_, m := annotations[names.UnderlayIPSourceMaxCapacityAnnotation]
+	return v || o || m
 }
 
 // PatchFor is the JSON merge patch that gives a node with annotations the
 // mirror want, or nil when it has it already: IPAM objects change status
 // often (a pod's IP used or released), and a Node is patched only when its
-// value or origin changes. The zero Mirror removes both annotations.
+// value, origin or max capacity changes. The zero Mirror removes them all.
 func PatchFor(annotations map[string]string, want Mirror) []byte {
 	if want == (Mirror{}) {
 		if !has(annotations) {
@@ -161,9 +189,16 @@ func PatchFor(annotations map[string]string, want Mirror) []byte {
 		}
 		return v
 	}
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+	ann := map[string]any{
 		names.UnderlayIPSourceCapacityAnnotation: set(want.Value),
 		names.UnderlayIPSourceAnnotation:         set(want.Origin),
-	}}})
+	}
+	// The max capacity: set when known, removed when no longer.
+	if _, carried := annotations[names.UnderlayIPSourceMaxCapacityAnnotation]; want.Max != "" {
+		ann[names.UnderlayIPSourceMaxCapacityAnnotation] = want.Max
+	} else if carried {
+		ann[names.UnderlayIPSourceMaxCapacityAnnotation] = nil
+	}
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	return b
 }

@@ -106,6 +106,62 @@ func TestPatchFor(t *testing.T) {
 	}
 }
 
+// TestMaxCapacityMirrored: the max capacity rides with the capacity, is
+// removed when the object no longer says, and an error in it is shown,
+// never taken for a number; it changes nothing of the capacity.
+func TestMaxCapacityMirrored(t *testing.T) {
+	const v, o, m = names.UnderlayIPSourceCapacityAnnotation, names.UnderlayIPSourceAnnotation, names.UnderlayIPSourceMaxCapacityAnnotation
+	obj := func(r Result) []Coverage {
+		r.Ref = "ciliumnodes.cilium.io/n1"
+		return []Coverage{{Source: "cilium", Resource: "ciliumnodes.cilium.io", Objects: []Result{r}}}
+	}
+	origin := "cilium ciliumnodes.cilium.io/n1"
+	tests := []struct {
+		name        string
+		cov         []Coverage
+		want        Mirror
+		annotations map[string]string
+		patch       map[string]any
+	}{
+		{name: "known", cov: obj(Result{Node: "n1", Capacity: 12, MaxCapacity: 29, MaxKnown: true}),
+			want: Mirror{Value: "12", Origin: origin, Max: "29"}, patch: map[string]any{v: "12", o: origin, m: "29"}},
+		{name: "grown: only the max changed", cov: obj(Result{Node: "n1", Capacity: 12, MaxCapacity: 40, MaxKnown: true}),
+			annotations: map[string]string{v: "12", o: origin, m: "29"},
+			want:        Mirror{Value: "12", Origin: origin, Max: "40"}, patch: map[string]any{v: "12", o: origin, m: "40"}},
+		{name: "the object no longer says: removed", cov: obj(Result{Node: "n1", Capacity: 12}),
+			annotations: map[string]string{v: "12", o: origin, m: "29"},
+			want:        Mirror{Value: "12", Origin: origin}, patch: map[string]any{v: "12", o: origin, m: nil}},
+		{name: "an error is shown as invalid, the capacity stands", cov: obj(Result{Node: "n1", Capacity: 12, MaxErr: "maxCapacity expression: no such key"}),
+			want: Mirror{Value: "12", Origin: origin, Max: "invalid: maxCapacity expression: no such key"},
+			patch: map[string]any{v: "12", o: origin, m: "invalid: maxCapacity expression: no such key"}},
+		{name: "unchanged: no patch", cov: obj(Result{Node: "n1", Capacity: 12, MaxCapacity: 29, MaxKnown: true}),
+			annotations: map[string]string{v: "12", o: origin, m: "29"}, want: Mirror{Value: "12", Origin: origin, Max: "29"}},
+		{name: "no longer covered: all removed", annotations: map[string]string{v: "12", o: origin, m: "29"},
+			want: Mirror{}, patch: map[string]any{v: nil, o: nil, m: nil}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Want(tc.cov); got != tc.want {
+				t.Fatalf("Want = %+v, want %+v", got, tc.want)
+			}
+			b := PatchFor(tc.annotations, tc.want)
+			if tc.patch == nil {
+				if b != nil {
+					t.Fatalf("patch %s, want none", b)
+				}
+				return
+			}
+			var got map[string]map[string]map[string]any
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got["metadata"]["annotations"], tc.patch) {
+				t.Fatalf("patch %s, want annotations %v", b, tc.patch)
+			}
+		})
+	}
+}
+
 func TestSourceOf(t *testing.T) {
 	for m, want := range map[Mirror]string{
 		{Value: "1", Origin: "cilium ciliumnodes.cilium.io/n1"}: "cilium",

@@ -33,15 +33,18 @@ const CostLimit = celconfig.PerCallLimit
 // lists, strings, sets, regex, quantity, ip and cidr, optional types) at the
 // compatibility version of this build, plus the variable object (the
 // source's object, of no declared schema: a CRD's schema is the IPAM's and
-// may change under capscale) and cel-go's math extension, for
-// math.bitShiftLeft: the address count of a CIDR is 2 to the power of its
-// host bits, and no Kubernetes library raises a power.
+// may change under capscale), cel-go's math extension, for
+// math.bitShiftLeft (the address count of a CIDR is 2 to the power of its
+// host bits, and no Kubernetes library raises a power) and math.least, and
+// its bindings extension, for cel.bind (a preset names a list it reads
+// twice).
 var env = sync.OnceValues(func() (*cel.Env, error) {
 	set, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Extend(environment.VersionedOptions{
 		IntroducedVersion: version.MajorMinor(1, 0),
 		EnvOptions: []cel.EnvOption{
 			cel.Variable(ObjectVariable, cel.DynType),
 			ext.Math(ext.MathVersion(2)),
+			ext.Bindings(),
 		},
 	})
 	if err != nil {
@@ -72,10 +75,7 @@ func compile(src string, want *cel.Type, limit uint64) (*Expression, error) {
 	if iss.Err() != nil {
 		return nil, iss.Err()
 	}
-	out := ast.OutputType()
-	// A count may be an int or a uint (Count bounds it); anything may be
-	// dyn, the type of any field of object, checked when it runs.
-	if !out.IsExactType(want) && !out.IsExactType(cel.DynType) && !(want == cel.IntType && out.IsExactType(cel.UintType)) {
+	if out := ast.OutputType(); !gives(out, want) {
 		return nil, fmt.Errorf("gives %s, want %s", out, want)
 	}
 	prg, err := e.Program(ast, cel.CostLimit(limit))
@@ -83,6 +83,23 @@ func compile(src string, want *cel.Type, limit uint64) (*Expression, error) {
 		return nil, err
 	}
 	return &Expression{Source: src, prg: prg}, nil
+}
+
+// gives reports whether an expression of type out may give want. A count
+// may be an int or a uint (Count bounds it); anything may be dyn, the type
+// of any field of object, checked when it runs; an optional count's value
+// likewise.
+func gives(out, want *cel.Type) bool {
+	if out.IsExactType(want) || out.IsExactType(cel.DynType) || (want == cel.IntType && out.IsExactType(cel.UintType)) {
+		return true
+	}
+	if want.Kind() == types.OpaqueKind && want.TypeName() == "optional_type" {
+		if out.Kind() == types.OpaqueKind && out.TypeName() == "optional_type" {
+			return gives(out.Parameters()[0], want.Parameters()[0])
+		}
+		return gives(out, want.Parameters()[0])
+	}
+	return false
 }
 
 // eval runs the expression on obj (an object as the dynamic client decodes
@@ -104,6 +121,28 @@ func (x *Expression) Count(obj map[string]any) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return count(v)
+}
+
+// MaxCount runs a maxCapacity expression on obj: a count as Count gives
+// it, or, from an optional, none (ok false) when the object does not say.
+func (x *Expression) MaxCount(obj map[string]any) (n int64, ok bool, err error) {
+	v, err := x.eval(obj)
+	if err != nil {
+		return 0, false, err
+	}
+	if o, isOpt := v.(*types.Optional); isOpt {
+		if !o.HasValue() {
+			return 0, false, nil
+		}
+		v = o.GetValue()
+	}
+	n, err = count(v)
+	return n, err == nil, err
+}
+
+// count is a CEL value as a whole number of underlay IPs.
+func count(v ref.Val) (int64, error) {
 	var n int64
 	switch t := v.(type) {
 	case types.Int:

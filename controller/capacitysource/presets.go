@@ -6,75 +6,130 @@ import (
 )
 
 // Presets are capacity sources written for known IPAMs, derived from each
-// project's own types and controllers (docs/scheduling.md "Capacity
-// sources" cites the file and field each expression reads). A source that
-// names one takes its resource, namespace, node and capacity unless it sets
-// them itself: a preset is only data for the same mechanism.
+// project's own types and controllers, and checked against the objects
+// their own code writes (ciliumcheck/ drives Cilium v1.20.2's operator and
+// allocators; ipamtest/ builds Azure CNS's objects from ACN v1.8.12's
+// source). docs/scheduling.md "Capacity sources" cites the file and field
+// each expression reads. A source that names one takes its resource,
+// namespace, node, capacity and maxCapacity unless it sets them itself: a
+// preset is only data for the same mechanism.
+//
+// Capacity is what the node's pool holds now, less what the IPAM keeps for
+// itself; MaxCapacity is what the pool may grow to (information only:
+// every mode schedules on Capacity, docs/scheduling.md says why).
 var Presets = map[string]Source{
-	// Cilium's ENI IPAM (AWS): cilium-operator attaches ENIs and writes
-	// their secondary IPs into the CiliumNode's spec.ipam.pool, named after
-	// the node; cilium-agent hands pod IPs out of that pool and lists the
-	// ones in use in status.ipam.used, with the owner "namespace/pod" for a
-	// pod and "router", "health" or "ingress" for its own endpoints
-	// (github.com/cilium/cilium pkg/ipam/types/types.go IPAMSpec.Pool,
-	// IPAMStatus.Used, ReleaseIPs; daemon/infraendpoints). The node can
-	// hold as many pods as the pool has IPs that are neither the agent's
-	// own nor being released (status.ipam.release-ips, any state but
-	// do-not-release). The operator grows the pool as pods use it (up to
-	// the instance's ENI limit or spec.ipam.max-allocate), so the count
-	// follows it.
-	"cilium-eni": ciliumPool,
+	// Cilium's ENI IPAM (AWS), agents of v1.19 and of v1.20. cilium-operator
+	// attaches ENIs, lists them in status.eni.enis and their secondary IPs
+	// in spec.ipam.pool (pkg/ipam/types/types.go:123 IPAMSpec.Pool). What the
+	// agent hands out depends on its allocator, told apart as cilium-operator
+	// v1.20.2 does (operator/pkg/ipam/nodemanager/node.go:435-455
+	// poolRequestedIPs, isMultiPoolNodeLocked): an agent that reports the
+	// "default" pool in spec.ipam.pools.requested and has no
+	// status.ipam.used runs the multi-pool allocator (v1.20: pkg/ipam/
+	// ipam.go:171, eni.go:588-640 reads status.eni.enis into one "default"
+	// allocation with first and last IPs allowed, which it writes to
+	// spec.ipam.pools.allocated); any other runs the CRD allocator (v1.19),
+	// which hands out spec.ipam.pool and lists every IP it gave, with its
+	// owner, in status.ipam.used (pkg/ipam/crd.go:526-530). Either way the
+	// agent's own endpoints take IPs from the same pool
+	// (daemon/infraendpoints/infra_ip_allocation.go:256,352,449: "router",
+	// "health", "ingress"): on v1.19 they are status.ipam.used's entries
+	// whose owner is not "namespace/pod"; on v1.20 they are the node's
+	// CiliumInternalIP, spec.health.ipv4 and spec.ingress.ipv4
+	// (pkg/nodediscovery/nodediscovery.go:332,367,377) that fall in the
+	// allocated CIDRs. IPs in the release handshake (v1.19 only: the
+	// operator leaves multi-pool nodes out of it, node.go:1379-1387) are not
+	// for new pods. MaxCapacity is spec.ipam.max-allocate when set
+	// (types.go:158; the operator's getMaxAllocate, node.go:303): the
+	// instance type's ENI limit it falls back to is in the operator's limits
+	// table, not on the CiliumNode.
+	"cilium-eni": ciliumCloud,
 	// Cilium's Azure IPAM: the same fields, filled from the VM's Azure
-	// interfaces by cilium-operator.
-	"cilium-azure": ciliumPool,
+	// interfaces by cilium-operator. v1.20.2's agent still runs the CRD
+	// allocator in Azure mode (pkg/ipam/ipam.go:192); the expression is
+	// cilium-eni's so that an agent moved to multi-pool is read right too.
+	"cilium-azure": ciliumCloud,
 	// Cilium's multi-pool IPAM: cilium-operator allocates CIDRs of each
 	// pool to the node in spec.ipam.pools.allocated (pool, cidrs,
 	// allowFirstIP, allowLastIP); cilium-agent allocates pod IPs out of
 	// them, leaving out each CIDR's first and last address unless allowed
 	// (pkg/ipam/types IPAMPoolAllocation; pkg/ipam/pool.go and
 	// service/ipallocator NewCIDRRange, for CIDRs of more than 2
-	// addresses). The count is the IPv4 addresses of every pool's CIDRs;
-	// to count one pool (the underlay one), filter on a.pool in your own
-	// capacity expression (docs/scheduling.md shows it).
+	// addresses). Its router, health and ingress IPs come out of the
+	// default pool (infra_ip_allocation.go, ipam.PoolDefault()) and are
+	// not for pods. The count is the IPv4 addresses of every pool's CIDRs
+	// less those; to count one pool (the underlay one), filter on a.pool in
+	// your own capacity expression (docs/scheduling.md shows it). No
+	// MaxCapacity: a pool grows by CIDRs of its CiliumPodIPPool, with no
+	// per-node bound on the CiliumNode.
 	"cilium-multi-pool": {
 		Resource: &Resource{Group: "cilium.io", Version: "v2", Resource: "ciliumnodes"},
 		Node:     "object.metadata.name",
-		Capacity: `object.?spec.?ipam.?pools.?allocated.orValue([]).map(a,
-  a.?cidrs.orValue([]).filter(c, cidr(c).ip().family() == 4).map(c,
-    math.bitShiftLeft(1, 32 - cidr(c).prefixLength())
-    - (cidr(c).prefixLength() <= 30 ? (a.?allowFirstIP.orValue(false) ? 0 : 1) + (a.?allowLastIP.orValue(false) ? 0 : 1) : 0)
-  ).sum()
-).sum()`,
+		Capacity: ciliumMultiPool,
 	},
 	// Azure CNI with dynamic pod IP allocation, served by Azure CNS: the
 	// NodeNetworkConfig kube-system/<node> carries, per network container,
 	// the secondary IPs allocated to the node (status.networkContainers[].
-	// ipAssignments), from which CNS gives pods their IPs; CNS lists the
-	// IPs it is releasing in spec.ipsNotInUse
-	// (github.com/Azure/azure-container-networking
-	// crd/nodenetworkconfig/api/v1alpha/nodenetworkconfig.go;
-	// cns/kubecontroller/nodenetworkconfig/conversion.go
-	// CreateNCRequestFromDynamicNC; cns/service/main.go names the object
-	// kube-system/<node>). Static (block) network containers are left out.
+	// ipAssignments, each named by its ID), from which CNS gives pods their
+	// IPs (github.com/Azure/azure-container-networking v1.8.12
+	// crd/nodenetworkconfig/api/v1alpha/nodenetworkconfig.go:49-50,86,125,
+	// 144; cns/kubecontroller/nodenetworkconfig/conversion.go:70-75
+	// CreateNCRequestFromDynamicNC keys each IP by ipAssignment.Name). CNS
+	// lists the IDs of the IPs it is releasing in spec.ipsNotInUse: CNS v1
+	// rewrites the list from its pending-release IPs and clears it once the
+	// controller has reconciled (cns/ipampool/monitor.go:379-412
+	// cleanPendingRelease); CNS v2 rewrites it only when it scales
+	// (cns/ipampool/v2/monitor.go:145-156 buildNNCSpec, called from
+	// reconcile only when the target changes), so names of IPs already gone
+	// from status stay listed. The count is the dynamic assignments whose
+	// name is not listed. Static (block) network containers are left out.
+	// MaxCapacity is status.scaler.maxIPCount, capped at 250 as CNS caps
+	// its request (v2/monitor.go:18,85).
 	"azure-cns": {
 		Resource:  &Resource{Group: "acn.azure.com", Version: "v1alpha", Resource: "nodenetworkconfigs"},
 		Namespace: "kube-system",
 		Node:      "object.metadata.name",
 		Capacity: `object.?status.?networkContainers.orValue([])
   .filter(nc, nc.?assignmentMode.orValue("dynamic") == "dynamic")
-  .map(nc, size(nc.?ipAssignments.orValue([]))).sum()
-- size(object.?spec.?ipsNotInUse.orValue([]))`,
+  .map(nc, nc.?ipAssignments.orValue([])
+    .filter(a, !(a.?name.orValue("") in object.?spec.?ipsNotInUse.orValue([]))).size()).sum()`,
+		MaxCapacity: `object.?status.?scaler.?maxIPCount.optFlatMap(m, m > 0 ? optional.of(math.least(m, 250)) : optional.none())`,
 	},
 }
 
-var ciliumPool = Source{
-	Resource: &Resource{Group: "cilium.io", Version: "v2", Resource: "ciliumnodes"},
-	Node:     "object.metadata.name",
-	Capacity: `size(object.?spec.?ipam.?pool.orValue({}))
+// ciliumMultiPool counts the IPv4 addresses of spec.ipam.pools.allocated,
+// less the agent's router (CiliumInternalIP), health and ingress IPs that
+// fall in them.
+const ciliumMultiPool = `cel.bind(allocs, object.?spec.?ipam.?pools.?allocated.orValue([]),
+  allocs.map(a,
+    a.?cidrs.orValue([]).filter(c, cidr(c).ip().family() == 4).map(c,
+      math.bitShiftLeft(1, 32 - cidr(c).prefixLength())
+      - (cidr(c).prefixLength() <= 30 ? (a.?allowFirstIP.orValue(false) ? 0 : 1) + (a.?allowLastIP.orValue(false) ? 0 : 1) : 0)
+    ).sum()
+  ).sum()
+  - (object.?spec.?addresses.orValue([]).filter(x, x.?type.orValue("") == "CiliumInternalIP").map(x, x.?ip.orValue(""))
+     + [object.?spec.?health.?ipv4.orValue(""), object.?spec.?ingress.?ipv4.orValue("")])
+    .filter(i, isIP(i) && ip(i).family() == 4
+      && allocs.exists(a, a.?cidrs.orValue([]).exists(c, cidr(c).ip().family() == 4 && cidr(c).containsIP(i)))).size())`
+
+// ciliumCRD counts spec.ipam.pool less the agent's own endpoints in
+// status.ipam.used (an owner without "/") and the IPs in the release
+// handshake.
+const ciliumCRD = `size(object.?spec.?ipam.?pool.orValue({}))
 - object.?status.?ipam.?used.orValue({}).filter(ip,
     !object.status.ipam.used[ip].?owner.orValue("").contains("/")).size()
 - object.?status.?ipam[?"release-ips"].orValue({}).filter(ip,
-    object.status.ipam["release-ips"][ip] != "do-not-release" && ip in object.?spec.?ipam.?pool.orValue({})).size()`,
+    object.status.ipam["release-ips"][ip] != "do-not-release" && ip in object.?spec.?ipam.?pool.orValue({})).size()`
+
+var ciliumCloud = Source{
+	Resource: &Resource{Group: "cilium.io", Version: "v2", Resource: "ciliumnodes"},
+	Node:     "object.metadata.name",
+	// The operator's test (node.go:449-455): the agent runs multi-pool.
+	Capacity: `object.?spec.?ipam.?pools.?requested.orValue([]).exists(r, r.?pool.orValue("") == "default")
+  && size(object.?status.?ipam.?used.orValue({})) == 0
+? ` + ciliumMultiPool + `
+: ` + ciliumCRD,
+	MaxCapacity: `object.?spec.?ipam[?"max-allocate"].optFlatMap(m, m > 0 ? optional.of(m) : optional.none())`,
 }
 
 // PresetNames lists the presets, sorted.
@@ -109,6 +164,9 @@ func (s Source) Expand() (Source, error) {
 	}
 	if s.Capacity == "" {
 		s.Capacity = p.Capacity
+	}
+	if s.MaxCapacity == "" {
+		s.MaxCapacity = p.MaxCapacity
 	}
 	return s, nil
 }

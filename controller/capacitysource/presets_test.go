@@ -72,11 +72,27 @@ func TestPresets(t *testing.T) {
 			obj: &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "n1"}, "spec": map[string]any{}}}, want: 0},
 		{name: "Azure: the same fields", preset: "cilium-azure",
 			obj: ipamtest.CiliumNodeAzure("n1", "u", 30, []string{"shop/a"}), want: 28},
+		// v1.20 agents: the multi-pool allocator in ENI mode (issue 49 §1).
+		{name: "ENI, v1.20 agent: the allocated CIDRs less router, health and ingress", preset: "cilium-eni",
+			obj: ipamtest.CiliumNodeENIMultiPool("n1", "u", 12, 12, 3, ipamtest.IP(0), ipamtest.IP(1), ipamtest.IP(2)), want: 9},
+		{name: "ENI, v1.20 agent: the agent's allocation lags the operator's pool (cilium#47910)", preset: "cilium-eni",
+			obj: ipamtest.CiliumNodeENIMultiPool("n1", "u", 144, 96, 69, ipamtest.IP(0), ipamtest.IP(1)), want: 94},
+		{name: "ENI, v1.20 agent: an endpoint IP outside the allocation is not the pool's", preset: "cilium-eni",
+			obj: ipamtest.CiliumNodeENIMultiPool("n1", "u", 12, 12, 0, "10.99.0.1", ipamtest.IP(1)), want: 11},
 		{name: "multi-pool: a /28 less network and broadcast, plus a delegated /28", preset: "cilium-multi-pool",
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
 				{Pool: "underlay", CIDRs: []string{"10.20.0.16/28"}, AllowFirstIP: true, AllowLastIP: true},
 			}), want: 14 + 16},
+		{name: "multi-pool: router and health come out of the default pool", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
+				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
+			}, "10.10.0.1", "10.10.0.2"), want: 12},
+		{name: "multi-pool: router, health and ingress beside an underlay pool", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
+				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
+				{Pool: "underlay", CIDRs: []string{"10.20.0.16/28"}, AllowFirstIP: true, AllowLastIP: true},
+			}, "10.10.0.1", "10.10.0.2", "10.10.0.3"), want: 11 + 16},
 		{name: "multi-pool: IPv6 CIDRs and tiny CIDRs", preset: "cilium-multi-pool",
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"fd00::/120", "10.10.0.0/31", "10.10.0.2/32", "10.10.1.0/30"}},
@@ -86,6 +102,10 @@ func TestPresets(t *testing.T) {
 			err: "network address parse error"},
 		{name: "Azure CNS: the assigned IPs less those CNS releases", preset: "azure-cns",
 			obj: ipamtest.NodeNetworkConfig("n1", "u", 32, 32, 4), want: 28},
+		{name: "Azure CNS v2: names left in ipsNotInUse after a scale-down are not subtracted", preset: "azure-cns",
+			obj: ipamtest.NodeNetworkConfig("n1", "u", 16, 16, 0, 16), want: 16},
+		{name: "Azure CNS v2: IPs being released and stale names", preset: "azure-cns",
+			obj: ipamtest.NodeNetworkConfig("n1", "u", 32, 32, 4, 4), want: 28},
 		{name: "Azure CNS: nothing assigned yet", preset: "azure-cns",
 			obj: ipamtest.NodeNetworkConfig("n1", "u", 16, 0, 0), want: 0},
 	}
@@ -103,6 +123,46 @@ func TestPresets(t *testing.T) {
 			}
 			if r.Err != "" || r.Capacity != tc.want {
 				t.Fatalf("Evaluate = %+v, want capacity %d", r, tc.want)
+			}
+		})
+	}
+}
+
+// TestPresetMaxCapacity: what each preset says the pool may grow to, and
+// "does not say" where the object has no such field.
+func TestPresetMaxCapacity(t *testing.T) {
+	set := func(u *unstructured.Unstructured, v any, path ...string) *unstructured.Unstructured {
+		if err := unstructured.SetNestedField(u.Object, v, path...); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	tests := []struct {
+		name, preset string
+		obj          *unstructured.Unstructured
+		want         int64
+		known        bool
+	}{
+		{name: "ENI: spec.ipam.max-allocate", preset: "cilium-eni",
+			obj: set(ipamtest.CiliumNodeENI("n1", "u", 12, nil), int64(29), "spec", "ipam", "max-allocate"), want: 29, known: true},
+		{name: "ENI: no max-allocate, the ENI limit is not on the object", preset: "cilium-eni",
+			obj: ipamtest.CiliumNodeENI("n1", "u", 12, nil)},
+		{name: "ENI v1.20: the same field", preset: "cilium-eni",
+			obj: set(ipamtest.CiliumNodeENIMultiPool("n1", "u", 12, 12, 0), int64(40), "spec", "ipam", "max-allocate"), want: 40, known: true},
+		{name: "Azure: the same field", preset: "cilium-azure",
+			obj: set(ipamtest.CiliumNodeAzure("n1", "u", 12, nil), int64(0), "spec", "ipam", "max-allocate")},
+		{name: "Azure CNS: status.scaler.maxIPCount", preset: "azure-cns",
+			obj: set(ipamtest.NodeNetworkConfig("n1", "u", 16, 16, 0), int64(110), "status", "scaler", "maxIPCount"), want: 110, known: true},
+		{name: "Azure CNS: capped at 250 as CNS caps its request", preset: "azure-cns",
+			obj: set(ipamtest.NodeNetworkConfig("n1", "u", 16, 16, 0), int64(500), "status", "scaler", "maxIPCount"), want: 250, known: true},
+		{name: "multi-pool: none", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{{Pool: "default", CIDRs: []string{"10.10.0.0/28"}}})},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Evaluate(presetSource(t, tc.preset), tc.obj.GetNamespace(), "n1", decoded(t, tc.obj))
+			if r.Err != "" || r.MaxErr != "" || r.MaxKnown != tc.known || r.MaxCapacity != tc.want {
+				t.Fatalf("Evaluate = %+v, want max capacity %d (known %v)", r, tc.want, tc.known)
 			}
 		})
 	}

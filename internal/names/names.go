@@ -30,6 +30,19 @@ const (
 	// (namespace/name for a namespaced object): for display and Events
 	// only, never parsed by the rule.
 	UnderlayIPSourceAnnotation = "capscale.io/underlay-ip-source"
+)
+
+const (
+	// UnderlayIPSourceMaxCapacityAnnotation on a Node is what the node's
+	// IPAM pool may grow to, as the mirror read it from the node's object
+	// with the source's maxCapacity (an ENI limit, spec.ipam.max-allocate,
+	// Azure CNS's status.scaler.maxIPCount): a plain integer, or
+	// "invalid: <why>" when the expression failed; absent when the source
+	// has none or the object does not say. Information only: no mode
+	// schedules on it (the pool grows when pods need it, not before), and
+	// `kubectl capscale ips` and the workload API show it beside the
+	// capacity. Only the mirror should write it.
+	UnderlayIPSourceMaxCapacityAnnotation = "capscale.io/underlay-ip-source-max-capacity"
 	// UnderlayNamespaceLabel marks a namespace whose pods use underlay IPs:
 	// capscale's MutatingAdmissionPolicy gives each of its pods that is not
 	// hostNetwork and asks for no IP one capscale.io/underlay-ip, and

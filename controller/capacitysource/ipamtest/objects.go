@@ -109,8 +109,13 @@ type PoolAllocation struct {
 // CiliumNodeMultiPool is a CiliumNode in multi-pool IPAM mode:
 // cilium-agent asks for IPs per pool in spec.ipam.pools.requested and
 // cilium-operator allocates CIDRs of each pool in spec.ipam.pools.allocated
-// (pkg/ipam/types IPAMPoolSpec, IPAMPoolAllocation).
-func CiliumNodeMultiPool(node string, uid types.UID, pools []PoolAllocation) *unstructured.Unstructured {
+// (pkg/ipam/types IPAMPoolSpec, IPAMPoolAllocation). Without infra, the
+// agent's own endpoints have no IPs yet; with it, they are the router
+// (spec.addresses' CiliumInternalIP), health and ingress IPs the agent
+// took from the default pool and wrote back (Cilium v1.20.2
+// daemon/infraendpoints/infra_ip_allocation.go:256,352,449;
+// pkg/nodediscovery/nodediscovery.go:332,367,377).
+func CiliumNodeMultiPool(node string, uid types.UID, pools []PoolAllocation, infra ...string) *unstructured.Unstructured {
 	var requested, allocated []any
 	for _, p := range pools {
 		requested = append(requested, map[string]any{"pool": p.Pool, "needed": map[string]any{"ipv4-addrs": int64(16)}})
@@ -131,12 +136,60 @@ func CiliumNodeMultiPool(node string, uid types.UID, pools []PoolAllocation) *un
 		"apiVersion": "cilium.io/v2",
 		"kind":       "CiliumNode",
 		"metadata":   map[string]any{"name": node, "ownerReferences": ownedByNode(node, uid)},
-		"spec": map[string]any{
+		"spec": withInfra(map[string]any{
 			"addresses": []any{map[string]any{"type": "InternalIP", "ip": "10.0.0.10"}},
 			"ipam":      map[string]any{"pools": map[string]any{"requested": requested, "allocated": allocated}},
-		},
+		}, infra),
 	}}
 }
+
+// withInfra writes the agent's router, health and ingress IPs (in that
+// order, as many as given) into spec as cilium-agent's node discovery does.
+func withInfra(spec map[string]any, infra []string) map[string]any {
+	for i, a := range infra {
+		switch i {
+		case 0:
+			spec["addresses"] = append(spec["addresses"].([]any), map[string]any{"type": "CiliumInternalIP", "ip": a})
+		case 1:
+			spec["health"] = map[string]any{"ipv4": a}
+		case 2:
+			spec["ingress"] = map[string]any{"ipv4": a}
+		}
+	}
+	return spec
+}
+
+// CiliumNodeENIMultiPool is a CiliumNode of a v1.20 agent in ENI mode, which
+// runs the multi-pool allocator (Cilium v1.20.2 pkg/ipam/ipam.go:171): the
+// operator's spec.ipam.pool and status.eni.enis as CiliumNodeENI writes
+// them; the agent has turned the ENI's addresses into /32 CIDRs of the
+// "default" pool with first and last IPs allowed in
+// spec.ipam.pools.allocated (pkg/ipam/eni.go:588-640), taken its router,
+// health and ingress IPs out of them (infra), reported its demand (in use
+// plus pre-allocate 8) in spec.ipam.pools.requested and written nothing
+// into status.ipam.used (the operator's test of a multi-pool agent,
+// operator/pkg/ipam/nodemanager/node.go:449-455). allocated may be fewer
+// than pool: the agent's pools can lag the ENIs (cilium#47910).
+func CiliumNodeENIMultiPool(node string, uid types.UID, pool, allocated, inUse int, infra ...string) *unstructured.Unstructured {
+	u := CiliumNodeENI(node, uid, pool, nil)
+	cidrs := make([]any, 0, allocated)
+	for i := range allocated {
+		cidrs = append(cidrs, ip(0, i)+"/32")
+	}
+	spec := u.Object["spec"].(map[string]any)
+	spec["ipam"].(map[string]any)["pools"] = map[string]any{
+		"requested": []any{map[string]any{"pool": "default", "needed": map[string]any{"ipv4-addrs": int64(inUse + 8)}}},
+		"allocated": []any{map[string]any{"pool": "default", "cidrs": cidrs, "allowFirstIP": true, "allowLastIP": true}},
+	}
+	spec["addresses"] = []any{map[string]any{"type": "InternalIP", "ip": "10.0.0.10"}}
+	withInfra(spec, infra)
+	delete(u.Object["status"].(map[string]any)["ipam"].(map[string]any), "used")
+	return u
+}
+
+// IP is the i-th address of the pools the CiliumNode builders write: for
+// naming the agent's own endpoints in them.
+func IP(i int) string { return ip(0, i) }
 
 // NodeNetworkConfig is an Azure CNS NodeNetworkConfig (acn.azure.com/
 // v1alpha, kube-system/<node>; github.com/Azure/azure-container-networking
@@ -144,15 +197,26 @@ func CiliumNodeMultiPool(node string, uid types.UID, pools []PoolAllocation) *un
 // allocation: CNS has asked for requested IPs in spec.requestedIPCount,
 // and the delegated network controller has assigned ips secondary IPs to
 // one dynamic VNET network container in status; CNS is releasing the
-// first notInUse of them (spec.ipsNotInUse holds their IDs).
-func NodeNetworkConfig(node string, uid types.UID, requested, ips, notInUse int) *unstructured.Unstructured {
+// first notInUse of them (spec.ipsNotInUse holds their IDs, the
+// assignments' names: ACN v1.8.12 cns/ipampool/v2/monitor.go:145-156
+// buildNNCSpec, cns/kubecontroller/nodenetworkconfig/conversion.go:70-75).
+// stale more names follow in spec.ipsNotInUse, of IPs the controller has
+// already taken out of status: CNS v2 rewrites the list only when its
+// target changes (v2/monitor.go:112-142 reconcile), so after a scale-down the names
+// stay until the next scale.
+func NodeNetworkConfig(node string, uid types.UID, requested, ips, notInUse int, stale ...int) *unstructured.Unstructured {
 	assignments := make([]any, ips)
 	var releasing []any
+	id := func(i int) string { return fmt.Sprintf("f0a1b2c3-0000-4000-8000-%012d", i) }
 	for i := range ips {
-		id := fmt.Sprintf("f0a1b2c3-0000-4000-8000-%012d", i)
-		assignments[i] = map[string]any{"name": id, "ip": ip(240, i)}
+		assignments[i] = map[string]any{"name": id(i), "ip": ip(240, i)}
 		if i < notInUse {
-			releasing = append(releasing, id)
+			releasing = append(releasing, id(i))
+		}
+	}
+	for _, n := range stale {
+		for i := range n {
+			releasing = append(releasing, id(ips+i))
 		}
 	}
 	spec := map[string]any{"requestedIPCount": int64(requested), "availabilityZone": int64(1)}
