@@ -132,7 +132,7 @@ func TestMaxCapacityMirrored(t *testing.T) {
 			annotations: map[string]string{v: "12", o: origin, m: "29"},
 			want:        Mirror{Value: "12", Origin: origin}, patch: map[string]any{v: "12", o: origin, m: nil}},
 		{name: "an error is shown as invalid, the capacity stands", cov: obj(Result{Node: "n1", Capacity: 12, MaxErr: "maxCapacity expression: no such key"}),
-			want: Mirror{Value: "12", Origin: origin, Max: "invalid: maxCapacity expression: no such key"},
+			want:  Mirror{Value: "12", Origin: origin, Max: "invalid: maxCapacity expression: no such key"},
 			patch: map[string]any{v: "12", o: origin, m: "invalid: maxCapacity expression: no such key"}},
 		{name: "unchanged: no patch", cov: obj(Result{Node: "n1", Capacity: 12, MaxCapacity: 29, MaxKnown: true}),
 			annotations: map[string]string{v: "12", o: origin, m: "29"}, want: Mirror{Value: "12", Origin: origin, Max: "29"}},
