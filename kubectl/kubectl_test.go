@@ -264,3 +264,41 @@ func hpaList(target string, minR, maxR int32) *autoscalingv2.HorizontalPodAutosc
 			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: target}},
 	}}}
 }
+
+// TestIPsMayGrowTo: a node whose capacity source says what its pool may
+// grow to shows it beside the capacity, which stays what is counted.
+func TestIPsMayGrowTo(t *testing.T) {
+	node := func(name string, ann map[string]string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}}
+	}
+	src := func(name, capacity, max string) map[string]string {
+		a := map[string]string{names.UnderlayIPSourceCapacityAnnotation: capacity,
+			names.UnderlayIPSourceAnnotation: "cilium ciliumnodes.cilium.io/" + name}
+		if max != "" {
+			a[names.UnderlayIPSourceMaxCapacityAnnotation] = max
+		}
+		return a
+	}
+	cs := fake.NewClientset(node("node-a", src("node-a", "12", "29")), node("node-b", src("node-b", "8", "invalid: maxCapacity expression: no such key")),
+		node("node-c", src("node-c", "5", "")))
+	out, _, err := run(t, cs, "ips")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `NODE              CAPACITY   USED   FREE   WAITING   SOURCE                                         MAY-GROW-TO
+node-a            12         0      12     0         source cilium (ciliumnodes.cilium.io/node-a)   29
+node-b            8          0      8      0         source cilium (ciliumnodes.cilium.io/node-b)   invalid
+node-c            5          0      5      0         source cilium (ciliumnodes.cilium.io/node-c)   -
+TOTAL (3 nodes)   25         0      25     0         0 full, 0 invalid                              
+`
+	if out != want {
+		t.Errorf("table:\n%s\nwant:\n%s", out, want)
+	}
+	out, _, err = run(t, cs, "ips", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `"maxCapacity": 29`) || !strings.Contains(out, `"maxCapacityInvalid": "maxCapacity expression: no such key"`) {
+		t.Errorf("json lacks the max capacity:\n%s", out)
+	}
+}

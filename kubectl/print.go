@@ -60,9 +60,10 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 		return err
 	}
 	wide := format == "wide"
-	published := wide
+	published, grows := wide, wide
 	for _, n := range rep.Nodes {
 		published = published || n.Published != nil
+		grows = grows || n.MaxCapacity != nil || n.MaxCapacityInvalid != ""
 	}
 	tw := printers.GetNewTabWriter(w)
 	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
@@ -70,6 +71,9 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 		h := []string{"NODE", "CAPACITY", "USED", "FREE", "WAITING", "SOURCE"}
 		if published {
 			h = append(h, "PUBLISHED")
+		}
+		if grows {
+			h = append(h, "MAY-GROW-TO")
 		}
 		if wide {
 			h = append(h, "HOLDERS")
@@ -85,6 +89,9 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 			}
 			cells = append(cells, p)
 		}
+		if grows {
+			cells = append(cells, mayGrowTo(n))
+		}
 		if wide {
 			cells = append(cells, pods(n.Holders))
 		}
@@ -96,6 +103,9 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 	if published {
 		cells = append(cells, "")
 	}
+	if grows {
+		cells = append(cells, "")
+	}
 	if wide {
 		cells = append(cells, "waiting: "+pods(rep.Waiting))
 	}
@@ -104,6 +114,18 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// mayGrowTo is what a node's pool may grow to, as its capacity source
+// says: a count, "invalid", or "-" when the source does not say.
+func mayGrowTo(n ipreport.Node) string {
+	switch {
+	case n.MaxCapacity != nil:
+		return itoa(*n.MaxCapacity)
+	case n.MaxCapacityInvalid != "":
+		return "invalid"
+	}
+	return "-"
+}
 
 // source says where a node's capacity comes from, and if it is invalid; a
 // capacity source is named with the object it read:

@@ -54,6 +54,13 @@ type Node struct {
 	// Uncounted is how many pods on the node hold an underlay IP nobody
 	// counts (see UncountedPod).
 	Uncounted int `json:"uncounted,omitempty"`
+
+	// MaxCapacity is what the node's IPAM pool may grow to, as its
+	// capacity source says (MaxCapacity); MaxCapacityInvalid says why the
+	// source's value is not a count. Information only: Capacity is what
+	// every mode schedules on.
+	MaxCapacity        *int64 `json:"maxCapacity,omitempty"`
+	MaxCapacityInvalid string `json:"maxCapacityInvalid,omitempty"`
 }
 
 // UncountedPod is a pod that holds an underlay IP nobody counts: bound and
@@ -118,6 +125,7 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 	for _, n := range nodes {
 		c := underlay.NodeCapacity(n.Annotations, n.Labels, def)
 		out := Node{Name: n.Name, Capacity: c.IPs, Source: c.Source, Origin: c.Origin, Invalid: c.Invalid, Holders: []Pod{}}
+		out.MaxCapacity, out.MaxCapacityInvalid = MaxCapacity(n.Annotations)
 		if q, ok := n.Status.Allocatable[underlay.Resource]; ok {
 			v := q.Value()
 			out.Published = &v

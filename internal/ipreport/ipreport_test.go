@@ -213,3 +213,24 @@ func TestWithUncounted(t *testing.T) {
 		t.Errorf("no marked namespace: %+v", rep.Uncounted)
 	}
 }
+
+func TestMaxCapacity(t *testing.T) {
+	const m = names.UnderlayIPSourceMaxCapacityAnnotation
+	for _, tc := range []struct {
+		ann     map[string]string
+		want    int64
+		known   bool
+		invalid string
+	}{
+		{ann: nil},
+		{ann: map[string]string{m: "29"}, want: 29, known: true},
+		{ann: map[string]string{m: "invalid: maxCapacity expression: x"}, invalid: "maxCapacity expression: x"},
+		{ann: map[string]string{m: "-1"}, invalid: `not a count: "-1"`},
+		{ann: map[string]string{m: "lots"}, invalid: `not a count: "lots"`},
+	} {
+		n, invalid := MaxCapacity(tc.ann)
+		if (n != nil) != tc.known || (n != nil && *n != tc.want) || invalid != tc.invalid {
+			t.Errorf("MaxCapacity(%v) = %v, %q; want %d (known %v), %q", tc.ann, n, invalid, tc.want, tc.known, tc.invalid)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/capscale/capscale/internal/ipreport"
 	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/internal/underlay"
 )
@@ -89,6 +90,10 @@ type NodeResult struct {
 	Requested        Amounts  `json:"requested,omitempty"`
 	Free             Amounts  `json:"free,omitempty"`
 	Usage            *Usage   `json:"usage,omitempty"`
+	// UnderlayIPMayGrowTo is what the node's IPAM pool may grow to, as its
+	// capacity source says (capscale.io/underlay-ip-source-max-capacity);
+	// nil when it does not say. Allocatable's underlay IPs are what fits.
+	UnderlayIPMayGrowTo *int64 `json:"underlayIPMayGrowTo,omitempty"`
 }
 
 // Result is the answer of Compute.
@@ -106,6 +111,12 @@ type Result struct {
 	ExcludedNodes  int          `json:"excludedNodes"`
 	Nodes          []NodeResult `json:"nodes"`
 	UsageAvailable bool         `json:"usageAvailable"`
+	// ReplicasIfPoolsGrow is how many more replicas would fit were every
+	// pool to grow to what its capacity source says it may
+	// (NodeResult.UnderlayIPMayGrowTo; others as they are): a separate
+	// figure, not a promise, since a pool grows only as the IPAM fills it.
+	// Nil when no eligible node says; Replicas is the answer.
+	ReplicasIfPoolsGrow *int64 `json:"replicasIfPoolsGrow,omitempty"`
 }
 
 // Compute answers how many more replicas of in.Template fit.
@@ -164,6 +175,7 @@ func Compute(in Input) Result {
 		nr.Fits, nr.LimitingResource = fits(nr.Free, need)
 		limitingCount[nr.LimitingResource]++
 		res.Replicas += nr.Fits
+		mayGrow(&res, &nr, n, need)
 		res.Nodes = append(res.Nodes, nr)
 	}
 	sort.Slice(res.Nodes, func(i, j int) bool { return res.Nodes[i].Name < res.Nodes[j].Name })
@@ -183,6 +195,31 @@ func Compute(in Input) Result {
 		res.Reason = fmt.Sprintf("%d more replicas fit on %d eligible nodes; %s is the limit on %d of them", res.Replicas, res.EligibleNodes, res.LimitingResource, best)
 	}
 	return res
+}
+
+// mayGrow adds nr's node to res.ReplicasIfPoolsGrow: what fits were its
+// pool at the size its capacity source says it may grow to.
+func mayGrow(res *Result, nr *NodeResult, n *corev1.Node, need Amounts) {
+	nr.UnderlayIPMayGrowTo, _ = ipreport.MaxCapacity(n.Annotations)
+	grown := nr.Fits
+	if m := nr.UnderlayIPMayGrowTo; m != nil && *m > nr.Allocatable[UnderlayIP] {
+		free := Amounts{}
+		for r, v := range nr.Free {
+			free[r] = v
+		}
+		if _, needed := need[UnderlayIP]; needed {
+			free[UnderlayIP] = max(*m-nr.Requested[UnderlayIP], 0)
+		}
+		grown, _ = fits(free, need)
+	}
+	if nr.UnderlayIPMayGrowTo != nil && res.ReplicasIfPoolsGrow == nil {
+		res.ReplicasIfPoolsGrow = new(int64)
+		// Nodes before this one count as they are.
+		*res.ReplicasIfPoolsGrow = res.Replicas - nr.Fits
+	}
+	if res.ReplicasIfPoolsGrow != nil {
+		*res.ReplicasIfPoolsGrow += grown
+	}
 }
 
 // PodNeeds is what a pod (or template) requests of the resources the

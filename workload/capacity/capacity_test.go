@@ -354,3 +354,37 @@ func BenchmarkCompute(b *testing.B) {
 		Compute(in)
 	}
 }
+
+// TestComputeMayGrowTo: a pool's max capacity is a separate figure; what
+// fits is counted on the pool as it is.
+func TestComputeMayGrowTo(t *testing.T) {
+	mirrored := func(capacity, max string) nodeOpt {
+		return func(n *corev1.Node) {
+			n.Annotations = map[string]string{names.UnderlayIPSourceCapacityAnnotation: capacity, names.UnderlayIPSourceMaxCapacityAnnotation: max}
+		}
+	}
+	ips := template(container(nil, rl(names.UnderlayIPResource, "1")))
+	in := Input{Template: ips, Nodes: []*corev1.Node{
+		node("a", "64", "64Gi", 110, ipCapacity("4")),
+		node("b", "64", "64Gi", 110, mirrored("10", "29")),
+		node("c", "64", "64Gi", 110, mirrored("8", "invalid: maxCapacity expression: x")),
+	}, Pods: []*corev1.Pod{pod("b", corev1.PodRunning, rl(names.UnderlayIPResource, "3"))}}
+	got := Compute(in)
+	if got.Replicas != 4+7+8 {
+		t.Fatalf("replicas %d, want 19 (the pools as they are)", got.Replicas)
+	}
+	if got.ReplicasIfPoolsGrow == nil || *got.ReplicasIfPoolsGrow != 4+26+8 {
+		t.Fatalf("replicas if pools grow %v, want 38", got.ReplicasIfPoolsGrow)
+	}
+	if b := got.Nodes[1]; b.UnderlayIPMayGrowTo == nil || *b.UnderlayIPMayGrowTo != 29 || b.Fits != 7 {
+		t.Fatalf("node b: %+v", b)
+	}
+	// CPU still bounds a grown pool; no source says: no figure.
+	in.Template = template(container(nil, rl(names.UnderlayIPResource, "1", "cpu", "8")))
+	if got := Compute(in); got.ReplicasIfPoolsGrow == nil || *got.ReplicasIfPoolsGrow != 4+8+8 {
+		t.Fatalf("cpu-bound: %v, want 20", got.ReplicasIfPoolsGrow)
+	}
+	if got := Compute(Input{Template: ips, Nodes: []*corev1.Node{node("a", "1", "1Gi", 10, ipCapacity("4"))}}); got.ReplicasIfPoolsGrow != nil {
+		t.Fatalf("no source says: %v, want none", *got.ReplicasIfPoolsGrow)
+	}
+}
