@@ -8,7 +8,7 @@ import (
 // Presets are capacity sources written for known IPAMs, derived from each
 // project's own types and controllers, and checked against the objects
 // their own code writes (ciliumcheck/ drives Cilium v1.20.2's operator and
-// allocators; ipamtest/ builds Azure CNS's objects from ACN v1.8.12's
+// allocators; ipamtest/ builds Azure CNS's objects from ACN v1.8.11's
 // source). docs/scheduling.md "Capacity sources" cites the file and field
 // each expression reads. A source that names one takes its resource,
 // namespace, node, capacity and maxCapacity unless it sets them itself: a
@@ -71,7 +71,7 @@ var Presets = map[string]Source{
 	// NodeNetworkConfig kube-system/<node> carries, per network container,
 	// the secondary IPs allocated to the node (status.networkContainers[].
 	// ipAssignments, each named by its ID), from which CNS gives pods their
-	// IPs (github.com/Azure/azure-container-networking v1.8.12
+	// IPs (github.com/Azure/azure-container-networking v1.8.11, the same files at v1.8.12:
 	// crd/nodenetworkconfig/api/v1alpha/nodenetworkconfig.go:49-50,86,125,
 	// 144; cns/kubecontroller/nodenetworkconfig/conversion.go:70-75
 	// CreateNCRequestFromDynamicNC keys each IP by ipAssignment.Name). CNS

@@ -198,7 +198,7 @@ func IP(i int) string { return ip(0, i) }
 // and the delegated network controller has assigned ips secondary IPs to
 // one dynamic VNET network container in status; CNS is releasing the
 // first notInUse of them (spec.ipsNotInUse holds their IDs, the
-// assignments' names: ACN v1.8.12 cns/ipampool/v2/monitor.go:145-156
+// assignments' names: ACN v1.8.11 cns/ipampool/v2/monitor.go:145-156
 // buildNNCSpec, cns/kubecontroller/nodenetworkconfig/conversion.go:70-75).
 // stale more names follow in spec.ipsNotInUse, of IPs the controller has
 // already taken out of status: CNS v2 rewrites the list only when its
