@@ -75,6 +75,11 @@ test-unit: deps deploy-tools ## Unit tests: go test -race ./... (deploy/'s run h
 	@# decisions run under -race in the main module (schedplugin/).
 	cd $(SCHED_MOD) && CGO_ENABLED=0 $(GO) test -trimpath -count=1 ./...
 	cd hack/oci && $(GO) test -count=1 ./...
+	@# The presets on CiliumNodes written by Cilium v1.20.2's own code: its own
+	@# module writes them (Cilium's dependency graph, k8s.io v0.36; without -race:
+	@# BENCHMARKS.md, its cold build), capscale's presets count them.
+	fx=$$(mktemp -d) && (cd controller/capacitysource/ciliumcheck && CAPSCALE_CILIUM_FIXTURES=$$fx $(GO) test -count=1 -timeout 20m ./...) \
+		&& CAPSCALE_CILIUM_FIXTURES=$$fx $(GO) test -count=1 -run '^TestPresetsOnCiliumWritten$$' ./controller/capacitysource/; rc=$$?; rm -rf $$fx; exit $$rc
 
 # An execution count, not a duration: with a duration, Go <1.27's fuzz
 # coordinator can report its own deadline as a failure on a loaded machine
