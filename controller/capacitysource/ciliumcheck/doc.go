@@ -1,8 +1,9 @@
-// Package ciliumcheck checks capscale's Cilium capacity-source presets on
-// CiliumNodes written by Cilium's own code (github.com/cilium/cilium
-// v1.20.2): cilium-operator's ENI allocation runs against Cilium's mock EC2
-// API, and the agent's pod IPs come out of the IP allocator its multi-pool
-// pools use; the presets' count is compared with what that allocator can
-// still hand to pods. It is a module of its own so that Cilium's
-// dependencies stay out of capscale's; `make test-unit` runs it.
+// Package ciliumcheck writes CiliumNodes with Cilium's own code
+// (github.com/cilium/cilium v1.20.2) for capscale's Cilium presets to be
+// checked on: the pods' and the agent's own IPs come out of the IP
+// allocator the agent's multi-pool pools use, and each object is written
+// with what that allocator can still give pods. capscale's
+// TestPresetsOnCiliumWritten (controller/capacitysource) requires the
+// preset's count to be exactly that. It is a module of its own so that
+// Cilium's dependencies stay out of capscale's; `make test-unit` runs it.
 package ciliumcheck
