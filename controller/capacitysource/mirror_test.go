@@ -80,8 +80,13 @@ func TestMirror(t *testing.T) {
 		return strings.HasPrefix(annotations("n2")[names.UnderlayIPSourceCapacityAnnotation], "invalid: no ciliumnodes.cilium.io object")
 	})
 	waitFor("the stale mirror removed", func() bool { _, ok := annotations("stale")[names.UnderlayIPSourceCapacityAnnotation]; return !ok })
-	if a := annotations("plain"); len(a) != 1 || a["keep"] != "me" {
-		t.Errorf("a node no source covers was changed: %v", a)
+	// Read, not covered: only the mark that ends the rule's wait.
+	waitFor("the uncovered node marked", func() bool { return annotations("plain")[names.UnderlayIPSourceAnnotation] == names.UnderlayIPSourceNone })
+	if a := annotations("plain"); len(a) != 2 || a["keep"] != "me" {
+		t.Errorf("a node no source covers got more than the mark: %v", a)
+	}
+	if got := annotations("n1")[names.UnderlayIPDrawsAnnotation]; got != "all" {
+		t.Errorf("n1 draws %q, want the preset's all", got)
 	}
 	select {
 	case e := <-rec.Events:

@@ -3,6 +3,8 @@ package capacitysource
 import (
 	"fmt"
 	"sort"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // Presets are capacity sources written for known IPAMs, derived from each
@@ -37,6 +39,9 @@ var Presets = map[string]Source{
 	// to count one pool (the underlay one), filter on a.pool in your own
 	// capacity expression (docs/scheduling.md shows it).
 	"cilium-multi-pool": {
+		// The default pool serves every pod that names none; a source
+		// counting a separate underlay pool says draws: marked.
+		Draws:    underlay.DrawsAll,
 		Resource: &Resource{Group: "cilium.io", Version: "v2", Resource: "ciliumnodes"},
 		Node:     "object.metadata.name",
 		Capacity: `object.?spec.?ipam.?pools.?allocated.orValue([]).map(a,
@@ -57,6 +62,9 @@ var Presets = map[string]Source{
 	// CreateNCRequestFromDynamicNC; cns/service/main.go names the object
 	// kube-system/<node>). Static (block) network containers are left out.
 	"azure-cns": {
+		// CNS gives every pod-network pod an IP of the node's assignments
+		// (cns/ipampool sizes its demand from all of them).
+		Draws:     underlay.DrawsAll,
 		Resource:  &Resource{Group: "acn.azure.com", Version: "v1alpha", Resource: "nodenetworkconfigs"},
 		Namespace: "kube-system",
 		Node:      "object.metadata.name",
@@ -68,6 +76,8 @@ var Presets = map[string]Source{
 }
 
 var ciliumPool = Source{
+	// Every pod that is not hostNetwork gets its IP from the pool.
+	Draws:    underlay.DrawsAll,
 	Resource: &Resource{Group: "cilium.io", Version: "v2", Resource: "ciliumnodes"},
 	Node:     "object.metadata.name",
 	Capacity: `size(object.?spec.?ipam.?pool.orValue({}))
@@ -109,6 +119,9 @@ func (s Source) Expand() (Source, error) {
 	}
 	if s.Capacity == "" {
 		s.Capacity = p.Capacity
+	}
+	if s.Draws == "" {
+		s.Draws = p.Draws
 	}
 	return s, nil
 }
