@@ -81,7 +81,9 @@ func TestMirror(t *testing.T) {
 	})
 	waitFor("the stale mirror removed", func() bool { _, ok := annotations("stale")[names.UnderlayIPSourceCapacityAnnotation]; return !ok })
 	// Read, not covered: only the mark that ends the rule's wait.
-	waitFor("the uncovered node marked", func() bool { return annotations("plain")[names.UnderlayIPSourceAnnotation] == names.UnderlayIPSourceNone })
+	waitFor("the uncovered node marked", func() bool {
+		return annotations("plain")[names.UnderlayIPSourceAnnotation] == names.UnderlayIPSourceNone
+	})
 	if a := annotations("plain"); len(a) != 2 || a["keep"] != "me" {
 		t.Errorf("a node no source covers got more than the mark: %v", a)
 	}

@@ -85,8 +85,8 @@ func TestCharge(t *testing.T) {
 	host := asks(0)
 	host.HostNetwork = true
 	tests := []struct {
-		name                string
-		spec                v1.PodSpec
+		name               string
+		spec               v1.PodSpec
 		marked, all, drawn int64
 	}{
 		{name: "unmarked", spec: v1.PodSpec{Containers: []v1.Container{{}}}, marked: 0, all: 1, drawn: 1},
