@@ -70,8 +70,8 @@ func Compact(pod *v1.Pod) *CachedPod {
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
 			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp,
 		},
-		NodeName: pod.Spec.NodeName,
-		Phase:    pod.Status.Phase,
+		NodeName:   pod.Spec.NodeName,
+		Phase:      pod.Status.Phase,
 		Need:       underlay.PodNeed(pod),
 		PodNetwork: underlay.PodNetwork(pod),
 	}

@@ -166,8 +166,8 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 			// and binds in flight (extender mode) are about to hold it.
 			// kube-scheduler counts requests only: what is in use is the
 			// requests, and the pods that ask for none are Drawn.
-			InUse: ledger.Requested,
-			Drawn: ledger.Drawn,
+			InUse:       ledger.Requested,
+			Drawn:       ledger.Drawn,
 			InUseSynced: synced,
 			Registerer:  reg,
 		})
