@@ -61,7 +61,7 @@ func podNetworkPods(ctx context.Context, s *stack.Stack) (map[string]int, error)
 
 // TestDrawsAll (issue 49 §2): two nodes whose pools (3 and 2 IPs) serve
 // every pod-network pod. Two unmarked pods of an unlabelled namespace are
-// placed before deploy/admission/draws-all.yaml exists (they escape it and
+// placed before deploy/capacity-sources/draws-all.yaml exists (they escape it and
 // are charged by the rule); with the policy applied, a burst of 4 more
 // unmarked pods and 6 marked pods, 12 in all for 5 IPs: polled during the
 // burst, no node ever holds more pod-network pods than its pool, and
@@ -101,7 +101,7 @@ func TestDrawsAll(t *testing.T) {
 			// The publisher leaves what they draw out of allocatable.
 			waitAllocatable(ctx, t, s, map[string]int64{n0: int64(3 - early[n0]), n1: int64(2 - early[n1])}, 30*time.Second)
 		}
-		if _, err := s.Kubectl(ctx, "apply", "-f", stack.DeployFile("admission/draws-all.yaml")); err != nil {
+		if _, err := s.Kubectl(ctx, "apply", "-f", stack.DeployFile("capacity-sources/draws-all.yaml")); err != nil {
 			t.Fatal(err)
 		}
 		waitPolicyGivesIP(ctx, t, s, plain)
