@@ -149,10 +149,14 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 		need := underlay.PodNeed(p)
 		if need == 0 {
 			// Held without asking on a node whose pool draws all.
-			if i, ok := index[p.Spec.NodeName]; ok && rep.Nodes[i].DrawsAll && underlay.PodNetwork(p) && underlay.Holds(p.Spec.NodeName, p.Status.Phase) {
+			i, ok := index[p.Spec.NodeName]
+			if !ok || !rep.Nodes[i].DrawsAll || !underlay.Holds(p.Spec.NodeName, p.Status.Phase) {
+				continue
+			}
+			if ips := underlay.Drawn(need, underlay.PodNetwork(p)); ips > 0 {
 				n := &rep.Nodes[i]
-				n.Used++
-				n.Holders = append(n.Holders, Pod{Namespace: p.Namespace, Name: p.Name, IPs: 1, Unasked: true})
+				n.Used += ips
+				n.Holders = append(n.Holders, Pod{Namespace: p.Namespace, Name: p.Name, IPs: ips, Unasked: true})
 			}
 			continue
 		}
