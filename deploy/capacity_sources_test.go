@@ -101,8 +101,8 @@ func TestHelmCapacitySourcePresets(t *testing.T) {
 	for _, p := range capacitysource.PresetNames() {
 		values.WriteString("    - {name: " + p + ", preset: " + p + "}\n")
 	}
-	values.WriteString("    - {name: mine, resource: {group: ipam.example.com, version: v1, resource: nodepools}, node: object.metadata.name, capacity: '1'}\n")
-	values.WriteString("    - {name: mine-ns, namespace: ipam, resource: {version: v1, resource: configmaps}, node: object.metadata.name, capacity: '1'}\n")
+	values.WriteString("    - {name: mine, resource: {group: ipam.example.com, version: v1, resource: nodepools}, node: object.metadata.name, capacity: '1', draws: marked}\n")
+	values.WriteString("    - {name: mine-ns, namespace: ipam, resource: {version: v1, resource: configmaps}, node: object.metadata.name, capacity: '1', draws: all}\n")
 	r, err := helmTemplate(t, "-f", writeValues(t, values.String()))
 	if err != nil {
 		t.Fatal(err)

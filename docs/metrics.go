@@ -21,6 +21,7 @@ import (
 	"github.com/capscale/capscale/extender/publisher"
 	"github.com/capscale/capscale/extender/wire"
 	"github.com/capscale/capscale/internal/httpserver"
+	"github.com/capscale/capscale/internal/underlay"
 	"github.com/capscale/capscale/metricsadapter/config"
 	"github.com/capscale/capscale/metricsadapter/delegate"
 	"github.com/capscale/capscale/metricsadapter/kedascaler"
@@ -100,7 +101,7 @@ func Components() ([]Component, error) {
 			wire.NewHandler(wire.HandlerOptions{Ledger: ledger, Metrics: m, Registerer: reg, Gatherer: reg})
 			httpserver.ConnCounter("extender", reg)
 			factory := informers.NewSharedInformerFactory(cs, 0)
-			if _, err := publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{DefaultCapacity: 10, Registerer: reg}); err != nil {
+			if _, err := publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{Rule: underlay.Rule{Default: 10}, Registerer: reg}); err != nil {
 				return err
 			}
 			_, err := binderlease.New(cs, "capscale-system", "capscale-scheduler", reg)

@@ -201,6 +201,7 @@ var capacitySources = []ipamSource{
   resource: {group: ipam.example.com, version: v1, resource: nodeippools}
   node: object.spec.nodeName
   capacity: object.status.allocatable
+  draws: marked
   nodeSelector: {matchLabels: {type: kwok}}`,
 		crd: func(ctx context.Context, s *stack.Stack) error {
 			f := filepath.Join(s.Dir, "nodeippools.yaml")

@@ -46,6 +46,9 @@ type CachedPod struct {
 	Phase    v1.PodPhase
 	// Need is PodNeed of the full pod, computed once.
 	Need int64
+	// PodNetwork: the pod is not hostNetwork, so a draws-all node's pool
+	// gives it an IP whatever it asks (underlay.Charge).
+	PodNetwork bool
 }
 
 // DeepCopyObject makes CachedPod a runtime.Object, as informer caches expect.
@@ -67,9 +70,10 @@ func Compact(pod *v1.Pod) *CachedPod {
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
 			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp,
 		},
-		NodeName: pod.Spec.NodeName,
-		Phase:    pod.Status.Phase,
-		Need:     underlay.PodNeed(pod),
+		NodeName:   pod.Spec.NodeName,
+		Phase:      pod.Status.Phase,
+		Need:       underlay.PodNeed(pod),
+		PodNetwork: underlay.PodNetwork(pod),
 	}
 }
 
@@ -232,9 +236,9 @@ func (t *Tracker) onPod(obj any) {
 }
 
 // usageChanged tells UsageChanged of a pod event on a node where the pod
-// needs IPs.
+// needs IPs, or takes one from a draws-all pool.
 func (t *Tracker) usageChanged(pod *CachedPod) {
-	if t.UsageChanged != nil && pod.NodeName != "" && pod.Need > 0 {
+	if t.UsageChanged != nil && pod.NodeName != "" && (pod.Need > 0 || pod.PodNetwork) {
 		t.UsageChanged(pod.NodeName)
 	}
 }

@@ -114,7 +114,8 @@ func TestPendingGone(t *testing.T) {
 
 // TestTrackerTellsUsageChanged: each event of a pod needing IPs on a node
 // is passed on after the ledger applied it, deletes and tombstones too;
-// pods needing none, and pods not bound, are not.
+// so is a pod on the pod network that needs none (a draws-all node charges
+// it); hostNetwork pods needing none, and pods not bound, are not.
 func TestTrackerTellsUsageChanged(t *testing.T) {
 	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
 	l.SetNode(node("a", ""))
@@ -124,11 +125,14 @@ func TestTrackerTellsUsageChanged(t *testing.T) {
 	}}
 	tr.onPod(pod("pending", "", 1))
 	tr.onPod(pod("plain", "a", 0))
+	host := pod("host", "a", 0)
+	host.Spec.HostNetwork = true
+	tr.onPod(host)
 	tr.onPod(pod("p", "a", 3))
 	tr.onPod(Compact(pod("q", "a", 1)))
 	tr.onPodDelete(pod("p", "a", 3))
 	tr.onPodDelete(cache.DeletedFinalStateUnknown{Key: "ns/q", Obj: Compact(pod("q", "a", 1))})
-	want := []string{"a:3", "a:4", "a:1", "a:0"}
+	want := []string{"a:0", "a:3", "a:4", "a:1", "a:0"}
 	if fmt.Sprint(told) != fmt.Sprint(want) {
 		t.Fatalf("told %v, want %v (node:used after each event)", told, want)
 	}

@@ -22,6 +22,9 @@ import (
 // Tracker, the binder's handler, the Reconciler) tell Waiting and count.
 // All methods are safe for concurrent use.
 type Ledger struct {
+	// rule is the capacity rule (default capacity, waiting for the
+	// capacity-source mirror).
+	rule            underlay.Rule
 	defaultCapacity int64
 	reservationTTL  time.Duration
 	clock           clock.PassiveClock
@@ -51,11 +54,37 @@ type nodeState struct {
 	capacityErr string
 	used        int64
 	reserved    int64
+	// drawn is the sum of underlay.Drawn of the node's pods: the IPs its
+	// pod-network pods that ask for none take when the node draws all
+	// (drawsAll, from the capacity rule).
+	drawn    int64
+	drawsAll bool
+}
+
+// charged is what the node's pods take from its pool: their needs and,
+// when it draws all, the pod-network pods that ask for none.
+func (n *nodeState) charged() int64 {
+	if n.drawsAll {
+		return n.used + n.drawn
+	}
+	return n.used
+}
+
+// chargeOn is what h takes from the pool of node n (nil: unknown, its
+// need).
+func (h *holder) chargeOn(n *nodeState) int64 {
+	if n != nil && n.drawsAll {
+		return h.need + h.drawn
+	}
+	return h.need
 }
 
 type holder struct {
 	namespace, name, node string
 	need                  int64
+	// drawn is underlay.Drawn of the pod: 1 for a pod-network pod that
+	// asks for no IP, which a draws-all node charges.
+	drawn int64
 }
 
 type reservation struct {
@@ -90,6 +119,9 @@ type Totals struct {
 type LedgerOptions struct {
 	// DefaultCapacity applies to nodes without the capacity annotation.
 	DefaultCapacity int64
+	// AwaitCapacitySource: capacity sources are configured, and a node the
+	// mirror has not read counts 0 (underlay.Rule.AwaitSource).
+	AwaitCapacitySource bool
 	// ReservationTTL bounds how long a bind with an unknown outcome keeps
 	// its reservation; 0 means one minute.
 	ReservationTTL time.Duration
@@ -111,6 +143,7 @@ func NewLedger(o LedgerOptions) *Ledger {
 		o.Clock = clock.RealClock{}
 	}
 	return &Ledger{
+		rule:            underlay.Rule{Default: o.DefaultCapacity, AwaitSource: o.AwaitCapacitySource},
 		defaultCapacity: o.DefaultCapacity,
 		reservationTTL:  o.ReservationTTL,
 		clock:           o.Clock,
@@ -127,7 +160,7 @@ func (l *Ledger) freeLocked(name string) int64 {
 	if n == nil || !n.known || n.capacityErr != "" {
 		return 0
 	}
-	return max(0, n.capacity-n.used-n.reserved)
+	return max(0, n.capacity-n.charged()-n.reserved)
 }
 
 // freeOf sums freeLocked over the distinct non-empty names; callers hold mu.
@@ -158,6 +191,33 @@ func (l *Ledger) placeOf(uid types.UID) (held, reserved string) {
 
 // DefaultCapacity is the capacity of a node without the annotation.
 func (l *Ledger) DefaultCapacity() int64 { return l.defaultCapacity }
+
+// Drawn is what the pod-network pods that ask for no IP take from node's
+// pool when it draws all (0 when it does not): native mode's publisher
+// leaves them out of what it publishes, since kube-scheduler counts only
+// requests.
+func (l *Ledger) Drawn(node string) int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if n := l.nodes[node]; n != nil && n.drawsAll {
+		return n.drawn
+	}
+	return 0
+}
+
+// Requested is what node's pods and binds in flight ask for: its IPs in
+// use as kube-scheduler counts them (requests only).
+func (l *Ledger) Requested(node string) int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if n := l.nodes[node]; n != nil {
+		return n.used + n.reserved
+	}
+	return 0
+}
+
+// Rule is the capacity rule the ledger reads Nodes with.
+func (l *Ledger) Rule() underlay.Rule { return l.rule }
 
 // node returns the state of name, creating it unknown; callers hold mu. The
 // state is valid until the next call: creating a node may move them all.
@@ -208,7 +268,7 @@ func (l *Ledger) compactLocked() {
 
 // gc forgets an unknown node nothing refers to; callers hold mu.
 func (l *Ledger) gc(name string) {
-	if n := l.nodes[name]; n != nil && !n.known && n.used == 0 && n.reserved == 0 {
+	if n := l.nodes[name]; n != nil && !n.known && n.used == 0 && n.reserved == 0 && n.drawn == 0 {
 		delete(l.nodes, name)
 	}
 }
@@ -228,12 +288,13 @@ type NodeChange struct {
 
 // SetNode records node's capacity from its annotation or label.
 func (l *Ledger) SetNode(node *v1.Node) NodeChange {
-	c := underlay.NodeCapacity(node.Annotations, node.Labels, l.defaultCapacity)
+	c := l.rule.Capacity(node.Annotations, node.Labels)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	before := l.freeLocked(node.Name)
 	n := l.node(node.Name)
-	changed := !n.known || n.capacity != c.IPs || n.capacityErr != c.Invalid
+	changed := !n.known || n.capacity != c.IPs || n.capacityErr != c.Invalid || n.drawsAll != c.DrawsAll
+	n.drawsAll = c.DrawsAll
 	if n.known {
 		l.totals.Capacity -= n.capacity
 		if n.capacityErr != "" {
@@ -264,7 +325,7 @@ func (l *Ledger) DeleteNode(name string) {
 	if n.capacityErr != "" {
 		l.invalidNodes--
 	}
-	n.known, n.capacity, n.capacityErr = false, 0, ""
+	n.known, n.capacity, n.capacityErr, n.drawsAll = false, 0, "", false
 	l.gc(name)
 }
 
@@ -290,16 +351,17 @@ func (l *Ledger) SetCachedPod(pod *CachedPod) int64 {
 	}
 	l.removePodLocked(pod.UID)
 	if Holds(pod) {
-		h := &holder{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, need: pod.Need}
+		h := &holder{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, need: pod.Need, drawn: underlay.Drawn(pod.Need, pod.PodNetwork)}
 		l.pods[pod.UID] = h
 		l.takeLocked(h, false)
 	}
 	return freed(before, l.freeOf(held, reserved, pod.NodeName))
 }
 
-// Holds reports whether pod holds IPs: bound, not terminal, needing some.
+// Holds reports whether pod holds IPs: bound, not terminal, and needing
+// some or on the pod network (which a draws-all node charges).
 func Holds(pod *CachedPod) bool {
-	return pod.Need > 0 && underlay.Holds(pod.NodeName, pod.Phase)
+	return (pod.Need > 0 || pod.PodNetwork) && underlay.Holds(pod.NodeName, pod.Phase)
 }
 
 // DeletePod releases everything pod held or reserved and returns the room
@@ -333,10 +395,18 @@ func (l *Ledger) dropReservationLocked(uid types.UID) {
 
 // takeLocked counts h's need on its node and in the totals, as used or as
 // reserved; giveBackLocked undoes it. Callers hold mu.
-func (l *Ledger) takeLocked(h *holder, reserved bool) { l.countLocked(h, reserved, h.need) }
+func (l *Ledger) takeLocked(h *holder, reserved bool) {
+	l.countLocked(h, reserved, h.need)
+	if h.drawn != 0 {
+		l.node(h.node).drawn += h.drawn
+	}
+}
 
 func (l *Ledger) giveBackLocked(h *holder, reserved bool) {
 	l.countLocked(h, reserved, -h.need)
+	if h.drawn != 0 {
+		l.node(h.node).drawn -= h.drawn
+	}
 	l.gc(h.node)
 }
 
@@ -366,7 +436,7 @@ func (l *Ledger) usageLocked(name string, own *reservation) NodeUsage {
 	if n == nil {
 		return NodeUsage{}
 	}
-	u := NodeUsage{Known: n.known, Capacity: n.capacity, CapacityError: n.capacityErr, Used: n.used, Reserved: n.reserved}
+	u := NodeUsage{Known: n.known, Capacity: n.capacity, CapacityError: n.capacityErr, Used: n.charged(), Reserved: n.reserved}
 	if own != nil && own.node == name {
 		u.Reserved -= own.need
 	}
@@ -400,7 +470,7 @@ func (l *Ledger) VictimsFree(node string, uids []types.UID) int64 {
 	var freed int64
 	for _, uid := range uids {
 		if h := l.pods[uid]; h != nil && h.node == node {
-			freed += h.need
+			freed += h.chargeOn(l.nodes[node])
 		}
 	}
 	return freed
@@ -599,14 +669,19 @@ func (l *Ledger) Report() Report {
 		u := l.usageLocked(name, nil)
 		index[name] = len(rep.Nodes)
 		rep.Nodes = append(rep.Nodes, NodeReport{Name: name, Known: n.known, Capacity: n.capacity,
-			CapacityError: n.capacityErr, Used: n.used, Reserved: n.reserved, Free: u.Free(), Pods: []PodIPs{}})
+			CapacityError: n.capacityErr, Used: n.charged(), Reserved: n.reserved, Free: u.Free(), Pods: []PodIPs{}})
 		if n.known {
 			rep.Totals.Free += u.Free()
 		}
 	}
 	for uid, h := range l.pods {
+		ips := h.chargeOn(l.nodes[h.node])
+		if ips == 0 {
+			// A pod-network pod on a node that draws only marked pods.
+			continue
+		}
 		nr := &rep.Nodes[index[h.node]]
-		nr.Pods = append(nr.Pods, PodIPs{Namespace: h.namespace, Name: h.name, UID: uid, IPs: h.need, State: "bound"})
+		nr.Pods = append(nr.Pods, PodIPs{Namespace: h.namespace, Name: h.name, UID: uid, IPs: ips, State: "bound"})
 	}
 	for uid, r := range l.reservations {
 		nr := &rep.Nodes[index[r.node]]

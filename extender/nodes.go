@@ -29,7 +29,7 @@ func NodeInformer(factory informers.SharedInformerFactory) (cache.SharedIndexInf
 // and the publisher's marker.
 var (
 	nodeAnnotations = []string{names.UnderlayIPCapacityAnnotation, names.UnderlayIPSourceCapacityAnnotation,
-		names.UnderlayIPSourceAnnotation, names.UnderlayIPPublishedAnnotation}
+		names.UnderlayIPSourceAnnotation, names.UnderlayIPPublishedAnnotation, names.UnderlayIPDrawsAnnotation}
 	nodeLabels = []string{names.UnderlayIPCapacityLabel}
 )
 

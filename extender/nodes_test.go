@@ -152,7 +152,7 @@ func TestStrippedNodeDecidesAlike(t *testing.T) {
 				full.Annotations[names.UnderlayIPSourceAnnotation] = "s things.example.com/n"
 			}
 			stripped := CompactNode(full)
-			if got, want := publisher.Decide(stripped, def, 2), publisher.Decide(full, def, 2); got != want {
+			if got, want := publisher.Decide(stripped, underlay.Rule{Default: def}, 2, 0), publisher.Decide(full, underlay.Rule{Default: def}, 2, 0); got != want {
 				t.Errorf("publisher: stripped %+v, full %+v", got, want)
 			}
 			lf, ls := NewLedger(LedgerOptions{DefaultCapacity: def}), NewLedger(LedgerOptions{DefaultCapacity: def})
@@ -173,7 +173,7 @@ func TestNodeInformerCachesStrippedNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{DefaultCapacity: 10})
+	pub, err := publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{Rule: underlay.Rule{Default: 10}})
 	if err != nil || pub == nil {
 		t.Fatalf("publisher over the node informer: %v", err)
 	}

@@ -89,6 +89,8 @@ func cluster() *fake.Clientset {
 	pending := p("late", "", 1)
 	pending.Status.Phase = v1.PodPending
 	published := n("node-c", "")
+	// Read by the mirror, no source covers it: the label or the default.
+	published.Annotations = map[string]string{names.UnderlayIPSourceAnnotation: names.UnderlayIPSourceNone}
 	published.Status.Allocatable = v1.ResourceList{underlay.Resource: resource.MustParse("10")}
 	// Capacity sources: node-d's CiliumNode gives 4, node-e has none.
 	mirrored := func(name, value string) *v1.Node {

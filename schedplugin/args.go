@@ -27,6 +27,16 @@ type Args struct {
 	// DefaultCapacity is the capacity of a node with neither the annotation
 	// nor the label: 0 to 1048576; DefaultCapacity when absent.
 	DefaultCapacity *int64 `json:"defaultCapacity,omitempty"`
+	// AwaitCapacitySource is set where capacity sources are configured
+	// (deploy/capacity-sources and the chart set it): a node the mirror has
+	// not read yet counts 0, "capacity source not read yet", never the
+	// label or the default (underlay.Rule.AwaitSource). Default false.
+	AwaitCapacitySource bool `json:"awaitCapacitySource,omitempty"`
+}
+
+// Rule is the capacity rule these args configure.
+func (a Args) Rule() underlay.Rule {
+	return underlay.Rule{Default: *a.DefaultCapacity, AwaitSource: a.AwaitCapacitySource}
 }
 
 // DecodeArgs reads the plugin's args as kube-scheduler hands them to an

@@ -63,7 +63,7 @@ func TestNewRejectsBadArgs(t *testing.T) {
 		t.Fatal("New accepted a negative defaultCapacity")
 	}
 	pl, err := New(context.Background(), nil, nil)
-	if err != nil || pl.Name() != Name || pl.(*Plugin).defaultCapacity != DefaultCapacity {
+	if err != nil || pl.Name() != Name || pl.(*Plugin).rule != (underlay.Rule{Default: DefaultCapacity}) {
 		t.Fatalf("New(nil args) = %+v, %v", pl, err)
 	}
 }

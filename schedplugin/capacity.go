@@ -62,14 +62,14 @@ func newCapacities() *capacities {
 
 // of is the capacity of node under the one rule, def where the node sets
 // none; a nil capacities reads the Node every time.
-func (cs *capacities) of(node *v1.Node, def int64) underlay.Capacity {
+func (cs *capacities) of(node *v1.Node, rule underlay.Rule) underlay.Capacity {
 	if cs == nil {
-		return underlay.NodeCapacity(node.Annotations, node.Labels, def)
+		return rule.Capacity(node.Annotations, node.Labels)
 	}
 	if c, ok := cs.known.Load().get(node); ok {
 		return c
 	}
-	c := underlay.NodeCapacity(node.Annotations, node.Labels, def)
+	c := rule.Capacity(node.Annotations, node.Labels)
 	cs.mu.Lock()
 	cs.fresh[node] = c
 	cs.mu.Unlock()

@@ -32,7 +32,7 @@ func (pl *Plugin) afterPodDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ any
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if !podFreesIPs(gone) {
+	if !podFreesIPs(gone, pl.drawsAll.Load()) {
 		return fwk.QueueSkip, nil
 	}
 	logger.V(5).Info("A pod holding underlay IPs went away", "pod", klog.KObj(pod), "gone", klog.KObj(gone), "node", gone.Spec.NodeName, "nominatedNode", gone.Status.NominatedNodeName)
@@ -44,7 +44,7 @@ func (pl *Plugin) afterNodeAdded(logger klog.Logger, pod *v1.Pod, _, newObj any)
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if !nodeAddedFits(underlay.PodNeed(pod), node, pl.defaultCapacity) {
+	if !nodeAddedFits(underlay.PodNeed(pod), node, pl.rule) {
 		return fwk.QueueSkip, nil
 	}
 	logger.V(5).Info("A node with room for the pod's underlay IPs was added", "pod", klog.KObj(pod), "node", klog.KObj(node))
@@ -60,7 +60,7 @@ func (pl *Plugin) afterNodeUpdated(logger klog.Logger, pod *v1.Pod, oldObj, newO
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if !capacityGrew(underlay.PodNeed(pod), oldNode, newNode, pl.defaultCapacity) {
+	if !capacityGrew(underlay.PodNeed(pod), oldNode, newNode, pl.rule) {
 		return fwk.QueueSkip, nil
 	}
 	logger.V(5).Info("A node's underlay IP capacity grew", "pod", klog.KObj(pod), "node", klog.KObj(newNode))

@@ -10,10 +10,11 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 func TestEventsToRegister(t *testing.T) {
-	pl := &Plugin{defaultCapacity: 10}
+	pl := &Plugin{rule: underlay.Rule{Default: 10}}
 	events, err := pl.EventsToRegister(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestQueueingHints(t *testing.T) {
 		{name: "label overridden by the annotation is raised", event: nodeUpdated,
 			oldObj: capNode("n1", annotated("1"), annotated("3")), newObj: capNode("n1", annotated("1"), annotated("9")), want: fwk.QueueSkip},
 	}
-	pl := &Plugin{defaultCapacity: 10}
+	pl := &Plugin{rule: underlay.Rule{Default: 10}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := hint(t, pl, tc.event, waiting, tc.oldObj, tc.newObj)

@@ -3,6 +3,7 @@ package schedplugin
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,10 +21,15 @@ const stateKey fwk.StateKey = "PreFilter" + Name
 
 // Plugin is the underlay-IP rule as a kube-scheduler framework plugin.
 type Plugin struct {
-	defaultCapacity int64
+	// rule is the capacity rule: the default capacity and whether to wait
+	// for the capacity-source mirror.
+	rule underlay.Rule
 	// caps remembers each node's capacity reading (capacity.go); nil (a
 	// Plugin built without New) reads the Node every time.
 	caps *capacities
+	// drawsAll is set once a node that draws all has been read: only then
+	// does the exit of a pod that asked for no IP free one (hints.go).
+	drawsAll atomic.Bool
 }
 
 var (
@@ -43,7 +49,7 @@ func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error
 	if err != nil {
 		return nil, err
 	}
-	return &Plugin{defaultCapacity: *args.DefaultCapacity, caps: newCapacities()}, nil
+	return &Plugin{rule: args.Rule(), caps: newCapacities()}, nil
 }
 
 // NewWithoutMemo is New without the capacity memo: Filter and Score read
@@ -69,10 +75,12 @@ type needState int64
 func (s needState) Clone() fwk.StateData { return s }
 
 // PreFilter computes the pod's need once. A pod that needs no underlay IP
-// gets Skip: the framework then skips Filter for it.
+// gets Skip (the framework then skips Filter for it) unless it is on the
+// pod network and some node draws all: there it is charged one IP
+// (underlay.Charge), so Filter must see it.
 func (pl *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	need := underlay.PodNeed(pod)
-	if need == 0 {
+	if need == 0 && !(underlay.PodNetwork(pod) && pl.anyDrawsAll(nodes)) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	state.Write(stateKey, needState(need))
@@ -105,7 +113,8 @@ func (pl *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, n
 	if node == nil {
 		return fwk.AsStatus(fmt.Errorf("%s filter of pod %s: node not found", Name, klog.KObj(pod)))
 	}
-	v := fit(need(state, pod), pl.capacity(node), usedIPs(nodeInfo.GetRequested()))
+	c := pl.capacity(node)
+	v := fit(underlay.Charge(need(state, pod), underlay.PodNetwork(pod), c.DrawsAll), c, charged(nodeInfo, c))
 	if v.code == fwk.Success {
 		return nil
 	}
@@ -127,7 +136,8 @@ func (pl *Plugin) Score(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeIn
 	if node == nil {
 		return 0, fwk.AsStatus(fmt.Errorf("%s score of pod %s: node not found", Name, klog.KObj(pod)))
 	}
-	return freeIPs(pl.capacity(node), usedIPs(nodeInfo.GetRequested())), nil
+	c := pl.capacity(node)
+	return freeIPs(c, charged(nodeInfo, c)), nil
 }
 
 // ScoreExtensions returns the plugin: it normalises its own scores.
@@ -167,5 +177,9 @@ func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *
 
 // capacity is the capacity of node under the one rule.
 func (pl *Plugin) capacity(node *v1.Node) underlay.Capacity {
-	return pl.caps.of(node, pl.defaultCapacity)
+	c := pl.caps.of(node, pl.rule)
+	if c.DrawsAll && !pl.drawsAll.Load() {
+		pl.drawsAll.Store(true)
+	}
+	return c
 }

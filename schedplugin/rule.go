@@ -99,29 +99,31 @@ func normalize(scores fwk.NodeScoreList) {
 // deleted or whose nomination is cleared or moved: Filter counted the
 // nominee's IPs on that node for every pod of lower or equal priority, so
 // its exit frees them too (NodeResourcesFit's hint answers the same way).
-// Only a pod that needs IPs frees any.
-func podFreesIPs(gone *v1.Pod) bool {
-	return gone != nil && (gone.Spec.NodeName != "" || gone.Status.NominatedNodeName != "") && underlay.PodNeed(gone) > 0
+// Only a pod that needs IPs frees any, or, once some node draws all
+// (drawsAll), any pod on the pod network: the hint cannot read the node.
+func podFreesIPs(gone *v1.Pod, drawsAll bool) bool {
+	return gone != nil && (gone.Spec.NodeName != "" || gone.Status.NominatedNodeName != "") &&
+		(underlay.PodNeed(gone) > 0 || drawsAll && underlay.PodNetwork(gone))
 }
 
 // nodeAddedFits: a new node can take the pod if its whole capacity can.
-func nodeAddedFits(need int64, node *v1.Node, def int64) bool {
+func nodeAddedFits(need int64, node *v1.Node, rule underlay.Rule) bool {
 	if node == nil {
 		return false
 	}
-	c := underlay.NodeCapacity(node.Annotations, node.Labels, def)
+	c := rule.Capacity(node.Annotations, node.Labels)
 	return c.Invalid == "" && c.IPs >= need
 }
 
 // capacityGrew: a node's annotations or labels changed and its capacity
 // went up to at least the pod's need. A lower or equal capacity frees
 // nothing; every other annotation or label change is not ours.
-func capacityGrew(need int64, oldNode, newNode *v1.Node, def int64) bool {
+func capacityGrew(need int64, oldNode, newNode *v1.Node, rule underlay.Rule) bool {
 	if oldNode == nil || newNode == nil {
-		return nodeAddedFits(need, newNode, def)
+		return nodeAddedFits(need, newNode, rule)
 	}
-	before := underlay.NodeCapacity(oldNode.Annotations, oldNode.Labels, def)
-	after := underlay.NodeCapacity(newNode.Annotations, newNode.Labels, def)
+	before := rule.Capacity(oldNode.Annotations, oldNode.Labels)
+	after := rule.Capacity(newNode.Annotations, newNode.Labels)
 	// An invalid capacity counts as 0 (before.IPs is 0 then).
 	return after.Invalid == "" && after.IPs >= need && after.IPs > before.IPs
 }

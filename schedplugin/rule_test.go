@@ -128,3 +128,19 @@ func capNode(name string, annotations, labels map[string]string) *v1.Node {
 func annotated(v string) map[string]string {
 	return map[string]string{names.UnderlayIPCapacityAnnotation: v}
 }
+
+// TestCapacityGrewWhenRead: a pod waiting on nodes the mirror has not read
+// (capacity 0, "not read yet") is queued when the mirror's value or mark
+// arrives.
+func TestCapacityGrewWhenRead(t *testing.T) {
+	rule := underlay.Rule{Default: 10, AwaitSource: true}
+	unread := capNode("n", nil, nil)
+	mirrored := capNode("n", map[string]string{names.UnderlayIPSourceCapacityAnnotation: "3"}, nil)
+	marked := capNode("n", map[string]string{names.UnderlayIPSourceAnnotation: names.UnderlayIPSourceNone}, nil)
+	if nodeAddedFits(1, unread, rule) {
+		t.Error("an unread node added fits")
+	}
+	if !capacityGrew(1, unread, mirrored, rule) || !capacityGrew(1, unread, marked, rule) {
+		t.Error("the mirror reading a node does not queue the pod")
+	}
+}

@@ -152,6 +152,6 @@ func (s *Server) computeCapacity(t *corev1.PodTemplateSpec, usage map[string]cap
 	}
 	return capacity.Compute(capacity.Input{
 		Template: *t, Nodes: nodes, Pods: pods,
-		DefaultUnderlayIPCapacity: s.defaultIP, Usage: usage,
+		DefaultUnderlayIPCapacity: s.defaultIP, AwaitCapacitySource: s.awaitIP, Usage: usage,
 	}), nil
 }

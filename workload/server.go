@@ -64,6 +64,9 @@ type Config struct {
 	// DefaultUnderlayIPCapacity is a node's underlay IP capacity without the
 	// annotation.
 	DefaultUnderlayIPCapacity int64
+	// AwaitCapacitySource: capacity sources are configured; a node the
+	// mirror has not read counts 0 underlay IPs (underlay.Rule.AwaitSource).
+	AwaitCapacitySource bool
 	// MaxBodyBytes bounds request bodies; default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// Clock stamps restarts; default the real clock.
@@ -83,6 +86,7 @@ type Server struct {
 	inflight  chan struct{}
 	maxBody   int64
 	defaultIP int64
+	awaitIP   bool
 
 	nodes        corelisters.NodeLister
 	pods         corelisters.PodLister
@@ -136,6 +140,7 @@ func New(cfg Config) *Server {
 		stamps:     &lifecycle.Stamper{Clock: cfg.Clock},
 		maxBody:    cfg.MaxBodyBytes,
 		defaultIP:  cfg.DefaultUnderlayIPCapacity,
+		awaitIP:    cfg.AwaitCapacitySource,
 		gatherer:   cfg.Gatherer,
 		instr:      httpserver.NewInstrumenter("workload", cfg.Registry),
 		mutations: prometheus.NewCounterVec(prometheus.CounterOpts{

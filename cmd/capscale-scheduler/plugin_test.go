@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -385,5 +386,94 @@ func TestCapacityFollowsTheNode(t *testing.T) {
 	clone.SetNode(grown)
 	if score, _ := pl.Score(ctx, framework.NewCycleState(), ipPod("p", "", 1, 0), clone); score != 3 {
 		t.Fatalf("clone with capacity 5, 2 used: score %d, want 3", score)
+	}
+}
+
+// drawsAllNode is a node whose pool, as its capacity source says, draws
+// all: capacity mirrored as c.
+func drawsAllNode(name string, c string, pods ...*v1.Pod) *framework.NodeInfo {
+	ni := nodeInfo(name, "", pods...)
+	n := ni.Node().DeepCopy()
+	n.Annotations = map[string]string{names.UnderlayIPSourceCapacityAnnotation: c, names.UnderlayIPDrawsAnnotation: underlay.DrawsAll}
+	ni.SetNode(n)
+	return ni
+}
+
+// TestDrawsAll (issue 49 §2): on a node whose pool draws all, every pod
+// on the pod network takes an IP, asked for or not: those already there
+// count, and one being scheduled is charged one. hostNetwork pods and
+// nodes that draw only marked pods are as before.
+func TestDrawsAll(t *testing.T) {
+	host := ipPod("host", "", 0, 0)
+	host.Spec.HostNetwork = true
+	onNode := func(p *v1.Pod, node string) *v1.Pod { p = p.DeepCopy(); p.Spec.NodeName = node; return p }
+	tests := []struct {
+		name          string
+		pod           *v1.Pod
+		node          *framework.NodeInfo
+		wantPreFilter fwk.Code
+		want          fwk.Code
+		wantReason    string
+	}{
+		{name: "unmarked pods fill the pool", pod: ipPod("p", "", 1, 0),
+			node: drawsAllNode("n", "3", ipPod("a", "n", 1, 0), ipPod("u1", "n", 0, 0), ipPod("u2", "n", 0, 0)),
+			want: fwk.Unschedulable, wantReason: "underlay IPs exhausted: 3/3 used, pod needs 1"},
+		{name: "hostNetwork pods draw nothing", pod: ipPod("p", "", 1, 0),
+			node: drawsAllNode("n", "3", ipPod("a", "n", 1, 0), ipPod("u1", "n", 0, 0), onNode(host, "n")), want: fwk.Success},
+		{name: "an unmarked pod is charged one", pod: ipPod("p", "", 0, 0),
+			node: drawsAllNode("n", "2", ipPod("a", "n", 1, 0), ipPod("u1", "n", 0, 0)),
+			want: fwk.Unschedulable, wantReason: "2/2 used, pod needs 1"},
+		{name: "an unmarked pod fits the last IP", pod: ipPod("p", "", 0, 0),
+			node: drawsAllNode("n", "3", ipPod("a", "n", 1, 0), ipPod("u1", "n", 0, 0)), want: fwk.Success},
+		{name: "a hostNetwork pod is skipped", pod: host, node: drawsAllNode("n", "0"), wantPreFilter: fwk.Skip},
+		{name: "marked pool: unmarked pods are skipped", pod: ipPod("p", "", 0, 0), node: nodeInfo("n", "0"), wantPreFilter: fwk.Skip},
+		{name: "marked pool: unmarked pods take nothing", pod: ipPod("p", "", 1, 0),
+			node: nodeInfo("n", "2", ipPod("a", "n", 1, 0), ipPod("u1", "n", 0, 0), ipPod("u2", "n", 0, 0)), want: fwk.Success},
+	}
+	ctx := context.Background()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pl := newPlugin(t)
+			state := framework.NewCycleState()
+			_, st := pl.PreFilter(ctx, state, tc.pod, []fwk.NodeInfo{tc.node})
+			if st.Code() != tc.wantPreFilter {
+				t.Fatalf("PreFilter = %v, want %v", st, tc.wantPreFilter)
+			}
+			if st.IsSkip() {
+				return
+			}
+			st = pl.Filter(ctx, state, tc.pod, tc.node)
+			if st.Code() != tc.want || !strings.Contains(st.Message(), tc.wantReason) {
+				t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Message(), tc.want, tc.wantReason)
+			}
+		})
+	}
+}
+
+// TestAwaitCapacitySource (issue 49 §4): with awaitCapacitySource, a node
+// the mirror has not read takes nothing, whatever its label or the
+// default; once read it takes what the rule says.
+func TestAwaitCapacitySource(t *testing.T) {
+	ctx := context.Background()
+	pl, err := schedplugin.New(ctx, &runtime.Unknown{Raw: []byte(`{"awaitCapacitySource": true}`)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unread := nodeInfo("n", "")
+	unread.Node().Labels = map[string]string{names.UnderlayIPCapacityLabel: "5"}
+	pod := ipPod("p", "", 1, 0)
+	state := framework.NewCycleState()
+	if _, st := pl.(*schedplugin.Plugin).PreFilter(ctx, state, pod, []fwk.NodeInfo{unread}); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	st := pl.(*schedplugin.Plugin).Filter(ctx, state, pod, unread)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "capacity source not read yet") {
+		t.Fatalf("unread node: Filter = %v %q", st.Code(), st.Message())
+	}
+	read := nodeInfo("n", "")
+	read.Node().Labels = map[string]string{names.UnderlayIPCapacityLabel: "5"}
+	read.Node().Annotations = map[string]string{names.UnderlayIPSourceAnnotation: names.UnderlayIPSourceNone}
+	if st := pl.(*schedplugin.Plugin).Filter(ctx, state, pod, read); !st.IsSuccess() {
+		t.Fatalf("read node: Filter = %v", st)
 	}
 }

@@ -71,6 +71,11 @@ type Source struct {
 	// another node is ignored. Without it, the source covers the nodes its
 	// objects map to.
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// Draws says which pods of a node take an IP from the pool Capacity
+	// counts: "all" (every pod that is not hostNetwork) or "marked" (only
+	// pods that ask for capscale.io/underlay-ip). A preset gives its
+	// IPAM's answer; a source of your own must say (see validateDraws).
+	Draws string `json:"draws,omitempty"`
 }
 
 // Resource is a group, version and resource (plural), as in RBAC.
@@ -170,6 +175,7 @@ func (s *Source) validate(p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("nodeSelector"), s.NodeSelector, err.Error()))
 		}
 	}
+	errs = append(errs, s.validateDraws(p)...)
 	return errs
 }
 
@@ -186,6 +192,8 @@ type Compiled struct {
 	// Selector is nil when the source covers only the nodes its objects
 	// map to.
 	Selector labels.Selector
+	// Draws is underlay.DrawsAll or underlay.DrawsMarked.
+	Draws string
 }
 
 // Compile validates the file and compiles every expression. The first
@@ -216,7 +224,7 @@ func (s *Source) compile(limit uint64) (*Compiled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("capacity: %w", err)
 	}
-	c := &Compiled{Name: s.Name, Resource: *s.Resource, Namespace: s.Namespace, Node: node, Capacity: capacity}
+	c := &Compiled{Name: s.Name, Resource: *s.Resource, Namespace: s.Namespace, Node: node, Capacity: capacity, Draws: s.Draws}
 	if s.MaxCapacity != "" {
 		if c.MaxCapacity, err = compile(s.MaxCapacity, cel.OptionalType(cel.IntType), limit); err != nil {
 			return nil, fmt.Errorf("maxCapacity: %w", err)

@@ -21,7 +21,13 @@ sources:
   resource: {group: ipam.example.com, version: v1, resource: nodepools}
   node: object.spec.nodeName
   capacity: object.status.free + object.status.used
-  nodeSelector: {matchLabels: {pool: underlay}}`},
+  nodeSelector: {matchLabels: {pool: underlay}}
+  draws: marked`},
+		{name: "a preset's draws overridden", file: "sources: [{name: underlay, preset: cilium-multi-pool, draws: marked}]"},
+		{name: "a source of one's own must say which pods draw", file: "sources: [{name: a, resource: {group: g.io, version: v1, resource: r}, node: x, capacity: y}]",
+			err: "sources[0].draws: Required value: which pods take an IP from this pool: all"},
+		{name: "draws misspelt", file: "sources: [{name: a, preset: cilium-eni, draws: every}]", err: `sources[0].draws: Unsupported value: "every": supported values: "all", "marked"`},
+		{name: "the name none is the mirror's mark", file: "sources: [{name: none, preset: cilium-eni}]", err: `sources[0].name: Invalid value: "none": reserved`},
 		{name: "every preset", file: "sources: [{name: a, preset: cilium-eni}, {name: b, preset: cilium-azure}, {name: c, preset: cilium-multi-pool}, {name: d, preset: azure-cns}]"},
 		{name: "no sources: the mirror removes what it wrote", file: "sources: []"},
 
@@ -79,7 +85,8 @@ sources:
 - name: typo
   resource: {group: ipam.example.com, version: v1, resource: nodepools}
   node: object.metadata.name
-  capacity: size(objet.status.free)`))
+  capacity: size(objet.status.free)
+  draws: all`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +140,7 @@ func TestExpand(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{
 		"sources: [{name: cilium, preset: cilium-eni}]",
-		"sources: [{name: a, resource: {group: g.io, version: v1, resource: r}, node: object.metadata.name, capacity: '1', nodeSelector: {matchLabels: {a: b}}}]",
+		"sources: [{name: a, resource: {group: g.io, version: v1, resource: r}, node: object.metadata.name, capacity: '1', nodeSelector: {matchLabels: {a: b}}, draws: all}]",
 		"sources: []", "", "{}", "sources: [{name: a, preset: calico}]", "sources: [{name: x, namespace: y, preset: azure-cns}]",
 	} {
 		f.Add([]byte(s))

@@ -81,6 +81,8 @@ type Coverage struct {
 	Selects, Selected bool
 	// Objects are the source's objects that map to the node.
 	Objects []Result
+	// Draws is the source's draws field (underlay.DrawsAll or DrawsMarked).
+	Draws string
 }
 
 // Covers reports whether the source decides the node's capacity: with a
@@ -104,7 +106,16 @@ type Mirror struct {
 	// Max is the value of capscale.io/underlay-ip-source-max-capacity
 	// (an integer or underlay.InvalidPrefix and why); "" for none.
 	Max string
+	// Draws is the value of capscale.io/underlay-ip-draws: which pods take
+	// an IP from the node's pool ("" removes it).
+	Draws string
 }
+
+// Uncovered is the mirror of a node no source covers: no value, no draws,
+// and the mark capscale.io/underlay-ip-source: none, which tells the rule
+// (underlay.Rule.AwaitSource) that the node was read and takes the label
+// or the default.
+var Uncovered = Mirror{Origin: names.UnderlayIPSourceNone}
 
 // Invalid reports whether m marks the node's capacity invalid.
 func (m Mirror) Invalid() bool { return strings.HasPrefix(m.Value, underlay.InvalidPrefix) }
@@ -133,12 +144,12 @@ func Want(cov []Coverage) Mirror {
 			srcs[i] = c.Source
 		}
 		return Mirror{Value: underlay.InvalidPrefix + "covered by more than one capacity source: " + strings.Join(srcs, ", "),
-			Origin: strings.Join(srcs, ",")}
+			Origin: strings.Join(srcs, ","), Draws: drawsOf(covering)}
 	}
 	c := covering[0]
 	switch len(c.Objects) {
 	case 0:
-		return Mirror{Value: underlay.InvalidPrefix + "no " + c.Resource + " object maps to this node", Origin: c.Source}
+		return Mirror{Value: underlay.InvalidPrefix + "no " + c.Resource + " object maps to this node", Origin: c.Source, Draws: c.Draws}
 	case 1:
 	default:
 		refs := make([]string, len(c.Objects))
@@ -147,58 +158,77 @@ func Want(cov []Coverage) Mirror {
 		}
 		sort.Strings(refs)
 		return Mirror{Value: underlay.InvalidPrefix + strconv.Itoa(len(refs)) + " objects map to this node: " + strings.Join(refs, ", "),
-			Origin: c.Source}
+			Origin: c.Source, Draws: c.Draws}
 	}
 	o := c.Objects[0]
 	origin := c.Source + " " + o.Ref
 	if o.Err != "" {
-		return Mirror{Value: underlay.InvalidPrefix + o.Err, Origin: origin, Max: maxValue(o)}
+		return Mirror{Value: underlay.InvalidPrefix + o.Err, Origin: origin, Max: maxValue(o), Draws: c.Draws}
 	}
-	return Mirror{Value: strconv.FormatInt(o.Capacity, 10), Origin: origin, Max: maxValue(o)}
+	return Mirror{Value: strconv.FormatInt(o.Capacity, 10), Origin: origin, Max: maxValue(o), Draws: c.Draws}
+}
+
+// drawsOf is what several sources covering one node say of its pods: all
+// if any says so (the capacity is invalid then anyway; counting more pods
+// errs on the safe side).
+func drawsOf(covering []Coverage) string {
+	d := ""
+	for _, c := range covering {
+		if c.Draws == underlay.DrawsAll {
+			return c.Draws
+		}
+		if c.Draws != "" {
+			d = c.Draws
+		}
+	}
+	return d
 }
 
 // Current is the mirror a node carries now.
 func Current(annotations map[string]string) Mirror {
 	return Mirror{Value: annotations[names.UnderlayIPSourceCapacityAnnotation], Origin: annotations[names.UnderlayIPSourceAnnotation],
-		Max: annotations[names.UnderlayIPSourceMaxCapacityAnnotation]}
+		Max: annotations[names.UnderlayIPSourceMaxCapacityAnnotation], Draws: annotations[names.UnderlayIPDrawsAnnotation]}
 }
+
+// mirrorKeys are the annotations the mirror writes.
+var mirrorKeys = []string{names.UnderlayIPSourceCapacityAnnotation, names.UnderlayIPSourceAnnotation,
+	names.UnderlayIPSourceMaxCapacityAnnotation, names.UnderlayIPDrawsAnnotation}
+
+// annotations is m as the values of mirrorKeys, "" for one it removes.
+func (m Mirror) annotations() []string { return []string{m.Value, m.Origin, m.Max, m.Draws} }
 
 // has reports whether the node carries any of the mirror's annotations.
 func has(annotations map[string]string) bool {
-	_, v := annotations[names.UnderlayIPSourceCapacityAnnotation]
-	_, o := annotations[names.UnderlayIPSourceAnnotation]
-	_, m := annotations[names.UnderlayIPSourceMaxCapacityAnnotation]
-	return v || o || m
+	for _, k := range mirrorKeys {
+		if _, ok := annotations[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // PatchFor is the JSON merge patch that gives a node with annotations the
 // mirror want, or nil when it has it already: IPAM objects change status
 // often (a pod's IP used or released), and a Node is patched only when its
-// value, origin or max capacity changes. The zero Mirror removes them all.
+// value, origin, max capacity or draws changes. A field of want that is ""
+// removes its annotation; the zero Mirror removes them all.
 func PatchFor(annotations map[string]string, want Mirror) []byte {
-	if want == (Mirror{}) {
-		if !has(annotations) {
-			return nil
+	changed := false
+	set := make(map[string]any, len(mirrorKeys))
+	for i, v := range want.annotations() {
+		k := mirrorKeys[i]
+		cur, ok := annotations[k]
+		if v == "" {
+			set[k] = nil
+			changed = changed || ok
+			continue
 		}
-	} else if cur := Current(annotations); cur == want && has(annotations) {
+		set[k] = v
+		changed = changed || !ok || cur != v
+	}
+	if !changed {
 		return nil
 	}
-	set := func(v string) any {
-		if want == (Mirror{}) {
-			return nil
-		}
-		return v
-	}
-	ann := map[string]any{
-		names.UnderlayIPSourceCapacityAnnotation: set(want.Value),
-		names.UnderlayIPSourceAnnotation:         set(want.Origin),
-	}
-	// The max capacity: set when known, removed when no longer.
-	if _, carried := annotations[names.UnderlayIPSourceMaxCapacityAnnotation]; want.Max != "" {
-		ann[names.UnderlayIPSourceMaxCapacityAnnotation] = want.Max
-	} else if carried {
-		ann[names.UnderlayIPSourceMaxCapacityAnnotation] = nil
-	}
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": set}})
 	return b
 }

@@ -43,6 +43,12 @@ func TestWant(t *testing.T) {
 			want: Mirror{Value: underlay.InvalidPrefix + "covered by more than one capacity source: cilium, mine", Origin: "cilium,mine"}},
 		{name: "two sources of one resource over disjoint nodes", cov: []Coverage{sel("eni", false, obj("ciliumnodes.cilium.io/n1", 3)), sel("multi-pool", true, obj("ciliumnodes.cilium.io/n1", 30))},
 			want: Mirror{Value: "30", Origin: "multi-pool ciliumnodes.cilium.io/n1"}},
+		{name: "draws comes from the source", cov: []Coverage{{Source: "cilium", Resource: "ciliumnodes.cilium.io", Draws: "all", Objects: []Result{obj("ciliumnodes.cilium.io/n1", 5)}}},
+			want: Mirror{Value: "5", Origin: "cilium ciliumnodes.cilium.io/n1", Draws: "all"}},
+		{name: "invalid keeps the source's draws", cov: []Coverage{{Source: "cilium", Resource: "ciliumnodes.cilium.io", Draws: "all", Selects: true, Selected: true}},
+			want: Mirror{Value: underlay.InvalidPrefix + "no ciliumnodes.cilium.io object maps to this node", Origin: "cilium", Draws: "all"}},
+		{name: "two sources: all if any draws all", cov: []Coverage{{Source: "a", Draws: "marked", Objects: []Result{obj("x/n1", 1)}}, {Source: "b", Draws: "all", Objects: []Result{obj("y/n1", 1)}}},
+			want: Mirror{Value: underlay.InvalidPrefix + "covered by more than one capacity source: a, b", Origin: "a,b", Draws: "all"}},
 		{name: "the other source does not cover the node", cov: []Coverage{sel("cilium", false), cov("mine", obj("ippools.example.com/n1", 4))},
 			want: Mirror{Value: "4", Origin: "mine ippools.example.com/n1"}},
 	}
@@ -68,8 +74,10 @@ func TestPatchFor(t *testing.T) {
 	const (
 		v = names.UnderlayIPSourceCapacityAnnotation
 		o = names.UnderlayIPSourceAnnotation
+		d = names.UnderlayIPDrawsAnnotation
 	)
 	mirror := Mirror{Value: "12", Origin: "cilium ciliumnodes.cilium.io/n1"}
+	drawsAll := Mirror{Value: "12", Origin: mirror.Origin, Draws: "all"}
 	tests := []struct {
 		name        string
 		annotations map[string]string
@@ -77,14 +85,21 @@ func TestPatchFor(t *testing.T) {
 		patch       map[string]any // nil: no patch
 	}{
 		{name: "nothing to write, nothing there", annotations: map[string]string{"other": "x"}, want: Mirror{}},
-		{name: "new value", want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
+		{name: "new value", want: mirror, patch: map[string]any{v: "12", o: mirror.Origin, d: nil}},
 		{name: "same value: no patch, however often the object's status changes", annotations: map[string]string{v: "12", o: mirror.Origin}, want: mirror},
-		{name: "value changed", annotations: map[string]string{v: "11", o: mirror.Origin}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
-		{name: "origin changed", annotations: map[string]string{v: "12", o: "cilium ciliumnodes.cilium.io/old"}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
-		{name: "origin missing", annotations: map[string]string{v: "12"}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
-		{name: "no longer covered: both removed", annotations: map[string]string{v: "12", o: mirror.Origin, "other": "x"}, want: Mirror{}, patch: map[string]any{v: nil, o: nil}},
-		{name: "a stray origin removed", annotations: map[string]string{o: "x"}, want: Mirror{}, patch: map[string]any{v: nil, o: nil}},
-		{name: "an empty value is still there", annotations: map[string]string{v: ""}, want: Mirror{}, patch: map[string]any{v: nil, o: nil}},
+		{name: "value changed", annotations: map[string]string{v: "11", o: mirror.Origin}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin, d: nil}},
+		{name: "origin changed", annotations: map[string]string{v: "12", o: "cilium ciliumnodes.cilium.io/old"}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin, d: nil}},
+		{name: "origin missing", annotations: map[string]string{v: "12"}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin, d: nil}},
+		{name: "no longer covered: both removed", annotations: map[string]string{v: "12", o: mirror.Origin, "other": "x"}, want: Mirror{}, patch: map[string]any{v: nil, o: nil, d: nil}},
+		{name: "a stray origin removed", annotations: map[string]string{o: "x"}, want: Mirror{}, patch: map[string]any{v: nil, o: nil, d: nil}},
+		{name: "draws written", annotations: map[string]string{v: "12", o: mirror.Origin}, want: drawsAll, patch: map[string]any{v: "12", o: mirror.Origin, d: "all"}},
+		{name: "draws the same: no patch", annotations: map[string]string{v: "12", o: mirror.Origin, d: "all"}, want: drawsAll},
+		{name: "draws changed", annotations: map[string]string{v: "12", o: mirror.Origin, d: "all"}, want: Mirror{Value: "12", Origin: mirror.Origin, Draws: "marked"},
+			patch: map[string]any{v: "12", o: mirror.Origin, d: "marked"}},
+		{name: "no longer covered: the mark, value and draws removed", annotations: map[string]string{v: "12", o: mirror.Origin, d: "all"}, want: Uncovered,
+			patch: map[string]any{v: nil, o: "none", d: nil}},
+		{name: "marked uncovered: no patch", annotations: map[string]string{o: "none", "other": "x"}, want: Uncovered},
+		{name: "an empty value is still there", annotations: map[string]string{v: ""}, want: Mirror{}, patch: map[string]any{v: nil, o: nil, d: nil}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,7 +26,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/capscale/capscale/internal/kube"
-	"github.com/capscale/capscale/internal/names"
 )
 
 // FieldManager is the field manager of the mirror's Node patches.
@@ -205,7 +204,7 @@ func compactNode(obj any) (any, error) {
 		return obj, nil
 	}
 	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels}}
-	for _, k := range []string{names.UnderlayIPSourceCapacityAnnotation, names.UnderlayIPSourceAnnotation} {
+	for _, k := range mirrorKeys {
 		if v, ok := n.Annotations[k]; ok {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}
@@ -244,8 +243,9 @@ func (c *Controller) enqueueResult(obj any) {
 func (c *Controller) HasSynced() bool { return c.ready.Load() }
 
 // Run starts the informers, waits for them, queues every Node (so that a
-// node no source covers any more loses the mirror's annotations, also for
-// a source removed from the file) and mirrors until ctx ends. Until every
+// node no source covers any more loses the mirror's value and draws and
+// gets the mark capscale.io/underlay-ip-source: none, also for a source
+// removed from the file) and mirrors until ctx ends. Until every
 // informer has synced nothing is written: a Node keeps what it carries.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
@@ -298,6 +298,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	node := obj.(*corev1.Node)
 	want := Want(c.coverage(node))
+	if want == (Mirror{}) {
+		// Read, and no source covers it: the mark that ends the rule's
+		// wait (underlay.Rule.AwaitSource).
+		want = Uncovered
+	}
 	patch := PatchFor(node.Annotations, want)
 	if patch == nil {
 		c.setState(name, stateOf(want))
@@ -326,7 +331,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 func (c *Controller) coverage(node *corev1.Node) []Coverage {
 	cov := make([]Coverage, len(c.sources))
 	for i, s := range c.sources {
-		cov[i] = Coverage{Source: s.src.Name, Resource: s.src.Resource.String(), Selects: s.src.Selector != nil,
+		cov[i] = Coverage{Source: s.src.Name, Resource: s.src.Resource.String(), Draws: s.src.Draws, Selects: s.src.Selector != nil,
 			Selected: s.src.Selector != nil && s.src.Selector.Matches(labels.Set(node.Labels))}
 		objs, _ := s.inf.GetIndexer().ByIndex(nodeIndex, node.Name)
 		for _, o := range objs {
@@ -345,7 +350,7 @@ type nodeState struct {
 
 func stateOf(m Mirror) nodeState {
 	switch {
-	case m == (Mirror{}):
+	case m == (Mirror{}), m == Uncovered:
 		return nodeState{}
 	case m.Invalid():
 		return nodeState{source: sourceOf(m), state: "invalid"}

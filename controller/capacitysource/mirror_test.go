@@ -80,8 +80,15 @@ func TestMirror(t *testing.T) {
 		return strings.HasPrefix(annotations("n2")[names.UnderlayIPSourceCapacityAnnotation], "invalid: no ciliumnodes.cilium.io object")
 	})
 	waitFor("the stale mirror removed", func() bool { _, ok := annotations("stale")[names.UnderlayIPSourceCapacityAnnotation]; return !ok })
-	if a := annotations("plain"); len(a) != 1 || a["keep"] != "me" {
-		t.Errorf("a node no source covers was changed: %v", a)
+	// Read, not covered: only the mark that ends the rule's wait.
+	waitFor("the uncovered node marked", func() bool {
+		return annotations("plain")[names.UnderlayIPSourceAnnotation] == names.UnderlayIPSourceNone
+	})
+	if a := annotations("plain"); len(a) != 2 || a["keep"] != "me" {
+		t.Errorf("a node no source covers got more than the mark: %v", a)
+	}
+	if got := annotations("n1")[names.UnderlayIPDrawsAnnotation]; got != "all" {
+		t.Errorf("n1 draws %q, want the preset's all", got)
 	}
 	select {
 	case e := <-rec.Events:
@@ -96,7 +103,12 @@ func TestMirror(t *testing.T) {
 	}
 
 	gvr := src.Resource.GVR()
-	patchesBefore := testutil.ToFloat64(c.cfg.Metrics.patches.WithLabelValues("success"))
+	// The metric counts a patch after the API has it: wait for the four
+	// first patches (n1, n2, stale, plain) to be counted, or a late one
+	// reads as a patch of the change below.
+	patches := func() float64 { return testutil.ToFloat64(c.cfg.Metrics.patches.WithLabelValues("success")) }
+	waitFor("the first four patches counted", func() bool { return patches() >= 4 })
+	patchesBefore := patches()
 	// A status change that leaves the count alone patches nothing.
 	u := ipamtest.CiliumNodeENI("n1", "uid-n1", 12, []string{"shop/a", "shop/b"})
 	if _, err := dyn.Resource(gvr).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
@@ -107,7 +119,7 @@ func TestMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("n1 at 18", func() bool { return annotations("n1")[names.UnderlayIPSourceCapacityAnnotation] == "18" })
-	if got := testutil.ToFloat64(c.cfg.Metrics.patches.WithLabelValues("success")) - patchesBefore; got != 1 {
+	if got := patches() - patchesBefore; got != 1 {
 		t.Errorf("%v patches for one change of the count, want 1", got)
 	}
 	// n2's object arrives.

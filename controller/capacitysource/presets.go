@@ -3,6 +3,8 @@ package capacitysource
 import (
 	"fmt"
 	"sort"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // Presets are capacity sources written for known IPAMs, derived from each
@@ -63,6 +65,9 @@ var Presets = map[string]Source{
 	// MaxCapacity: a pool grows by CIDRs of its CiliumPodIPPool, with no
 	// per-node bound on the CiliumNode.
 	"cilium-multi-pool": {
+		// The default pool serves every pod that names none; a source
+		// counting a separate underlay pool says draws: marked.
+		Draws:    underlay.DrawsAll,
 		Resource: &Resource{Group: "cilium.io", Version: "v2", Resource: "ciliumnodes"},
 		Node:     "object.metadata.name",
 		Capacity: ciliumMultiPool,
@@ -86,6 +91,9 @@ var Presets = map[string]Source{
 	// MaxCapacity is status.scaler.maxIPCount, capped at 250 as CNS caps
 	// its request (v2/monitor.go:18,85).
 	"azure-cns": {
+		// CNS gives every pod-network pod an IP of the node's assignments
+		// (cns/ipampool sizes its demand from all of them).
+		Draws:     underlay.DrawsAll,
 		Resource:  &Resource{Group: "acn.azure.com", Version: "v1alpha", Resource: "nodenetworkconfigs"},
 		Namespace: "kube-system",
 		Node:      "object.metadata.name",
@@ -122,6 +130,8 @@ const ciliumCRD = `size(object.?spec.?ipam.?pool.orValue({}))
     object.status.ipam["release-ips"][ip] != "do-not-release" && ip in object.?spec.?ipam.?pool.orValue({})).size()`
 
 var ciliumCloud = Source{
+	// Every pod that is not hostNetwork gets its IP from the pool.
+	Draws:    underlay.DrawsAll,
 	Resource: &Resource{Group: "cilium.io", Version: "v2", Resource: "ciliumnodes"},
 	Node:     "object.metadata.name",
 	// The operator's test (node.go:449-455): the agent runs multi-pool.
@@ -167,6 +177,9 @@ func (s Source) Expand() (Source, error) {
 	}
 	if s.MaxCapacity == "" {
 		s.MaxCapacity = p.MaxCapacity
+	}
+	if s.Draws == "" {
+		s.Draws = p.Draws
 	}
 	return s, nil
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -88,6 +89,11 @@ type Options struct {
 	// resource, as the chart renders it. Install the sources' CRDs in
 	// Prepare: the controller is ready once their informers synced.
 	CapacitySources string
+	// NoAwaitCapacitySource leaves out what deploy/capacity-sources and
+	// the chart set with capacity sources: --await-capacity-source on the
+	// extender, awaitCapacitySource in the plugin's args (a test shows
+	// the window at the default without them).
+	NoAwaitCapacitySource bool
 
 	// Prepare runs after the plane is up and before capscale's components
 	// start: the place to start a load source or write the adapter config.
@@ -123,6 +129,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Native {
 		o.Extender = true
 		o.ExtenderArgs = append([]string{"--publish-capacity", "--leader-elect-namespace=" + Namespace}, o.ExtenderArgs...)
+	}
+	await := o.CapacitySources != "" && !o.NoAwaitCapacitySource
+	if await && o.Extender {
+		o.ExtenderArgs = append([]string{"--await-capacity-source"}, o.ExtenderArgs...)
 	}
 	if o.Extender {
 		if s.extenderPort, err = plane.FreePort(); err != nil {
@@ -160,6 +170,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return nil, err
 		}
 		o.Plane.SchedulerConfig = string(b)
+		if await {
+			o.Plane.SchedulerConfig = AwaitCapacitySource(o.Plane.SchedulerConfig)
+		}
 		o.Plane.SchedulerBinary = filepath.Join(o.BinDir, "capscale-scheduler")
 		if o.SchedulerBinary != "" {
 			o.Plane.SchedulerBinary = o.SchedulerBinary
@@ -373,4 +386,11 @@ func (s *Stack) adapterProbeClient(c *http.Client) *http.Client {
 		return c
 	}
 	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+}
+
+// AwaitCapacitySource adds awaitCapacitySource: true beside every
+// UnderlayIP defaultCapacity of a KubeSchedulerConfiguration, as the chart
+// renders it with capacity sources on.
+func AwaitCapacitySource(config string) string {
+	return regexp.MustCompile(`(?m)^(\s*)(defaultCapacity: \d+)$`).ReplaceAllString(config, "${1}${2}\n${1}awaitCapacitySource: true")
 }

@@ -45,13 +45,18 @@ type Decision struct {
 	Foreign string
 }
 
-// Decide compares a node with the rule. def is the capacity of a node
-// without the annotation or label; inUse is what the node's bound,
-// non-terminal pods hold, published instead of an invalid value so that no
-// new pod fits and no running pod fails the kubelet's re-admission.
-func Decide(node *v1.Node, def, inUse int64) Decision {
-	c := underlay.NodeCapacity(node.Annotations, node.Labels, def)
+// Decide compares a node with the rule. inUse is what the node's bound,
+// non-terminal pods request, published instead of an invalid value so that
+// no new pod fits and no running pod fails the kubelet's re-admission.
+// drawn is what its pod-network pods that request nothing take when it
+// draws all: kube-scheduler counts only requests, so they are left out of
+// the capacity published (never below inUse, for the same re-admission).
+func Decide(node *v1.Node, rule underlay.Rule, inUse, drawn int64) Decision {
+	c := rule.Capacity(node.Annotations, node.Labels)
 	want := c.IPs
+	if c.DrawsAll && drawn > 0 {
+		want = max(c.IPs-drawn, inUse, 0)
+	}
 	d := Decision{Want: want, Invalid: c.Invalid}
 	if c.Invalid != "" {
 		want = max(inUse, 0)

@@ -36,9 +36,15 @@ const DefaultRecheckInterval = 10 * time.Second
 
 // Options configure New.
 type Options struct {
-	// DefaultCapacity is the capacity of a node without the annotation or
-	// label.
-	DefaultCapacity int64
+	// Rule is the capacity rule: the capacity of a node without the
+	// annotation or label, and whether to wait for the capacity-source
+	// mirror.
+	Rule underlay.Rule
+	// Drawn returns what the pod-network pods of a draws-all node that ask
+	// for no IP take from its pool (the extender's ledger); nil counts
+	// none. They are left out of what is published, since kube-scheduler
+	// counts only requests.
+	Drawn func(node string) int64
 	// InUse returns the underlay IPs a node's bound, non-terminal pods hold
 	// (the extender's ledger); nil counts none.
 	InUse func(node string) int64
@@ -58,8 +64,9 @@ type Publisher struct {
 	client      kubernetes.Interface
 	nodes       corelisters.NodeLister
 	synced      []cache.InformerSynced
-	def         int64
+	rule        underlay.Rule
 	inUse       func(string) int64
+	drawn       func(string) int64
 	recheck     time.Duration
 	newRecorder func(context.Context) (record.EventRecorder, func())
 
@@ -75,6 +82,9 @@ type Publisher struct {
 	// Event is emitted once per change, not once per resync.
 	state  map[string]nodeState
 	counts map[string]int
+	// drawing are the nodes that draw all: what they publish follows their
+	// pods too (UsageChanged). Guarded by mu.
+	drawing map[string]bool
 }
 
 // term is one leadership term. A workqueue cannot be used again once shut
@@ -94,8 +104,9 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 		client:      client,
 		nodes:       informer.Lister(),
 		synced:      []cache.InformerSynced{informer.Informer().HasSynced},
-		def:         o.DefaultCapacity,
+		rule:        o.Rule,
 		inUse:       o.InUse,
+		drawn:       o.Drawn,
 		recheck:     o.RecheckInterval,
 		newRecorder: apiRecorder(client),
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -106,8 +117,9 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 			Namespace: ns, Subsystem: sub, Name: "capacity_nodes",
 			Help: "Nodes by native-mode capacity state: published, invalid (capacity annotation or label invalid; the IPs in use published, none free) or foreign (another writer owns the resource; left alone).",
 		}, []string{"state"}),
-		state:  map[string]nodeState{},
-		counts: map[string]int{},
+		state:   map[string]nodeState{},
+		counts:  map[string]int{},
+		drawing: map[string]bool{},
 	}
 	if p.inUse == nil {
 		p.inUse = func(string) int64 { return 0 }
@@ -180,7 +192,7 @@ func (p *Publisher) enqueue(obj any) {
 // holder leaving must not leave kube-scheduler a free IP there. Other nodes
 // publish their capacity, which pods do not move.
 func (p *Publisher) UsageChanged(node string) {
-	if p.stateOf(node) != stateInvalid {
+	if p.stateOf(node) != stateInvalid && !p.drawsAll(node) {
 		return
 	}
 	if t := p.term.Load(); t != nil {
@@ -191,6 +203,7 @@ func (p *Publisher) UsageChanged(node string) {
 func (p *Publisher) forget(obj any) {
 	if n, ok := kube.Deleted(obj).(*v1.Node); ok {
 		p.setState(n.Name, nodeState{})
+		p.setDrawsAll(n.Name, false)
 	}
 }
 
@@ -264,10 +277,16 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 	// lost until the recheck. announce is whether this invalid value is new.
 	prev := p.stateOfNode(name)
 	announce := false
-	if c := underlay.NodeCapacity(node.Annotations, node.Labels, p.def); c.Invalid != "" {
-		announce = p.setState(name, nodeState{stateInvalid, c.Invalid})
+	c := p.rule.Capacity(node.Annotations, node.Labels)
+	// Likewise a node that draws all, whose published value follows its
+	// unasking pods.
+	p.setDrawsAll(name, c.DrawsAll)
+	if c.Invalid != "" {
+		// A node not read yet is announced by nothing: at a fresh
+		// install that is every node for a few minutes.
+		announce = p.setState(name, nodeState{stateInvalid, c.Invalid}) && !c.Unread
 	}
-	d := Decide(node, p.def, p.inUse(name))
+	d := Decide(node, p.rule, p.inUse(name), p.drawnOn(name))
 	if d.Foreign != "" {
 		if p.setState(name, nodeState{stateForeign, d.Foreign}) {
 			klog.InfoS("Not publishing underlay-IP capacity", "node", klog.KObj(node), "reason", d.Foreign)

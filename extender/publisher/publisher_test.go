@@ -73,7 +73,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(tc.node, 10, tc.inUse)
+			d := Decide(tc.node, underlay.Rule{Default: 10}, tc.inUse, 0)
 			if d.Patch != tc.wantPatch || d.Want != tc.wantValue || (d.Invalid != "") != tc.wantInvalid || (d.Foreign != "") != tc.wantForeign {
 				t.Fatalf("Decide = %+v, want patch %v value %d invalid %v foreign %v", d, tc.wantPatch, tc.wantValue, tc.wantInvalid, tc.wantForeign)
 			}
@@ -103,7 +103,7 @@ func TestPublisherPublishes(t *testing.T) {
 	foreign.Name = "foreign"
 	cs := fake.NewClientset(ours, foreign)
 	factory := informers.NewSharedInformerFactory(cs, 0)
-	p, err := New(cs, factory.Core().V1().Nodes(), Options{DefaultCapacity: 10})
+	p, err := New(cs, factory.Core().V1().Nodes(), Options{Rule: underlay.Rule{Default: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ func annotate(t *testing.T, cs *fake.Clientset, name, capacity string) {
 func TestPublisherSecondTerm(t *testing.T) {
 	n := node(map[string]string{names.UnderlayIPCapacityAnnotation: "4"}, "", "")
 	cs := fake.NewClientset(n)
-	p, _ := newTestPublisher(t, cs, Options{DefaultCapacity: 10})
+	p, _ := newTestPublisher(t, cs, Options{Rule: underlay.Rule{Default: 10}})
 
 	stop := runTerm(p)
 	waitPublished(t, cs, n.Name, 4)
@@ -103,7 +103,7 @@ func TestPublisherSecondTerm(t *testing.T) {
 func TestPublisherDropsEventsBetweenTerms(t *testing.T) {
 	n := node(map[string]string{names.UnderlayIPCapacityAnnotation: "4"}, "", "")
 	cs := fake.NewClientset(n)
-	p, _ := newTestPublisher(t, cs, Options{DefaultCapacity: 10})
+	p, _ := newTestPublisher(t, cs, Options{Rule: underlay.Rule{Default: 10}})
 	stop := runTerm(p)
 	waitPublished(t, cs, n.Name, 4)
 	stop()
@@ -124,7 +124,7 @@ func TestPublisherDropsEventsBetweenTerms(t *testing.T) {
 func TestPublisherRestoresZeroed(t *testing.T) {
 	n := node(map[string]string{names.UnderlayIPCapacityAnnotation: "4"}, "", "")
 	cs := fake.NewClientset(n)
-	p, _ := newTestPublisher(t, cs, Options{DefaultCapacity: 10})
+	p, _ := newTestPublisher(t, cs, Options{Rule: underlay.Rule{Default: 10}})
 	defer runTerm(p)()
 	waitPublished(t, cs, n.Name, 4)
 
@@ -150,7 +150,7 @@ func TestPublisherInvalidPublishesInUse(t *testing.T) {
 	cs := fake.NewClientset(n)
 	inUse, calls := &atomic.Int64{}, &atomic.Int64{}
 	inUse.Store(3)
-	p, events := newTestPublisher(t, cs, Options{DefaultCapacity: 10, InUse: counted(inUse, calls), RecheckInterval: 10 * time.Millisecond})
+	p, events := newTestPublisher(t, cs, Options{Rule: underlay.Rule{Default: 10}, InUse: counted(inUse, calls), RecheckInterval: 10 * time.Millisecond})
 	defer runTerm(p)()
 	waitPublished(t, cs, n.Name, 5)
 
@@ -212,7 +212,7 @@ func TestPublisherInvalidFollowsAHolderAtOnce(t *testing.T) {
 	cs := fake.NewClientset(n, valid)
 	inUse, calls := &atomic.Int64{}, &atomic.Int64{}
 	inUse.Store(3)
-	p, _ := newTestPublisher(t, cs, Options{DefaultCapacity: 10, InUse: counted(inUse, calls), RecheckInterval: time.Hour})
+	p, _ := newTestPublisher(t, cs, Options{Rule: underlay.Rule{Default: 10}, InUse: counted(inUse, calls), RecheckInterval: time.Hour})
 	defer runTerm(p)()
 	waitPublished(t, cs, n.Name, 3)
 	waitPublished(t, cs, valid.Name, 4)
@@ -264,7 +264,7 @@ func TestPublisherInvalidFirstSync(t *testing.T) {
 		}
 		return v
 	}
-	p, _ = newTestPublisher(t, cs, Options{DefaultCapacity: 10, InUse: read, RecheckInterval: time.Hour})
+	p, _ = newTestPublisher(t, cs, Options{Rule: underlay.Rule{Default: 10}, InUse: read, RecheckInterval: time.Hour})
 	defer runTerm(p)()
 	waitPublished(t, cs, n.Name, 3)
 	time.Sleep(200 * time.Millisecond) // the echo of that patch synced too

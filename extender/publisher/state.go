@@ -61,3 +61,29 @@ func (p *Publisher) stateOfNode(node string) nodeState {
 	defer p.mu.Unlock()
 	return p.state[node]
 }
+
+// setDrawsAll records whether node draws all.
+func (p *Publisher) setDrawsAll(node string, all bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if all {
+		p.drawing[node] = true
+	} else {
+		delete(p.drawing, node)
+	}
+}
+
+// drawsAll reports whether node was last seen drawing all.
+func (p *Publisher) drawsAll(node string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.drawing[node]
+}
+
+// drawnOn is Options.Drawn of node; 0 without one.
+func (p *Publisher) drawnOn(node string) int64 {
+	if p.drawn == nil {
+		return 0
+	}
+	return p.drawn(node)
+}

@@ -76,7 +76,7 @@ func (v *verbs) usagesFor(args *Args, names []string, sc *Scratch) []extender.No
 		for i := range usages {
 			if !usages[i].Known {
 				usages[i].Known = true
-				c := underlay.NodeCapacity(args.Nodes.Items[i].Annotations, args.Nodes.Items[i].Labels, v.ledger.DefaultCapacity())
+				c := v.ledger.Rule().Capacity(args.Nodes.Items[i].Annotations, args.Nodes.Items[i].Labels)
 				usages[i].Capacity, usages[i].CapacityError = c.IPs, c.Invalid
 			}
 		}

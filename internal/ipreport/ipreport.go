@@ -13,6 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/internal/underlay"
 )
 
@@ -25,6 +26,9 @@ type Pod struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	IPs       int64  `json:"ips"`
+	// Unasked: the pod asks for no IP and holds one because its node's
+	// pool draws all (issue 49 §2).
+	Unasked bool `json:"unasked,omitempty"`
 }
 
 // Node is one node's underlay IPs.
@@ -40,6 +44,9 @@ type Node struct {
 	Origin string `json:"origin,omitempty"`
 	// Invalid says why the value at Source was rejected (capacity 0).
 	Invalid string `json:"invalid,omitempty"`
+	// DrawsAll: every pod of the node that is not hostNetwork holds an IP
+	// of its pool, asked for or not.
+	DrawsAll bool `json:"drawsAll,omitempty"`
 	// Published is the capacity in the Node's status.allocatable, as
 	// native mode publishes it; nil when not published.
 	Published *int64 `json:"published,omitempty"`
@@ -122,9 +129,10 @@ const (
 func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 	rep := Report{DefaultCapacity: def, Nodes: make([]Node, 0, len(nodes)), Waiting: []Pod{}}
 	index := make(map[string]int, len(nodes))
+	rule := underlay.Rule{Default: def, AwaitSource: mirrored(nodes)}
 	for _, n := range nodes {
-		c := underlay.NodeCapacity(n.Annotations, n.Labels, def)
-		out := Node{Name: n.Name, Capacity: c.IPs, Source: c.Source, Origin: c.Origin, Invalid: c.Invalid, Holders: []Pod{}}
+		c := rule.Capacity(n.Annotations, n.Labels)
+		out := Node{Name: n.Name, Capacity: c.IPs, Source: c.Source, Origin: c.Origin, Invalid: c.Invalid, DrawsAll: c.DrawsAll, Holders: []Pod{}}
 		out.MaxCapacity, out.MaxCapacityInvalid = MaxCapacity(n.Annotations)
 		if q, ok := n.Status.Allocatable[underlay.Resource]; ok {
 			v := q.Value()
@@ -148,6 +156,16 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 	for _, p := range pods {
 		need := underlay.PodNeed(p)
 		if need == 0 {
+			// Held without asking on a node whose pool draws all.
+			i, ok := index[p.Spec.NodeName]
+			if !ok || !rep.Nodes[i].DrawsAll || !underlay.Holds(p.Spec.NodeName, p.Status.Phase) {
+				continue
+			}
+			if ips := underlay.Drawn(need, underlay.PodNetwork(p)); ips > 0 {
+				n := &rep.Nodes[i]
+				n.Used += ips
+				n.Holders = append(n.Holders, Pod{Namespace: p.Namespace, Name: p.Name, IPs: ips, Unasked: true})
+			}
 			continue
 		}
 		ref := Pod{Namespace: p.Namespace, Name: p.Name, IPs: need}
@@ -250,6 +268,19 @@ func statesUnderlayIP(pod *v1.Pod) bool {
 			if r || l {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// mirrored reports whether capscale-controller's capacity-source mirror
+// has marked any of nodes: capacity sources are configured, and a node it
+// has not read yet counts 0 (underlay.Rule.AwaitSource), as in the
+// components the chart configures so.
+func mirrored(nodes []*v1.Node) bool {
+	for _, n := range nodes {
+		if _, ok := n.Annotations[names.UnderlayIPSourceAnnotation]; ok {
+			return true
 		}
 	}
 	return false

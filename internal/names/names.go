@@ -99,3 +99,22 @@ const (
 	// from the controller's "capscale", which owns the objects it makes.
 	WorkloadAPIFieldManager = "capscale-workload-api"
 )
+
+// Which pods draw from a node's pool, and whether the mirror has read the
+// node (issue 49 §2, §4).
+const (
+	// UnderlayIPDrawsAnnotation on a Node says which of its pods take an IP
+	// from the pool the capacity counts, as the capacity source covering
+	// it says (its draws field): "all" (every pod that is not hostNetwork,
+	// as with Cilium ENI/Azure/multi-pool's default pool and Azure CNS) or
+	// "marked" (only pods that ask for capscale.io/underlay-ip: a separate
+	// underlay pool). Absent, only marked pods draw. Only the mirror
+	// should write it.
+	UnderlayIPDrawsAnnotation = "capscale.io/underlay-ip-draws"
+	// UnderlayIPSourceNone is the value of the
+	// capscale.io/underlay-ip-source annotation on a Node the mirror has
+	// read and no capacity source covers: its capacity is the label's or
+	// the default. With capacity sources configured, a node with neither
+	// this mark nor a mirrored capacity has not been read yet and counts 0.
+	UnderlayIPSourceNone = "none"
+)

@@ -83,6 +83,13 @@ type Capacity struct {
 	Origin string
 	// Invalid explains why the value at Source was rejected.
 	Invalid string
+	// DrawsAll: every pod of the node that is not hostNetwork takes an IP
+	// from the pool this capacity counts (the capscale.io/underlay-ip-draws
+	// annotation is "all"); see Charge.
+	DrawsAll bool
+	// Unread: capacity sources are configured and the mirror has not read
+	// the node yet (Rule.AwaitSource); IPs is 0 and Invalid says so.
+	Unread bool
 }
 
 // NodeCapacity returns the underlay IP capacity of a node with the given
@@ -95,6 +102,10 @@ type Capacity struct {
 // The hot path is two or three map reads and a strconv: the mirrored value
 // is a plain integer, and its origin is read only for a node that has one.
 func NodeCapacity(annotations, labels map[string]string, def int64) Capacity {
+	return withDraws(nodeCapacity(annotations, labels, def), annotations)
+}
+
+func nodeCapacity(annotations, labels map[string]string, def int64) Capacity {
 	if s, ok := annotations[names.UnderlayIPCapacityAnnotation]; ok {
 		return parsed(s, SourceAnnotation, "")
 	}

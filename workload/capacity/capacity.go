@@ -14,6 +14,7 @@ package capacity
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"sort"
 
@@ -61,6 +62,9 @@ type Input struct {
 	// DefaultUnderlayIPCapacity applies to nodes without the capacity
 	// annotation; zero means DefaultUnderlayIPCapacity.
 	DefaultUnderlayIPCapacity int64
+	// AwaitCapacitySource: capacity sources are configured, and a node the
+	// mirror has not read takes no underlay pod (underlay.Rule.AwaitSource).
+	AwaitCapacitySource bool
 	// Usage is optional live usage from metrics.k8s.io, by node name. It is
 	// reported, never used for fitting: the scheduler fits on requests.
 	Usage map[string]Usage
@@ -129,8 +133,12 @@ func Compute(in Input) Result {
 	need := PodNeeds(templatePod)
 	affinity := nodeaffinity.GetRequiredNodeAffinity(templatePod)
 
+	rule := underlay.Rule{Default: defIPs, AwaitSource: in.AwaitCapacitySource}
 	// Index requests by node once: O(pods + nodes) instead of O(pods × nodes).
 	used := make(map[string]Amounts, len(in.Nodes))
+	// drawn is, per node, what its pod-network pods that ask for no IP
+	// take from a draws-all pool (underlay.Drawn).
+	drawn := map[string]int64{}
 	for _, p := range in.Pods {
 		if p == nil || p.Spec.NodeName == "" || isTerminal(p) {
 			continue
@@ -143,6 +151,7 @@ func Compute(in Input) Result {
 		for r, v := range PodNeeds(p) {
 			u[r] += v
 		}
+		drawn[p.Spec.NodeName] += underlay.Drawn(underlay.PodNeed(p), underlay.PodNetwork(p))
 	}
 
 	res := Result{PerReplica: need, Nodes: make([]NodeResult, 0, len(in.Nodes)), UsageAvailable: in.Usage != nil}
@@ -162,17 +171,27 @@ func Compute(in Input) Result {
 			continue
 		}
 		res.EligibleNodes++
-		nr.Allocatable = allocatable(n, defIPs)
+		c := rule.Capacity(n.Annotations, n.Labels)
+		nr.Allocatable = allocatable(n, c.IPs)
+		nodeNeed := need
+		if ips := underlay.Charge(need[UnderlayIP], underlay.PodNetwork(templatePod), c.DrawsAll); ips != need[UnderlayIP] {
+			// A draws-all pool gives every pod-network replica an IP.
+			nodeNeed = maps.Clone(need)
+			nodeNeed[UnderlayIP] = ips
+		}
 		nr.Requested = Amounts{}
 		nr.Free = Amounts{}
 		for r := range nr.Allocatable {
-			if _, needed := need[r]; !needed && r == UnderlayIP {
+			if _, needed := nodeNeed[r]; !needed && r == UnderlayIP {
 				continue
 			}
 			nr.Requested[r] = used[n.Name][r]
+			if r == UnderlayIP && c.DrawsAll {
+				nr.Requested[r] += drawn[n.Name]
+			}
 			nr.Free[r] = max(nr.Allocatable[r]-nr.Requested[r], 0)
 		}
-		nr.Fits, nr.LimitingResource = fits(nr.Free, need)
+		nr.Fits, nr.LimitingResource = fits(nr.Free, nodeNeed)
 		limitingCount[nr.LimitingResource]++
 		res.Replicas += nr.Fits
 		mayGrow(&res, &nr, n, need)
@@ -320,7 +339,7 @@ func isReady(n *corev1.Node) bool {
 }
 
 // allocatable is the node's allocatable for every tracked resource.
-func allocatable(n *corev1.Node, defIPs int64) Amounts {
+func allocatable(n *corev1.Node, ips int64) Amounts {
 	a := Amounts{}
 	if q, ok := n.Status.Allocatable[corev1.ResourceCPU]; ok {
 		a[CPU] = q.MilliValue()
@@ -331,7 +350,7 @@ func allocatable(n *corev1.Node, defIPs int64) Amounts {
 	if q, ok := n.Status.Allocatable[corev1.ResourcePods]; ok {
 		a[Pods] = q.Value()
 	}
-	a[UnderlayIP] = UnderlayIPCapacity(n, defIPs)
+	a[UnderlayIP] = ips
 	return a
 }
 

@@ -138,8 +138,9 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 		waiting = extender.NewWaiting(nil)
 	}
 	ledger := extender.NewLedger(extender.LedgerOptions{
-		DefaultCapacity: o.DefaultCapacity,
-		ReservationTTL:  o.ReservationTTL,
+		DefaultCapacity:     o.DefaultCapacity,
+		AwaitCapacitySource: o.AwaitCapacitySource,
+		ReservationTTL:      o.ReservationTTL,
 	})
 	extender.RegisterLedger(reg, ledger)
 	extender.RegisterWaiting(reg, waiting)
@@ -160,13 +161,13 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 	var pub *publisher.Publisher
 	if o.PublishCapacity {
 		pub, err = publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{
-			DefaultCapacity: o.DefaultCapacity,
+			Rule: ledger.Rule(),
 			// A node with an invalid capacity publishes what its pods hold,
 			// and binds in flight (extender mode) are about to hold it.
-			InUse: func(node string) int64 {
-				u := ledger.Usage(node)
-				return u.Used + u.Reserved
-			},
+			// kube-scheduler counts requests only: what is in use is the
+			// requests, and the pods that ask for none are Drawn.
+			InUse:       ledger.Requested,
+			Drawn:       ledger.Drawn,
 			InUseSynced: synced,
 			Registerer:  reg,
 		})

@@ -30,6 +30,9 @@ type Options struct {
 	// DefaultCapacity is the underlay IP capacity of a node without the
 	// capscale.io/underlay-ip-capacity annotation.
 	DefaultCapacity int64
+	// AwaitCapacitySource: capacity sources are configured; a node the
+	// mirror has not read counts 0 (underlay.Rule.AwaitSource).
+	AwaitCapacitySource bool
 	// TLSCertFile and TLSPrivateKeyFile enable HTTPS (kube-scheduler's
 	// enableHTTPS) when both are set.
 	TLSCertFile, TLSPrivateKeyFile string
@@ -103,6 +106,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.ProbeBindAddress, "probe-bind-address", o.ProbeBindAddress, "host:port serving only /healthz, /readyz and /metrics (plain HTTP); empty turns it off.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; empty uses the in-cluster config.")
 	fs.Int64Var(&o.DefaultCapacity, "default-capacity", o.DefaultCapacity, "Underlay IP capacity of a node without the capscale.io/underlay-ip-capacity annotation.")
+	fs.BoolVar(&o.AwaitCapacitySource, "await-capacity-source", o.AwaitCapacitySource, "Capacity sources are configured (capscale-controller --capacity-sources): a node that carries neither the capscale.io/underlay-ip-capacity annotation nor the mirror's mark (capscale.io/underlay-ip-source-capacity, or capscale.io/underlay-ip-source: none) has not been read yet and counts 0, never the label or --default-capacity. The chart and deploy/capacity-sources set it.")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "x509 certificate file for HTTPS; needs --tls-private-key-file.")
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "Private key file matching --tls-cert-file.")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "Largest request body accepted; the default fits 5000 full Node objects.")

@@ -93,6 +93,7 @@ func (o *Options) Config() (*Config, error) {
 		Registry:                  reg,
 		Gatherer:                  reg,
 		DefaultUnderlayIPCapacity: o.DefaultUnderlayIPCapacity,
+		AwaitCapacitySource:       o.AwaitCapacitySource,
 		MaxBodyBytes:              o.MaxBodyBytes,
 		Connected:                 health.Check,
 	})

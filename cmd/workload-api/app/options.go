@@ -24,8 +24,10 @@ type Options struct {
 	APIServerQPS              float32
 	APIServerBurst            int
 	DefaultUnderlayIPCapacity int64
-	MaxBodyBytes              int64
-	ShutdownTimeout           time.Duration
+	// AwaitCapacitySource is the extender's --await-capacity-source.
+	AwaitCapacitySource bool
+	MaxBodyBytes        int64
+	ShutdownTimeout     time.Duration
 
 	Logs *logsapi.LoggingConfiguration
 }
@@ -60,6 +62,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.MaxRequestsInflight, "max-requests-inflight", o.MaxRequestsInflight, "Most /v1 requests served at once; more are answered 429. Each one calls the apiserver with its caller's token.")
 	fs.Float32Var(&o.APIServerQPS, "apiserver-qps", o.APIServerQPS, "Calls per second to the apiserver made with callers' tokens, all callers together (a token bucket shared by every request's client).")
 	fs.IntVar(&o.APIServerBurst, "apiserver-burst", o.APIServerBurst, "Burst of --apiserver-qps.")
+	fs.BoolVar(&o.AwaitCapacitySource, "await-capacity-source", o.AwaitCapacitySource, "Capacity sources are configured: a node the capacity-source mirror has not read yet counts 0 underlay IPs (the extender's --await-capacity-source).")
 	fs.Int64Var(&o.DefaultUnderlayIPCapacity, "default-underlay-ip-capacity", o.DefaultUnderlayIPCapacity, "Underlay IP capacity of a node without the capscale.io/underlay-ip-capacity annotation (the extender's --default-capacity).")
 
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))

@@ -143,3 +143,25 @@ each older minor make test-compat passes (make release builds them).
 /capscale-scheduler
 {{- end -}}
 {{- end }}
+
+{{/*
+capscale.awaitMirror: "true" when the components must wait for the
+capacity-source mirror (capacity sources on, awaitMirror not turned off).
+*/}}
+{{- define "capscale.awaitMirror" -}}
+{{- $cs := .Values.controller.capacitySources -}}
+{{- if and .Values.controller.enabled $cs.enabled (ne $cs.awaitMirror false) -}}true{{- end -}}
+{{- end }}
+
+{{/*
+capscale.drawsAll: "true" when a capacity source is on whose pool serves
+every pod: draws: all, or a preset that does not say otherwise.
+*/}}
+{{- define "capscale.drawsAll" -}}
+{{- $cs := .Values.controller.capacitySources -}}
+{{- if and .Values.controller.enabled $cs.enabled .Values.admissionPolicies.drawsAll -}}
+{{- range $cs.sources -}}
+{{- if or (eq (.draws | default "") "all") (and .preset (not .draws)) -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end }}

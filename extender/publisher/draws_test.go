@@ -1,0 +1,49 @@
+package publisher
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+// TestDecideDrawsAll (issue 49 §2): kube-scheduler counts only requests,
+// so a draws-all node publishes its capacity less what its pod-network
+// pods that request nothing take, never below what is requested (the
+// kubelet re-admits running pods against it); a node the mirror has not
+// read publishes what is requested.
+func TestDecideDrawsAll(t *testing.T) {
+	n := func(a map[string]string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: a}}
+	}
+	all := map[string]string{names.UnderlayIPSourceCapacityAnnotation: "5", names.UnderlayIPDrawsAnnotation: underlay.DrawsAll}
+	marked := map[string]string{names.UnderlayIPSourceCapacityAnnotation: "5", names.UnderlayIPDrawsAnnotation: underlay.DrawsMarked}
+	tests := []struct {
+		name         string
+		node         *v1.Node
+		rule         underlay.Rule
+		inUse, drawn int64
+		want         int64
+		invalid      bool
+	}{
+		{name: "draws all", node: n(all), inUse: 1, drawn: 2, want: 3},
+		{name: "draws all, none unasked", node: n(all), inUse: 1, want: 5},
+		{name: "draws all, over", node: n(all), inUse: 3, drawn: 4, want: 3},
+		{name: "draws marked", node: n(marked), inUse: 1, drawn: 2, want: 5},
+		{name: "not read yet", node: n(nil), rule: underlay.Rule{Default: 10, AwaitSource: true}, inUse: 1, want: 1, invalid: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.rule == (underlay.Rule{}) {
+				tc.rule = underlay.Rule{Default: 10}
+			}
+			d := Decide(tc.node, tc.rule, tc.inUse, tc.drawn)
+			if d.Want != tc.want || (d.Invalid != "") != tc.invalid || !d.Patch {
+				t.Fatalf("Decide = %+v, want %d (invalid %v)", d, tc.want, tc.invalid)
+			}
+		})
+	}
+}
