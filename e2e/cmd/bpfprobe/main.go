@@ -42,7 +42,7 @@ func main() {
 	defer os.RemoveAll(dir)
 	fs := filepath.Join(dir, "bpffs")
 	step("mount bpffs", mountBPF(fs))
-	defer unix.Unmount(fs, 0) //nolint:errcheck // best effort, the directory goes too
+	defer unix.Unmount(fs, 0) // best effort: the directory goes too
 
 	mapFD, err := bpf(unix.BPF_MAP_CREATE, mapCreate(unix.BPF_MAP_TYPE_ARRAY, 4, 8, 1))
 	step("bpf(BPF_MAP_CREATE) array", err)
@@ -173,7 +173,7 @@ func attachTCX(prog int) error {
 	if err := addLink(link, "veth", "peer", "name", link+"p"); err != nil {
 		return err
 	}
-	defer exec.Command("ip", "link", "del", link).Run() //nolint:errcheck // best effort
+	defer exec.Command("ip", "link", "del", link).Run() // best effort
 	ifc, err := netIndex(link)
 	if err != nil {
 		return err
