@@ -92,7 +92,7 @@ func (n *RealNode) ipamDataDir() string { return filepath.Join(n.Dir, "cni", "ip
 // host-local's allocation files, one per address, named after it, or
 // whereabouts' IPPool of the node.
 func (n *RealNode) AllocatedIPs() ([]netip.Addr, error) {
-	if wb := n.plane.wb; wb != nil {
+	if wb := n.whereabouts(); wb != nil {
 		return wb.allocatedIPs(n)
 	}
 	entries, err := os.ReadDir(filepath.Join(n.ipamDataDir(), n.Network))

@@ -122,7 +122,7 @@ func (n *RealNode) writeRegistryHosts(hosts []string) error {
 // route the service range and the other nodes' pods through it: no default
 // route, so nothing of theirs leaves for the host's own networks.
 func (n *RealNode) cniConfig() ([]byte, error) {
-	if wb := n.plane.wb; wb != nil {
+	if wb := n.whereabouts(); wb != nil {
 		return cniConfList(n, wb.ipam(n.Gateway, filepath.Join(n.Dir, "whereabouts.log")))
 	}
 	ipam := map[string]any{
@@ -160,8 +160,8 @@ func cniConfList(n *RealNode, ipam map[string]any) ([]byte, error) {
 // cniBinDir is where the node's containerd finds its CNI plugins:
 // Debian's, or the plane's directory with whereabouts beside them.
 func (n *RealNode) cniBinDir() string {
-	if n.plane.wb != nil {
-		return n.plane.wb.binDir
+	if n.whereabouts() != nil {
+		return n.whereabouts().binDir
 	}
 	return cniBinDir
 }

@@ -265,7 +265,7 @@ func (p *Plane) startRealNode(ctx context.Context, n *RealNode, fp *nodeFootprin
 // host-local, the capacity label of the node's range. A whereabouts node's
 // capacity is whereabouts' to say (a capacity source reads its slice).
 func (n *RealNode) nodeLabels() string {
-	if n.plane.wb != nil {
+	if n.whereabouts() != nil {
 		return fmt.Sprintf("--node-labels=%s=true", RealNodeLabel)
 	}
 	return fmt.Sprintf("--node-labels=%s=%d,%s=true", names.UnderlayIPCapacityLabel, n.Capacity, RealNodeLabel)

@@ -72,6 +72,15 @@ type whereaboutsNet struct {
 	dynamic                      dynamic.Interface
 }
 
+// whereabouts is the node's whereabouts network, nil with host-local (or
+// for a node no plane started, as in unit tests).
+func (n *RealNode) whereabouts() *whereaboutsNet {
+	if n.plane == nil {
+		return nil
+	}
+	return n.plane.wb
+}
+
 // whereaboutsSliceBits returns the host bits of a slice whose usable IPs
 // (all but network and broadcast: pkg/iphelpers/iphelpers.go:121-143) are
 // capacity.
