@@ -53,8 +53,8 @@ build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, co
 	$(GO) build -v -trimpath -ldflags '$(LDFLAGS) $(K8S_STAMP)' -o $(abspath $(BIN))/ . 2>&1 | bash $(abspath e2e/tools/progress.sh) capscale-scheduler "$$total"
 
 .PHONY: control-plane
-control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl, the kubelet and kube-proxy (real nodes) and kwok into _output/bin.
-	@bash e2e/tools/build.sh $(BIN) etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kwok
+control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl, the kubelet, kube-proxy and whereabouts (real nodes) and kwok into _output/bin.
+	@bash e2e/tools/build.sh $(BIN) etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kwok whereabouts whereabouts-node-slice-controller
 
 .PHONY: keda
 keda: ## Build (or link from ~/.cache/capscale) KEDA's operator and metrics server, at the version capscale requires, into _output/bin.

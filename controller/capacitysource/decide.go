@@ -3,6 +3,7 @@ package capacitysource
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +24,11 @@ type Result struct {
 	Ref string
 	// Node is the node the object maps to; "" for none.
 	Node string
+	// Nodes, when the node expression names a list, are the nodes the
+	// object maps to, each with the object's capacity: an IPAM object that
+	// lists every node's share, as whereabouts' NodeSlicePool does. Node
+	// is then "".
+	Nodes []string
 	// NodeErr says why the node expression gave no node.
 	NodeErr string
 	// Capacity is the node's underlay IPs when Err is "".
@@ -44,12 +50,17 @@ func Evaluate(s *Compiled, namespace, name string, obj map[string]any) Result {
 	if namespace != "" {
 		r.Ref = s.Resource.String() + "/" + namespace + "/" + name
 	}
-	node, err := s.Node.NodeName(obj)
+	nodes, list, err := s.Node.NodeNames(obj)
 	if err != nil {
 		r.NodeErr = fmt.Sprintf("node expression: %v", err)
 		return r
 	}
-	r.Node = node
+	switch {
+	case list:
+		r.Nodes = nodes
+	case len(nodes) == 1:
+		r.Node = nodes[0]
+	}
 	if r.Capacity, err = s.Capacity.Count(obj); err != nil {
 		r.Capacity, r.Err = 0, fmt.Sprintf("capacity expression: %v", err)
 	}
@@ -71,6 +82,18 @@ func maxValue(o Result) string {
 	}
 	return ""
 }
+
+// MapsTo lists the nodes the object maps to: Node, or Nodes.
+func (r Result) MapsTo() []string {
+	if r.Node != "" {
+		return []string{r.Node}
+	}
+	return r.Nodes
+}
+
+// Equal reports whether r and o say the same (Result holds a slice, so ==
+// does not compare it).
+func (r Result) Equal(o Result) bool { return reflect.DeepEqual(r, o) }
 
 // Coverage is what one source says of one node.
 type Coverage struct {
@@ -211,7 +234,8 @@ func has(annotations map[string]string) bool {
 // mirror want, or nil when it has it already: IPAM objects change status
 // often (a pod's IP used or released), and a Node is patched only when its
 // value, origin, max capacity or draws changes. A field of want that is ""
-// removes its annotation; the zero Mirror removes them all.
+// removes its annotation where the node has it; the zero Mirror removes
+// them all.
 func PatchFor(annotations map[string]string, want Mirror) []byte {
 	changed := false
 	set := make(map[string]any, len(mirrorKeys))
@@ -219,8 +243,11 @@ func PatchFor(annotations map[string]string, want Mirror) []byte {
 		k := mirrorKeys[i]
 		cur, ok := annotations[k]
 		if v == "" {
-			set[k] = nil
-			changed = changed || ok
+			// Removed only where the node carries it: the patch says no
+			// more than the change.
+			if ok {
+				set[k], changed = nil, true
+			}
 			continue
 		}
 		set[k] = v

@@ -85,13 +85,13 @@ func TestPatchFor(t *testing.T) {
 		patch       map[string]any // nil: no patch
 	}{
 		{name: "nothing to write, nothing there", annotations: map[string]string{"other": "x"}, want: Mirror{}},
-		{name: "new value", want: mirror, patch: map[string]any{v: "12", o: mirror.Origin, d: nil}},
+		{name: "new value", want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
 		{name: "same value: no patch, however often the object's status changes", annotations: map[string]string{v: "12", o: mirror.Origin}, want: mirror},
-		{name: "value changed", annotations: map[string]string{v: "11", o: mirror.Origin}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin, d: nil}},
-		{name: "origin changed", annotations: map[string]string{v: "12", o: "cilium ciliumnodes.cilium.io/old"}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin, d: nil}},
-		{name: "origin missing", annotations: map[string]string{v: "12"}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin, d: nil}},
-		{name: "no longer covered: both removed", annotations: map[string]string{v: "12", o: mirror.Origin, "other": "x"}, want: Mirror{}, patch: map[string]any{v: nil, o: nil, d: nil}},
-		{name: "a stray origin removed", annotations: map[string]string{o: "x"}, want: Mirror{}, patch: map[string]any{v: nil, o: nil, d: nil}},
+		{name: "value changed", annotations: map[string]string{v: "11", o: mirror.Origin}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
+		{name: "origin changed", annotations: map[string]string{v: "12", o: "cilium ciliumnodes.cilium.io/old"}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
+		{name: "origin missing", annotations: map[string]string{v: "12"}, want: mirror, patch: map[string]any{v: "12", o: mirror.Origin}},
+		{name: "no longer covered: both removed", annotations: map[string]string{v: "12", o: mirror.Origin, "other": "x"}, want: Mirror{}, patch: map[string]any{v: nil, o: nil}},
+		{name: "a stray origin removed", annotations: map[string]string{o: "x"}, want: Mirror{}, patch: map[string]any{o: nil}},
 		{name: "draws written", annotations: map[string]string{v: "12", o: mirror.Origin}, want: drawsAll, patch: map[string]any{v: "12", o: mirror.Origin, d: "all"}},
 		{name: "draws the same: no patch", annotations: map[string]string{v: "12", o: mirror.Origin, d: "all"}, want: drawsAll},
 		{name: "draws changed", annotations: map[string]string{v: "12", o: mirror.Origin, d: "all"}, want: Mirror{Value: "12", Origin: mirror.Origin, Draws: "marked"},
@@ -99,7 +99,7 @@ func TestPatchFor(t *testing.T) {
 		{name: "no longer covered: the mark, value and draws removed", annotations: map[string]string{v: "12", o: mirror.Origin, d: "all"}, want: Uncovered,
 			patch: map[string]any{v: nil, o: "none", d: nil}},
 		{name: "marked uncovered: no patch", annotations: map[string]string{o: "none", "other": "x"}, want: Uncovered},
-		{name: "an empty value is still there", annotations: map[string]string{v: ""}, want: Mirror{}, patch: map[string]any{v: nil, o: nil, d: nil}},
+		{name: "an empty value is still there", annotations: map[string]string{v: ""}, want: Mirror{}, patch: map[string]any{v: nil}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

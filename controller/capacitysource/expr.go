@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"strings"
 	"sync"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/ext"
 	"k8s.io/apimachinery/pkg/util/version"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
@@ -86,11 +88,17 @@ func compile(src string, want *cel.Type, limit uint64) (*Expression, error) {
 }
 
 // gives reports whether an expression of type out may give want. A count
-// may be an int or a uint (Count bounds it); anything may be dyn, the type
+// may be an int or a uint (Count bounds it); a node may be a list of
+// nodes; anything may be dyn, the type
 // of any field of object, checked when it runs; an optional count's value
 // likewise.
 func gives(out, want *cel.Type) bool {
 	if out.IsExactType(want) || out.IsExactType(cel.DynType) || (want == cel.IntType && out.IsExactType(cel.UintType)) {
+		return true
+	}
+	// A node (a string) may also be a list of nodes (NodeNames checks its
+	// elements).
+	if want == cel.StringType && out.Kind() == types.ListKind {
 		return true
 	}
 	if want.Kind() == types.OpaqueKind && want.TypeName() == "optional_type" {
@@ -166,18 +174,39 @@ func count(v ref.Val) (int64, error) {
 	return n, nil
 }
 
-// NodeName runs a node expression on obj: the name of the node the object
-// maps to; "" maps it to no node.
-func (x *Expression) NodeName(obj map[string]any) (string, error) {
+// NodeNames runs a node expression on obj. A string names one node ("" for
+// none); a list of strings (list reports it) names every node the object
+// maps to — an object that lists each node's share, as whereabouts'
+// NodeSlicePool does — with empty entries (a share no node has) and repeats
+// left out. Anything else is an error.
+func (x *Expression) NodeNames(obj map[string]any) (nodes []string, list bool, err error) {
 	v, err := x.eval(obj)
 	if err != nil {
-		return "", err
+		return nil, false, err
 	}
-	s, ok := v.(types.String)
-	if !ok {
-		return "", fmt.Errorf("gives %s %s, want a string", v.Type().TypeName(), short(v))
+	switch t := v.(type) {
+	case types.String:
+		if t == "" {
+			return nil, false, nil
+		}
+		return []string{string(t)}, false, nil
+	case traits.Lister:
+		seen := map[string]bool{}
+		for it := t.Iterator(); it.HasNext() == types.True; {
+			e := it.Next()
+			s, ok := e.(types.String)
+			if !ok {
+				return nil, true, fmt.Errorf("gives a list with %s %s, want a list of strings", e.Type().TypeName(), short(e))
+			}
+			if s != "" && !seen[string(s)] {
+				seen[string(s)] = true
+				nodes = append(nodes, string(s))
+			}
+		}
+		sort.Strings(nodes)
+		return nodes, true, nil
 	}
-	return string(s), nil
+	return nil, false, fmt.Errorf("gives %s %s, want a string or a list of strings", v.Type().TypeName(), short(v))
 }
 
 // short renders a value for an error message, cut to a readable length.

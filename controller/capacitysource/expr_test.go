@@ -1,6 +1,7 @@
 package capacitysource
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,31 +144,40 @@ func TestCostLimit(t *testing.T) {
 	}
 }
 
-func TestNodeName(t *testing.T) {
-	obj := object(t, `{metadata: {name: n1, labels: {node: n2}}, spec: {num: 3}}`)
+func TestNodeNames(t *testing.T) {
+	obj := object(t, `{metadata: {name: n1, labels: {node: n2}}, spec: {num: 3},
+  status: {allocations: [{nodeName: n2, sliceRange: a}, {nodeName: "", sliceRange: b}, {nodeName: n1, sliceRange: c}, {nodeName: n2, sliceRange: d}]}}`)
 	for _, tc := range []struct {
-		expr, want, err string
+		expr, err string
+		want      []string
+		list      bool
 	}{
-		{expr: "object.metadata.name", want: "n1"},
-		{expr: "object.metadata.labels.node", want: "n2"},
-		{expr: `object.?spec.?nodeName.orValue("")`, want: ""},
+		{expr: "object.metadata.name", want: []string{"n1"}},
+		{expr: "object.metadata.labels.node", want: []string{"n2"}},
+		{expr: `object.?spec.?nodeName.orValue("")`},
 		{expr: "object.spec.num", err: "gives int"},
 		{expr: "object.spec.nodeName", err: "no such key"},
+		{expr: "object.status.allocations.map(a, a.nodeName)", want: []string{"n1", "n2"}, list: true},
+		{expr: "object.status.allocations.filter(a, a.sliceRange == 'x').map(a, a.nodeName)", list: true},
+		{expr: "object.status.allocations.map(a, size(a.nodeName))", err: "a list with int"},
 	} {
 		x, err := compile(tc.expr, cel.StringType, CostLimit)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := x.NodeName(obj)
+		got, list, err := x.NodeNames(obj)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("NodeName(%q) = %q, %v; want an error containing %q", tc.expr, got, err, tc.err)
+				t.Errorf("NodeNames(%q) = %q, %v; want an error containing %q", tc.expr, got, err, tc.err)
 			}
 			continue
 		}
-		if err != nil || got != tc.want {
-			t.Errorf("NodeName(%q) = %q, %v; want %q", tc.expr, got, err, tc.want)
+		if err != nil || !slices.Equal(got, tc.want) || list != tc.list {
+			t.Errorf("NodeNames(%q) = %q (list %v), %v; want %q (list %v)", tc.expr, got, list, err, tc.want, tc.list)
 		}
+	}
+	if _, err := compile("object.spec.num + 1", cel.StringType, CostLimit); err == nil {
+		t.Error("a node expression giving an int compiled")
 	}
 }
 

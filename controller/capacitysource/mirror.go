@@ -149,7 +149,7 @@ func New(cfg Config) (*Controller, error) {
 			UpdateFunc: func(o, n any) {
 				oe, ok1 := o.(*evaluated)
 				ne, ok2 := n.(*evaluated)
-				if ok1 && ok2 && oe.Result == ne.Result {
+				if ok1 && ok2 && oe.Result.Equal(ne.Result) {
 					// A status change that moves neither the node nor
 					// the count: nothing to mirror.
 					return
@@ -189,8 +189,8 @@ func (c *Controller) evaluate(src *Compiled) cache.TransformFunc {
 }
 
 func byNode(obj any) ([]string, error) {
-	if e, ok := obj.(*evaluated); ok && e.Node != "" {
-		return []string{e.Node}, nil
+	if e, ok := obj.(*evaluated); ok {
+		return e.MapsTo(), nil
 	}
 	return nil, nil
 }
@@ -233,8 +233,10 @@ func (c *Controller) enqueueNode(obj any) {
 }
 
 func (c *Controller) enqueueResult(obj any) {
-	if e, ok := obj.(*evaluated); ok && e.Node != "" {
-		c.queue.Add(e.Node)
+	if e, ok := obj.(*evaluated); ok {
+		for _, n := range e.MapsTo() {
+			c.queue.Add(n)
+		}
 	}
 }
 

@@ -154,3 +154,54 @@ func TestMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMirrorOneObjectManyNodes: an object whose node expression names a
+// list (whereabouts' NodeSlicePool) gives each node it names its capacity,
+// and a node it stops naming (its slice freed) loses it.
+func TestMirrorOneObjectManyNodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := fake.NewClientset(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}},
+	)
+	src := presetSource(t, "whereabouts-node-slice")
+	src.Name = "whereabouts"
+	gvr := src.Resource.GVR()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{gvr: "NodeSlicePoolList"},
+		&unstructured.Unstructured{Object: nodeSlicePool("/29", "n1", "n2")})
+	c, err := New(Config{Client: client, Dynamic: dyn, Sources: []*Compiled{src}, Metrics: NewMetrics(prometheus.NewRegistry())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	capacity := func(name string) string {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Annotations[names.UnderlayIPSourceCapacityAnnotation]
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	waitFor("n1 and n2 at 6", func() bool { return capacity("n1") == "6" && capacity("n2") == "6" })
+	// n2's slice freed (its Node deleted, removeUnusedNodes): the object
+	// no longer names it, and no source covers it any more.
+	if _, err := dyn.Resource(gvr).Namespace("kube-system").Update(ctx, &unstructured.Unstructured{Object: nodeSlicePool("/29", "n1")}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("n2 without the mirror", func() bool { return capacity("n2") == "" })
+	if got := capacity("n1"); got != "6" {
+		t.Errorf("n1 at %q, want 6", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -103,6 +103,28 @@ var Presets = map[string]Source{
     .filter(a, !(a.?name.orValue("") in object.?spec.?ipsNotInUse.orValue([]))).size()).sum()`,
 		MaxCapacity: `object.?status.?scaler.?maxIPCount.optFlatMap(m, m > 0 ? optional.of(math.least(m, 250)) : optional.none())`,
 	},
+	// whereabouts' node slices (v0.9.2, IPv4 only): its node-slice
+	// controller divides a network's range into slices of spec.sliceSize
+	// and lists which node has which in the NodeSlicePool's
+	// status.allocations (nodeName, sliceRange; "" is a free slice)
+	// (github.com/k8snetworkplumbingwg/whereabouts
+	// pkg/node-controller/controller.go:363-410, 430-456, 601-614;
+	// pkg/api/whereabouts.cni.cncf.io/v1alpha1/nodeslicepool_types.go).
+	// The CNI plugin hands a node's pods the addresses of its slice less
+	// the slice's own network and broadcast addresses, and nothing else:
+	// the range's exclude list and range_start/range_end do not apply to a
+	// slice, and a slice of 2 addresses or fewer has none
+	// (pkg/storage/kubernetes/ipam.go:588-619; pkg/iphelpers/iphelpers.go:
+	// 121-143). One object names every node of the network, each with the
+	// same count; a node in two networks' pools is invalid (filter on
+	// object.metadata.name in your own node expression to pick one).
+	"whereabouts-node-slice": {
+		Resource: &Resource{Group: "whereabouts.cni.cncf.io", Version: "v1alpha1", Resource: "nodeslicepools"},
+		Node:     `object.?status.?allocations.orValue([]).map(a, a.?nodeName.orValue(""))`,
+		Capacity: `int(object.spec.sliceSize.replace("/", "")) <= 30
+  ? math.bitShiftLeft(1, 32 - int(object.spec.sliceSize.replace("/", ""))) - 2
+  : 0`,
+	},
 }
 
 // ciliumMultiPool counts the IPv4 addresses of spec.ipam.pools.allocated,
@@ -141,6 +163,18 @@ var ciliumCloud = Source{
 : ` + ciliumCRD,
 	MaxCapacity: `object.?spec.?ipam[?"max-allocate"].optFlatMap(m, m > 0 ? optional.of(m) : optional.none())`,
 }
+
+// WhereaboutsIPPoolUsed is the IPs whereabouts reports in use on a node, for
+// a source's `used` expression (freedip's field, wired by the lead): the
+// allocations of the node's IPPool, one entry per IP handed out, keyed by
+// its offset in spec.range (pkg/storage/kubernetes/ipam.go:186-269;
+// v1alpha1/ippool_types.go IPPoolSpec.Allocations). That IPPool, in the
+// whereabouts namespace, is the node's alone: it is named
+// <network_name>-<node>-<slice> (or <node>-<slice> for a network without
+// network_name), with the slice's "/" and ":" written as "-"
+// (ipam.go:106-134), and made by the plugin at the node's first pod
+// (ipam.go:136-161): until then nothing is in use.
+const WhereaboutsIPPoolUsed = `size(object.?spec.?allocations.orValue({}))`
 
 // PresetNames lists the presets, sorted.
 func PresetNames() []string {

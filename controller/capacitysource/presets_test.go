@@ -3,6 +3,7 @@ package capacitysource
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -195,5 +196,76 @@ sources:
 	})
 	if r := Evaluate(cs[0], "", "n1", decoded(t, obj)); r.Err != "" || r.Capacity != 32 {
 		t.Errorf("Evaluate = %+v, want 32", r)
+	}
+}
+
+// nodeSlicePool is a NodeSlicePool as whereabouts v0.9.2's node-slice
+// controller writes it (pkg/node-controller/controller.go:363-410: spec.range
+// and spec.sliceSize from the network's IPAM configuration, one allocation
+// per slice of iphelpers.DivideRangeBySize, nodes assigned to the first free
+// slices by assignNodeToSlice, "" for a free one). whereabouts' module is not
+// one of capscale's (its Kubernetes libraries are v0.31): the e2e test
+// TestRealNodeWhereabouts reads the objects its own controller writes.
+func nodeSlicePool(sliceSize string, nodes ...string) map[string]any {
+	var allocs []any
+	for i := range 4 {
+		n := ""
+		if i < len(nodes) {
+			n = nodes[i]
+		}
+		allocs = append(allocs, map[string]any{"nodeName": n, "sliceRange": fmt.Sprintf("10.233.7.%d/29", 8*i)})
+	}
+	return map[string]any{
+		"apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "NodeSlicePool",
+		"metadata": map[string]any{"name": "pods", "namespace": "kube-system"},
+		"spec":     map[string]any{"range": "10.233.7.0/24", "sliceSize": sliceSize},
+		"status":   map[string]any{"allocations": allocs},
+	}
+}
+
+// TestPresetWhereaboutsNodeSlice: one NodeSlicePool maps to every node with a
+// slice, each with the addresses whereabouts hands out of a slice (its size
+// less network and broadcast), and to no node without one.
+func TestPresetWhereaboutsNodeSlice(t *testing.T) {
+	src := presetSource(t, "whereabouts-node-slice")
+	for _, tc := range []struct {
+		name, size string
+		nodes      []string
+		want       int64
+		err        string
+	}{
+		{name: "a /29 holds 6", size: "/29", nodes: []string{"n2", "n1"}, want: 6},
+		{name: "without the slash", size: "28", nodes: []string{"n1"}, want: 14},
+		{name: "a /31 has no usable address", size: "/31", nodes: []string{"n1"}, want: 0},
+		{name: "a /30 holds 2", size: "/30", nodes: []string{"n1"}, want: 2},
+		{name: "no node has a slice yet", size: "/29", want: 6},
+		{name: "a malformed size", size: "/x", nodes: []string{"n1"}, err: "capacity expression"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Evaluate(src, "kube-system", "pods", nodeSlicePool(tc.size, tc.nodes...))
+			want := slices.Sorted(slices.Values(tc.nodes))
+			if r.NodeErr != "" || r.Node != "" || !slices.Equal(r.Nodes, want) {
+				t.Fatalf("maps to %q / %q (%s), want %q", r.Node, r.Nodes, r.NodeErr, want)
+			}
+			if tc.err != "" {
+				if !strings.Contains(r.Err, tc.err) {
+					t.Fatalf("Evaluate = %+v, want an error containing %q", r, tc.err)
+				}
+				return
+			}
+			if r.Err != "" || r.Capacity != tc.want {
+				t.Fatalf("Evaluate = %+v, want capacity %d", r, tc.want)
+			}
+		})
+	}
+	// The mirror indexes the one object under every node it lists, and
+	// each of them gets its count.
+	r := Evaluate(src, "kube-system", "pods", nodeSlicePool("/29", "n2", "n1"))
+	if got, _ := byNode(&evaluated{Result: r}); !slices.Equal(got, []string{"n1", "n2"}) {
+		t.Errorf("indexed under %q, want n1 and n2", got)
+	}
+	got := Want([]Coverage{{Source: "wb", Resource: "nodeslicepools.whereabouts.cni.cncf.io", Objects: []Result{r}}})
+	if got.Value != "6" || got.Origin != "wb nodeslicepools.whereabouts.cni.cncf.io/kube-system/pods" {
+		t.Errorf("mirror %+v, want 6 from the NodeSlicePool", got)
 	}
 }

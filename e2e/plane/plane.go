@@ -65,7 +65,13 @@ type Options struct {
 	// RealNodeCapacity is each real node's pool of pod IPs (1..253,
 	// default 10): its host-local range holds exactly that many, and it
 	// registers with the capscale.io/underlay-ip-capacity label of that value.
+	// With IPAM whereabouts, the usable IPs of each node's slice: 2, 6, 14,
+	// 30, 62 or 126 (default 6), and no label.
 	RealNodeCapacity int
+	// IPAM is the real nodes' IPAM: IPAMHostLocal (the default) or
+	// IPAMWhereabouts, whereabouts v0.9.2 with node slices
+	// (realnode_whereabouts.go).
+	IPAM string
 	// RealNodeRegistries are plain-HTTP registries (host:port, e.g. a
 	// go-containerregistry registry on 127.0.0.1) the real nodes'
 	// containerd pulls from: each gets a hosts.toml in the node's own
@@ -118,6 +124,8 @@ type Plane struct {
 	procs  []*Process
 	// footprint records what the real nodes created on the host.
 	footprint *footprint
+	// wb is the real nodes' whereabouts network (IPAM whereabouts).
+	wb *whereaboutsNet
 }
 
 // SchedulerEndpoint is SchedulerURL, read under the lock a restart of the
@@ -273,7 +281,13 @@ func (p *Plane) schedulerBin() string {
 // StartProcess starts any binary as part of the plane (capscale's own
 // components); it is stopped with the plane and its log is part of LogTails.
 func (p *Plane) StartProcess(name, bin string, args ...string) (*Process, error) {
-	proc, err := startProcess(p.logDir, name, bin, args, p.Opts.Detach)
+	return p.StartProcessEnv(name, bin, nil, args...)
+}
+
+// StartProcessEnv is StartProcess with env (KEY=VALUE) added to the
+// process's environment.
+func (p *Plane) StartProcessEnv(name, bin string, env []string, args ...string) (*Process, error) {
+	proc, err := startProcess(p.logDir, name, bin, args, env, p.Opts.Detach)
 	if err != nil {
 		return nil, err
 	}

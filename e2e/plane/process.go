@@ -22,10 +22,11 @@ type Process struct {
 	err     error
 }
 
-// startProcess runs bin with args in its own process group. Attached
+// startProcess runs bin with args in its own process group, with env
+// added to this process's environment. Attached
 // processes also die with the test binary (Pdeathsig); detached ones, used by
 // `make local-up`, outlive it and are stopped by pid.
-func startProcess(logDir, name, bin string, args []string, detach bool) (*Process, error) {
+func startProcess(logDir, name, bin string, args, env []string, detach bool) (*Process, error) {
 	logFile := filepath.Join(logDir, name+".log")
 	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -34,6 +35,9 @@ func startProcess(logDir, name, bin string, args []string, detach bool) (*Proces
 	defer f.Close()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	// Either way the process leads its own group, so Stop reaches its children.
 	if detach {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -54,8 +54,11 @@ type RealNode struct {
 	// capscale.io/underlay-ip-capacity label.
 	Capacity int
 	// Subnet is the node's pod network; the pool is RangeStart..RangeEnd,
-	// the bridge (Gateway) is the subnet's .1.
-	Subnet                        netip.Prefix
+	// the bridge (Gateway) is the subnet's .1. With IPAM whereabouts,
+	// Subnet is the network's range, shared by the nodes, Slice the
+	// node's slice of it (RangeStart..RangeEnd: all but its network and
+	// broadcast), and the bridge an address of the range's last slice.
+	Subnet, Slice                 netip.Prefix
 	Gateway, RangeStart, RangeEnd netip.Addr
 	// Bridge, Network and CgroupRoot are the node's own on the host: the
 	// CNI bridge, the CNI network name, the kubelet's cgroupRoot.
@@ -86,8 +89,12 @@ func (n *RealNode) PodLogsDir() string { return filepath.Join(n.Dir, "pod-logs")
 func (n *RealNode) ipamDataDir() string { return filepath.Join(n.Dir, "cni", "ipam") }
 
 // AllocatedIPs returns the addresses the IPAM has handed out on this node:
-// host-local's allocation files, one per address, named after it.
+// host-local's allocation files, one per address, named after it, or
+// whereabouts' IPPool of the node.
 func (n *RealNode) AllocatedIPs() ([]netip.Addr, error) {
+	if wb := n.whereabouts(); wb != nil {
+		return wb.allocatedIPs(n)
+	}
 	entries, err := os.ReadDir(filepath.Join(n.ipamDataDir(), n.Network))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil

@@ -73,7 +73,7 @@ func (n *RealNode) containerdConfig() ([]byte, error) {
 	err := containerdConfig.Execute(&b, struct {
 		*RealNode
 		SandboxImage, CNIBinDir, RegistryConfigDir string
-	}{n, nodeimage.Pause, cniBinDir, n.registryConfigDir()})
+	}{n, nodeimage.Pause, n.cniBinDir(), n.registryConfigDir()})
 	return b.Bytes(), err
 }
 
@@ -122,6 +122,9 @@ func (n *RealNode) writeRegistryHosts(hosts []string) error {
 // route the service range and the other nodes' pods through it: no default
 // route, so nothing of theirs leaves for the host's own networks.
 func (n *RealNode) cniConfig() ([]byte, error) {
+	if wb := n.whereabouts(); wb != nil {
+		return cniConfList(n, wb.ipam(n.Gateway, filepath.Join(n.Dir, "whereabouts.log")))
+	}
 	ipam := map[string]any{
 		"type":    "host-local",
 		"dataDir": n.ipamDataDir(),
@@ -135,6 +138,11 @@ func (n *RealNode) cniConfig() ([]byte, error) {
 	if n.services {
 		ipam["routes"] = []map[string]string{{"dst": serviceCIDR}, {"dst": subnetBase.String()}}
 	}
+	return cniConfList(n, ipam)
+}
+
+// cniConfList is the node's network: its bridge, with ipam.
+func cniConfList(n *RealNode, ipam map[string]any) ([]byte, error) {
 	return json.MarshalIndent(map[string]any{
 		"cniVersion": "0.4.0",
 		"name":       n.Network,
@@ -147,6 +155,15 @@ func (n *RealNode) cniConfig() ([]byte, error) {
 			"ipam":        ipam,
 		}},
 	}, "", "  ")
+}
+
+// cniBinDir is where the node's containerd finds its CNI plugins:
+// Debian's, or the plane's directory with whereabouts beside them.
+func (n *RealNode) cniBinDir() string {
+	if n.whereabouts() != nil {
+		return n.whereabouts().binDir
+	}
+	return cniBinDir
 }
 
 // kubeletConfig is the node's KubeletConfiguration. Each setting departs

@@ -52,7 +52,7 @@ func checkRealNodeOptions(o Options) error {
 	case o.RealNodes == 0 && (o.ServiceNetwork || len(o.RealNodeImages) > 0 || len(o.RealNodeRegistries) > 0):
 		return fmt.Errorf("ServiceNetwork, RealNodeImages and RealNodeRegistries need real nodes (RealNodes > 0)")
 	}
-	return nil
+	return checkWhereaboutsOptions(o)
 }
 
 // startRealNodes starts Opts.RealNodes nodes and waits until all are Ready.
@@ -70,7 +70,20 @@ func (p *Plane) startRealNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	subnets, err := freeSubnets(o.RealNodes)
+	wb := o.IPAM == IPAMWhereabouts
+	var sliceBits int
+	if wb {
+		capacity = whereaboutsCapacity(o)
+		if sliceBits, err = whereaboutsSliceBits(capacity); err != nil {
+			return err
+		}
+	}
+	// host-local: a /24 per node; whereabouts: one /24 for the network.
+	nets := o.RealNodes
+	if wb {
+		nets = 1
+	}
+	subnets, err := freeSubnets(nets)
 	if err != nil {
 		return err
 	}
@@ -86,6 +99,11 @@ func (p *Plane) startRealNodes(ctx context.Context) error {
 			return err
 		}
 	}
+	if wb {
+		if p.wb, err = p.setupWhereabouts(ctx, "capscale-"+fp.RunID, subnets[0], sliceBits); err != nil {
+			return err
+		}
+	}
 	images = append(images, o.RealNodeImages...)
 	for i := range o.RealNodes {
 		if len(o.RealNodeCapacities) > 0 {
@@ -95,7 +113,7 @@ func (p *Plane) startRealNodes(ctx context.Context) error {
 			Name:       RealNodeName(i),
 			Dir:        filepath.Join(base, fmt.Sprint(i)),
 			Capacity:   capacity,
-			Subnet:     subnets[i],
+			Subnet:     subnets[min(i, len(subnets)-1)],
 			Bridge:     fmt.Sprintf("cs%sn%d", fp.RunID, i),
 			Network:    fmt.Sprintf("capscale-%s-%d", fp.RunID, i),
 			CgroupRoot: fmt.Sprintf("/capscale-%s-%d", fp.RunID, i),
@@ -103,7 +121,10 @@ func (p *Plane) startRealNodes(ctx context.Context) error {
 			plane:      p,
 		}
 		n.ContainerdSocket = filepath.Join(n.Dir, "containerd.sock")
-		if n.Gateway, n.RangeStart, n.RangeEnd, err = rangeOf(n.Subnet, capacity); err != nil {
+		if wb {
+			// The range is the slice's, known once the node has one.
+			n.Gateway = p.wb.gateway(i)
+		} else if n.Gateway, n.RangeStart, n.RangeEnd, err = rangeOf(n.Subnet, capacity); err != nil {
 			return err
 		}
 		// Before the node creates anything, record what it will own.
@@ -118,7 +139,13 @@ func (p *Plane) startRealNodes(ctx context.Context) error {
 		p.RealNodes = append(p.RealNodes, n)
 		p.mu.Unlock()
 	}
-	return p.waitRealNodesReady(ctx, p.RealNodes)
+	if err := p.waitRealNodesReady(ctx, p.RealNodes); err != nil {
+		return err
+	}
+	if wb {
+		return p.waitSlices(ctx, p.RealNodes)
+	}
+	return nil
 }
 
 // startRealNode starts one node's containerd (with the images imported)
@@ -166,7 +193,13 @@ func (p *Plane) startRealNode(ctx context.Context, n *RealNode, fp *nodeFootprin
 			return err
 		}
 	}
-	ctrd, err := p.StartProcess("containerd-"+n.Name, "containerd", "--config", filepath.Join(n.Dir, "containerd.toml"))
+	// whereabouts' plugin learns its node from NODENAME, which containerd
+	// hands its CNI plugins with its own environment.
+	var env []string
+	if p.wb != nil {
+		env = []string{"NODENAME=" + n.Name}
+	}
+	ctrd, err := p.StartProcessEnv("containerd-"+n.Name, "containerd", env, "--config", filepath.Join(n.Dir, "containerd.toml"))
 	if err != nil {
 		return err
 	}
@@ -216,7 +249,7 @@ func (p *Plane) startRealNode(ctx context.Context, n *RealNode, fp *nodeFootprin
 		// default, /usr/libexec/kubernetes/..., is created if missing.
 		"--volume-plugin-dir=" + filepath.Join(n.Dir, "volume-plugins"),
 		"--hostname-override=" + n.Name,
-		fmt.Sprintf("--node-labels=%s=%d,%s=true", names.UnderlayIPCapacityLabel, n.Capacity, RealNodeLabel),
+		n.nodeLabels(),
 		"--v=1",
 	}
 	kubelet, err := p.StartProcess("kubelet-"+n.Name, p.bin("kubelet"), n.kubeletArgs...)
@@ -226,6 +259,16 @@ func (p *Plane) startRealNode(ctx context.Context, n *RealNode, fp *nodeFootprin
 	n.kubelet = kubelet
 	n.Started = time.Since(start) // completed by waitRealNodesReady
 	return nil
+}
+
+// nodeLabels is the kubelet's --node-labels: the real-node label and, with
+// host-local, the capacity label of the node's range. A whereabouts node's
+// capacity is whereabouts' to say (a capacity source reads its slice).
+func (n *RealNode) nodeLabels() string {
+	if n.whereabouts() != nil {
+		return fmt.Sprintf("--node-labels=%s=true", RealNodeLabel)
+	}
+	return fmt.Sprintf("--node-labels=%s=%d,%s=true", names.UnderlayIPCapacityLabel, n.Capacity, RealNodeLabel)
 }
 
 // waitRealNodesReady waits until every node is Ready and free of

@@ -3,8 +3,9 @@
 #
 # Builds the tools capscale's checks and the demo run — etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl, the kubelet and kube-proxy (real nodes),
-# kwok, helm and KEDA's
-# operator and metrics server; all of them
+# kwok, helm, KEDA's
+# operator and metrics server, and whereabouts' CNI IPAM plugin and node-slice
+# controller (real nodes with IPAM=whereabouts); all of them
 # unless TOOLs are named — from the Go module proxy, caches each tool module's
 # binaries under ~/.cache/capscale keyed by its pinned versions, and links
 # them into OUTPUT_DIR (with kwok's stage definitions when kwok is named). A
@@ -16,7 +17,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: build.sh OUTPUT_DIR [TOOL...]}
 shift
-all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy keda-operator keda-adapter)
+all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy keda-operator keda-adapter whereabouts whereabouts-node-slice-controller)
 tools=("$@")
 # CAPSCALE_K8S=1.MINOR builds the control plane of an older minor, and
 # capscale-scheduler for it, from e2e/tools/k8s-1.MINOR (hack/compat/genmodule.sh;
@@ -120,6 +121,10 @@ build kwok kwok=sigs.k8s.io/kwok/cmd/kwok
 build helm helm=helm.sh/helm/v3/cmd/helm
 # KEDA's own operator and metrics server, for the tests next to a real KEDA.
 build keda keda-operator=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
+# whereabouts v0.9.2: the IPAM that real nodes run with IPAM=whereabouts
+# (its CNI plugin is its cmd package, hence the name given here).
+build whereabouts whereabouts=github.com/k8snetworkplumbingwg/whereabouts/cmd \
+  whereabouts-node-slice-controller=github.com/k8snetworkplumbingwg/whereabouts/cmd/nodeslicecontroller
 build k8s kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
   kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl \
