@@ -14,7 +14,7 @@ import (
 // test-unit), which runs this test on freshly written objects too
 // (CAPSCALE_CILIUM_FIXTURES names their directory).
 func TestPresetsOnCiliumWritten(t *testing.T) {
-	dir, want := filepath.Join("testdata", "ciliumnodes"), 3
+	dir, want := filepath.Join("testdata", "ciliumnodes"), 8
 	if d := os.Getenv("CAPSCALE_CILIUM_FIXTURES"); d != "" {
 		dir, want = d, 1
 	}
