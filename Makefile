@@ -103,7 +103,9 @@ fuzz: ## Run every fuzz target for FUZZTIME (20000 executions) each, so that a d
 # artifact $(REGISTRY)/charts/capscale:$(RELEASE_VERSION without v), whose
 # image.repository is that image, so `helm install capscale
 # oci://$(REGISTRY)/charts/capscale --version ...` needs nothing else.
-RELEASE_VERSION ?= v0.1.0
+# VERSION is the one version string: the chart's appVersion (its version
+# without the v), deploy/'s image tag and this (deploy/'s TestOneVersion).
+RELEASE_VERSION ?= $(shell cat VERSION)
 PLATFORMS       ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64
 # The Kubernetes minors below this repo's own that capscale-scheduler is
 # built for (e2e/tools/k8s-1.MINOR); make test-compat runs each.

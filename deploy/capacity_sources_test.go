@@ -133,8 +133,8 @@ func TestHelmCapacitySourcePresets(t *testing.T) {
 	if rules := get[*rbacv1.Role](t, r, objectKey("Role", "ipam", "capscale:controller:capacity-sources")).Rules; !reads(rules, "", "configmaps") || len(rules) != 1 {
 		t.Errorf("a namespaced source of one's own: Role rules %+v", rules)
 	}
-	if len(cr.Rules) != 3 { // nodes, ciliumnodes, nodepools
-		t.Errorf("ClusterRole rules %+v, want nodes, ciliumnodes.cilium.io and nodepools.ipam.example.com", cr.Rules)
+	if len(cr.Rules) != 4 { // nodes, ciliumnodes, nodeslicepools, nodepools
+		t.Errorf("ClusterRole rules %+v, want nodes, ciliumnodes.cilium.io, nodeslicepools.whereabouts.cni.cncf.io and nodepools.ipam.example.com", cr.Rules)
 	}
 	cm := get[*corev1.ConfigMap](t, r, objectKey("ConfigMap", "capscale-system", "capscale-capacity-sources"))
 	if f, err := capacitysource.Decode([]byte(cm.Data["sources.yaml"])); err != nil {

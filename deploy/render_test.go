@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -172,8 +173,16 @@ func get[T runtime.Object](t *testing.T, r rendered, key string) T {
 	return typed
 }
 
+// helmTemplate renders the chart with args; without --kube-version, as for
+// the newest Kubernetes the project builds, which serves
+// MutatingAdmissionPolicy v1: its version and that kind, as Argo CD passes
+// the cluster's (a helm built from source would otherwise assume v1.20,
+// below the chart's floor, and helm template knows no kinds).
 func helmTemplate(t *testing.T, args ...string) (rendered, error) {
 	t.Helper()
+	if !slices.Contains(args, "--kube-version") {
+		args = append([]string{"--kube-version", newestKubernetes(t), "--api-versions", mutatingAdmissionPolicyV1}, args...)
+	}
 	out, err := runDeployTool(t, "helm", append([]string{"template", "capscale", chartDir(t)}, args...)...)
 	if err != nil {
 		return nil, err

@@ -68,6 +68,12 @@ func TestHelmInstallOwnerCheck(t *testing.T) {
 	if got, _ := ac.ApiregistrationV1().APIServices().Get(ctx, externalMetricsAPIService, metav1.GetOptions{}); got.Spec.Service.Name != "keda-operator-metrics-apiserver" {
 		t.Errorf("helm took the APIService over itself: %+v", got.Spec.Service)
 	}
+	// helm install sees the cluster: its uninstall hook gives the APIService
+	// back (helm template leaves the hook out; deploy/'s render tests).
+	if out, err := helm("get", "hooks", "capscale"); err != nil || !strings.Contains(out, "name: capscale-apiservice-restore") ||
+		!strings.Contains(out, "--restore") {
+		t.Errorf("the release has no restore hook: %v\n%s", err, out)
+	}
 	// KEDA's stand-in goes before the uninstall: no server answers for it,
 	// and while it is registered discovery stays incomplete, so that
 	// kube-controller-manager cannot finish deleting any namespace and the

@@ -119,6 +119,11 @@ var Presets = map[string]Source{
 	// same count; a node in two networks' pools is invalid (filter on
 	// object.metadata.name in your own node expression to pick one).
 	"whereabouts-node-slice": {
+		// As the pod network's IPAM (the bridge's, as on capscale's real
+		// nodes) every pod that is not hostNetwork takes an IP of the
+		// slice; a whereabouts network that only some pods attach (a
+		// Multus secondary network) says draws: marked.
+		Draws:    underlay.DrawsAll,
 		Resource: &Resource{Group: "whereabouts.cni.cncf.io", Version: "v1alpha1", Resource: "nodeslicepools"},
 		Node:     `object.?status.?allocations.orValue([]).map(a, a.?nodeName.orValue(""))`,
 		Capacity: `int(object.spec.sliceSize.replace("/", "")) <= 30

@@ -77,10 +77,11 @@ const (
 	// the adapter forwards other metrics to and `preflight --restore` gives
 	// the APIService back to.
 	DelegateAnnotation = "capscale.io/external-metrics-delegate"
-	// ReleasedAnnotation on that APIService is when `preflight --restore`
-	// (helm uninstall's hook) gave it back (RFC 3339, nanoseconds): an adapter started
-	// before then — one of the install being removed — must not take it
-	// over again.
+	// ReleasedAnnotation on that APIService names the install whose
+	// `preflight --restore` (helm uninstall's hook) gave it back: the UID of
+	// that install's ClusterRole capscale:metrics-adapter. No adapter of that
+	// install, however often it restarts, takes it over again; another
+	// install (another UID) may.
 	ReleasedAnnotation = "capscale.io/external-metrics-released"
 	// OwnMetricPrefix marks the external metrics capscale answers itself;
 	// every other name goes to the delegate.

@@ -69,6 +69,10 @@ type Options struct {
 	// while the APIService routes to another Service, with the CA bundle it
 	// would need: the caller decides whether to take it over.
 	OtherOwner func(ctx context.Context, api *apiregv1.APIService, caBundle []byte) error
+	// Missing, if set, is called while the APIService is not registered,
+	// with the CA bundle it would need: the caller decides whether to
+	// register it.
+	Missing func(ctx context.Context, caBundle []byte) error
 	// Name prefixes the CA's common name.
 	Name  string
 	Clock clock.WithTicker
@@ -314,6 +318,11 @@ func (m *Manager) sync(ctx context.Context) (time.Duration, error) {
 			return 0, err
 		}
 		m.otherSeen = api.ResourceVersion
+	}
+	if api == nil && m.apisvcs != nil && m.o.Missing != nil {
+		if err := m.o.Missing(ctx, want); err != nil {
+			return 0, err
+		}
 	}
 	next := renewAt(s.signer.cert).Sub(now)
 	for _, c := range s.cas[1:] {

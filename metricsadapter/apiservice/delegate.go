@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,11 +34,13 @@ type DelegateOptions struct {
 	// caBundle in the same write (installs that do not apply the APIService
 	// themselves: Helm with apiService.create=false).
 	TakeOverCA []byte
-	// StartedAt, when set, is when the adapter deciding started: an
-	// APIService given back (ReleasedAnnotation) at or after it was given
-	// back by this adapter's own install, on its way out, and is left alone.
-	// Zero (preflight, an operator's explicit command): always decide.
-	StartedAt time.Time
+	// Installation, when set, names the install of the adapter deciding
+	// (Installation.ID: the UID of its ClusterRole). An APIService given back
+	// (ReleasedAnnotation) by that same install, on its way out, is left
+	// alone, however often its adapters restart; another install's mark
+	// does not hold it. Empty (preflight, an operator's explicit command):
+	// always decide.
+	Installation string
 }
 
 // PlanDelegate decides how capscale records the current owner of api as its
@@ -64,9 +65,9 @@ func PlanDelegate(api *apiregv1.APIService, o DelegateOptions) (Plan, error) {
 			return Plan{Message: fmt.Sprintf("ok: %s already routes to %s, which delegates to %s", Name, o.Ours, rec.Target())}, nil
 		}
 	}
-	if released, ok := releasedAt(api); ok && !o.StartedAt.IsZero() && !released.Before(o.StartedAt) {
-		return Plan{Message: fmt.Sprintf("ok: %s was given back to %s/%s at %s, after this adapter started: its install is being removed; not taking it over again",
-			Name, svc.Namespace, svc.Name, released.Format(time.RFC3339))}, nil
+	if released := api.Annotations[names.ReleasedAnnotation]; o.Installation != "" && released == o.Installation {
+		return Plan{Message: fmt.Sprintf("ok: %s was given back to %s/%s by this install (%s), which is being removed; not taking it over again",
+			Name, svc.Namespace, svc.Name, released)}, nil
 	}
 	rec := &Record{Spec: *api.Spec.DeepCopy()}
 	if len(api.Spec.CABundle) == 0 {
@@ -116,19 +117,13 @@ func isKEDA(api *apiregv1.APIService) bool {
 	return n == "keda-operator-metrics-apiserver" || n == "keda-metrics-apiserver"
 }
 
-// releasedAt reads ReleasedAnnotation; a value that is no time counts as
-// none (the adapter then decides as if never given back).
-func releasedAt(api *apiregv1.APIService) (time.Time, bool) {
-	t, err := time.Parse(time.RFC3339Nano, api.Annotations[names.ReleasedAnnotation])
-	return t, err == nil
-}
-
 // PlanRestore decides how to give api back to its recorded delegate, marked
-// given back at now (so that the adapters still running, about to be
-// removed, do not take it over again). Without a record there is nothing
-// to restore; when api no longer routes to Ours, someone took it over since
-// and it is left alone.
-func PlanRestore(api *apiregv1.APIService, ours Service, now time.Time) (Plan, error) {
+// given back by installation (so that the adapters of that install, still
+// running and about to be removed, or restarting, do not take it over
+// again; empty: no mark). Without a record there is nothing to restore;
+// when api no longer routes to Ours, someone took it over since and it is
+// left alone.
+func PlanRestore(api *apiregv1.APIService, ours Service, installation string) (Plan, error) {
 	if api == nil {
 		return Plan{Message: fmt.Sprintf("ok: %s is not registered; nothing to restore", Name)}, nil
 	}
@@ -145,8 +140,12 @@ func PlanRestore(api *apiregv1.APIService, ours Service, now time.Time) (Plan, e
 	up := api.DeepCopy()
 	up.Spec = *rec.Spec.DeepCopy()
 	delete(up.Annotations, names.DelegateAnnotation)
-	up.Annotations[names.ReleasedAnnotation] = now.UTC().Format(time.RFC3339Nano)
-	return Plan{Update: up, Restored: true, Message: fmt.Sprintf("restored: %s routes to %s again", Name, rec.Target())}, nil
+	msg := fmt.Sprintf("restored: %s routes to %s again", Name, rec.Target())
+	if installation != "" {
+		up.Annotations[names.ReleasedAnnotation] = installation
+		msg += fmt.Sprintf(", marked given back by install %s", installation)
+	}
+	return Plan{Update: up, Restored: true, Message: msg}, nil
 }
 
 // Apply reads the APIService, plans with plan and writes the result with

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
@@ -57,7 +56,7 @@ func TestDelegateTakeOverRestore(t *testing.T) {
 		t.Errorf("a re-run changed the record")
 	}
 
-	restore := func(a *apiregv1.APIService) (Plan, error) { return PlanRestore(a, capscale, time.Now()) }
+	restore := func(a *apiregv1.APIService) (Plan, error) { return PlanRestore(a, capscale, "") }
 	if p, err = Apply(ctx, api, false, restore); err != nil || !p.Restored {
 		t.Fatalf("restore: %+v, %v", p, err)
 	}
@@ -72,53 +71,59 @@ func TestDelegateTakeOverRestore(t *testing.T) {
 
 // TestRestoredNotTakenBackByItsOwnInstall: helm uninstall's hook gives the
 // APIService back while the install's adapters still run (Helm deletes them
-// after its pre-delete hooks). An adapter started before the give-back
-// must leave it to the delegate — else it takes it straight back and the
-// APIService routes to a Service about to be deleted — while an adapter
-// started after it (a new install) takes it over, and preflight (no start
-// time) always may.
+// after its pre-delete hooks), and any of them may restart after that (OOM,
+// liveness, a rollout still running). No adapter of that install may take
+// it back — else the APIService routes to a Service about to be deleted —
+// while a new install (another identity) takes it over, and preflight (no
+// identity) always may.
 func TestRestoredNotTakenBackByItsOwnInstall(t *testing.T) {
 	c := fake.NewSimpleClientset(kedaAPIService())
 	api := c.ApiregistrationV1()
 	ctx := context.Background()
-	started := time.Now()
-	take := func(at time.Time) func(*apiregv1.APIService) (Plan, error) {
+	const install, next = "uid-of-install-1", "uid-of-install-2"
+	take := func(installation string) func(*apiregv1.APIService) (Plan, error) {
 		return func(a *apiregv1.APIService) (Plan, error) {
-			return PlanDelegate(a, DelegateOptions{Ours: capscale, TakeOverCA: []byte("CAPSCALE-CA"), StartedAt: at})
+			return PlanDelegate(a, DelegateOptions{Ours: capscale, TakeOverCA: []byte("CAPSCALE-CA"), Installation: installation})
 		}
 	}
-	if _, err := Apply(ctx, api, false, take(started)); err != nil {
+	if _, err := Apply(ctx, api, false, take(install)); err != nil {
 		t.Fatal(err)
 	}
-	released := started.Add(time.Minute)
-	if p, err := Apply(ctx, api, false, func(a *apiregv1.APIService) (Plan, error) { return PlanRestore(a, capscale, released) }); err != nil || !p.Restored {
+	if p, err := Apply(ctx, api, false, func(a *apiregv1.APIService) (Plan, error) { return PlanRestore(a, capscale, install) }); err != nil || !p.Restored {
 		t.Fatalf("restore: %+v, %v", p, err)
 	}
 	got, _ := api.APIServices().Get(ctx, Name, metav1.GetOptions{})
-	if got.Annotations[names.ReleasedAnnotation] != released.UTC().Format(time.RFC3339Nano) {
-		t.Fatalf("the restore marked %q, want the time it gave the APIService back", got.Annotations[names.ReleasedAnnotation])
+	if got.Annotations[names.ReleasedAnnotation] != install {
+		t.Fatalf("the restore marked %q, want the install that gave the APIService back (%q)", got.Annotations[names.ReleasedAnnotation], install)
 	}
 
-	// The install being removed: started before the give-back.
-	for _, at := range []time.Time{started, released} {
-		p, err := Apply(ctx, api, false, take(at))
+	// An adapter of the install being removed, whenever it (re)started:
+	// before the mark or after it, the decision is the same.
+	for i := range 3 {
+		p, err := Apply(ctx, api, false, take(install))
 		if err != nil || p.Update != nil || !strings.Contains(p.Message, "not taking it over again") {
-			t.Errorf("an adapter started at %v, the APIService given back at %v: %+v, %v; want it left alone", at, released, p, err)
+			t.Errorf("start %d of an adapter of the install that gave the APIService back: %+v, %v; want it left alone", i, p, err)
 		}
 	}
 	if got, _ := api.APIServices().Get(ctx, Name, metav1.GetOptions{}); !apiequal(got.Spec, kedaSpec) {
 		t.Fatalf("the old install's adapter took the APIService back: %+v", got.Spec)
 	}
 
-	// A new install, or an operator's preflight: taken over, the mark gone.
-	for _, at := range []time.Time{released.Add(time.Nanosecond), {}} {
-		c := fake.NewSimpleClientset(got.DeepCopy())
-		p, err := Apply(ctx, c.ApiregistrationV1(), false, take(at))
+	// A new install, an operator's preflight, or a mark of the old format
+	// (a time): taken over, the mark gone.
+	for _, tc := range []struct{ name, mark, installation string }{
+		{"new install", install, next},
+		{"preflight", install, ""},
+		{"old time mark", "2026-11-01T10:00:00.123456789Z", install},
+	} {
+		a := got.DeepCopy()
+		a.Annotations[names.ReleasedAnnotation] = tc.mark
+		p, err := Apply(ctx, fake.NewSimpleClientset(a).ApiregistrationV1(), false, take(tc.installation))
 		if err != nil || p.Update == nil {
-			t.Fatalf("started at %v: %+v, %v; want the APIService taken over", at, p, err)
+			t.Fatalf("%s: %+v, %v; want the APIService taken over", tc.name, p, err)
 		}
 		if _, ok := p.Update.Annotations[names.ReleasedAnnotation]; ok {
-			t.Errorf("started at %v: the take-over kept the release mark", at)
+			t.Errorf("%s: the take-over kept the release mark", tc.name)
 		}
 	}
 }
@@ -195,7 +200,7 @@ func TestPlanRestoreLeavesOthersAlone(t *testing.T) {
 	}
 	// Recorded, but the APIService still routes to KEDA (or KEDA took it
 	// back): restore must not write.
-	if p, err := PlanRestore(p.Update, capscale, time.Now()); err != nil || p.Update != nil || !strings.Contains(p.Message, "no longer routes") {
+	if p, err := PlanRestore(p.Update, capscale, ""); err != nil || p.Update != nil || !strings.Contains(p.Message, "no longer routes") {
 		t.Errorf("PlanRestore = %+v, %v", p, err)
 	}
 }

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
@@ -23,6 +23,7 @@ type preflightOptions struct {
 	dryRun         bool
 	delegateCAFile string
 	caBundleFile   string
+	clusterRole    string
 	want           apiservice.Service
 }
 
@@ -106,8 +107,18 @@ func newPreflightCommand() *cobra.Command {
 				fmt.Fprintln(out, p.Message+suffix)
 				return nil
 			case o.restore:
+				cs, err := kubernetes.NewForConfig(cfg)
+				if err != nil {
+					return err
+				}
+				// The install being removed marks what it gave back, so
+				// that none of its adapters takes it again.
+				id, err := (&installation{client: cs, clusterRole: o.clusterRole}).id(cmd.Context())
+				if err != nil {
+					return err
+				}
 				p, err := apiservice.Apply(cmd.Context(), c.ApiregistrationV1(), o.dryRun, func(api *apiregv1.APIService) (apiservice.Plan, error) {
-					return apiservice.PlanRestore(api, o.want, time.Now())
+					return apiservice.PlanRestore(api, o.want, id)
 				})
 				if err != nil {
 					return err
@@ -137,6 +148,8 @@ func newPreflightCommand() *cobra.Command {
 	f.StringVar(&o.delegateCAFile, "delegate-ca-file", "", "With --delegate: PEM CA that verifies the current owner, needed when its APIService has no caBundle (insecureSkipTLSVerify).")
 	f.StringVar(&o.caBundleFile, "ca-bundle-file", "", "With --delegate: also route the APIService to capscale's Service with this PEM CA as caBundle, in the same write (for Helm with apiService.create=false).")
 	f.BoolVar(&o.restore, "restore", false, "Give the APIService back to the recorded delegate, exactly as it was registered, and remove the record.")
+	f.StringVar(&o.clusterRole, "installation-clusterrole", DefaultInstallationClusterRole,
+		"With --restore: the adapter's ClusterRole, whose UID names the install; the given-back APIService is marked with it so that no adapter of that install takes it again.")
 	f.BoolVar(&o.dryRun, "dry-run", false, "With --delegate or --restore: send the write as a server dry run.")
 	f.StringVar(&o.want.Namespace, "namespace", o.want.Namespace, "Namespace of capscale's adapter Service.")
 	f.StringVar(&o.want.Name, "service", o.want.Name, "Name of capscale's adapter Service.")

@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
+	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/internal/servingcert"
 	"github.com/capscale/capscale/metricsadapter/apiservice"
 )
@@ -33,12 +36,20 @@ type ServingCertOptions struct {
 	// DelegateOwner takes an APIService owned by another adapter over in
 	// delegation mode at start, recording that adapter as the delegate.
 	DelegateOwner bool
+	// Register creates the APIService, routed to APIServiceService, when
+	// none is registered: the adapter, not a render, decides (a `helm
+	// template` render cannot see the cluster and leaves it out).
+	Register bool
+	// InstallationClusterRole is the adapter's ClusterRole, whose UID names
+	// its install (installation.go).
+	InstallationClusterRole string
 }
 
 func defaultServingCertOptions() ServingCertOptions {
 	return ServingCertOptions{
 		Validity: 90 * 24 * time.Hour, CAValidity: 5 * 365 * 24 * time.Hour, PropagationDelay: 5 * time.Second,
-		APIServiceService: "capscale-system/capscale-metrics-adapter",
+		APIServiceService:       "capscale-system/capscale-metrics-adapter",
+		InstallationClusterRole: DefaultInstallationClusterRole,
 	}
 }
 
@@ -61,13 +72,19 @@ func (o *ServingCertOptions) AddFlags(fs *pflag.FlagSet) {
 		"With --serving-cert-secret: if another adapter (KEDA, prometheus-adapter) owns "+apiservice.Name+", take it over in delegation mode at start, "+
 			"recording that adapter on the APIService as the delegate of every metric not named capscale-* (what `preflight --delegate` does; `preflight --restore` gives it back). "+
 			"Without it such an APIService is left alone and reported.")
+	fs.BoolVar(&o.Register, "register-apiservice", o.Register,
+		"With --serving-cert-secret: when "+apiservice.Name+" is not registered, create it, routed to --serving-cert-apiservice-service with the Secret's CA "+
+			"and owned by --installation-clusterrole (so that it goes with the install). Another adapter's is never touched without --delegate-existing-owner.")
+	fs.StringVar(&o.InstallationClusterRole, "installation-clusterrole", o.InstallationClusterRole,
+		"The adapter's ClusterRole: its UID names the install, in the mark an uninstall leaves on a given-back APIService (no adapter of that install takes it again) "+
+			"and as the owner of an APIService the adapter registers.")
 }
 
 // Validate returns every problem with the flags.
 func (o *ServingCertOptions) Validate() []error {
 	if o.Secret == "" {
-		if o.DelegateOwner {
-			return []error{errors.New("--delegate-existing-owner needs --serving-cert-secret (the caBundle it routes the APIService with)")}
+		if o.DelegateOwner || o.Register {
+			return []error{errors.New("--delegate-existing-owner and --register-apiservice need --serving-cert-secret (the caBundle they route the APIService with)")}
 		}
 		return nil
 	}
@@ -82,8 +99,11 @@ func (o *ServingCertOptions) Validate() []error {
 	} else if len(o.DNSNames) == 0 {
 		errs = append(errs, errors.New("--serving-cert-dns-names is required without --serving-cert-apiservice-service"))
 	}
-	if o.DelegateOwner && o.APIServiceService == "" {
-		errs = append(errs, errors.New("--delegate-existing-owner needs --serving-cert-apiservice-service"))
+	if (o.DelegateOwner || o.Register) && o.APIServiceService == "" {
+		errs = append(errs, errors.New("--delegate-existing-owner and --register-apiservice need --serving-cert-apiservice-service"))
+	}
+	if (o.DelegateOwner || o.Register) && o.InstallationClusterRole == "" {
+		errs = append(errs, errors.New("--delegate-existing-owner and --register-apiservice need --installation-clusterrole"))
 	}
 	if o.Validity <= 0 || o.CAValidity <= 0 || o.Validity > o.CAValidity {
 		errs = append(errs, fmt.Errorf("--serving-cert-validity (%s) and --serving-cert-ca-validity (%s) must be positive, the first at most the second", o.Validity, o.CAValidity))
@@ -125,11 +145,12 @@ func (o *ServingCertOptions) manager(cs kubernetes.Interface, ac aggregator.Inte
 			mo.DNSNames = []string{sname + "." + sns + ".svc"}
 		}
 		ours := apiservice.Service{Namespace: sns, Name: sname}
-		// An APIService given back after this moment was given back by
-		// this install's uninstall: not taken over again.
-		started := time.Now()
+		inst := &installation{client: cs, clusterRole: o.InstallationClusterRole}
 		mo.OtherOwner = func(ctx context.Context, api *apiregv1.APIService, caBundle []byte) error {
-			return o.otherOwner(ctx, ac, ours, api, caBundle, started)
+			return o.otherOwner(ctx, ac, ours, api, caBundle, inst)
+		}
+		mo.Missing = func(ctx context.Context, caBundle []byte) error {
+			return o.missing(ctx, ac, ours, caBundle, inst)
 		}
 	}
 	return servingcert.New(cs, ac, mo, m)
@@ -140,7 +161,7 @@ func (o *ServingCertOptions) manager(cs kubernetes.Interface, ac aggregator.Inte
 // as its delegate and routes the APIService to capscale (preflight
 // --delegate --ca-bundle-file, in the cluster); without it, it leaves the
 // APIService alone and says so.
-func (o *ServingCertOptions) otherOwner(ctx context.Context, ac aggregator.Interface, ours apiservice.Service, api *apiregv1.APIService, caBundle []byte, started time.Time) error {
+func (o *ServingCertOptions) otherOwner(ctx context.Context, ac aggregator.Interface, ours apiservice.Service, api *apiregv1.APIService, caBundle []byte, inst *installation) error {
 	owner := "kube-apiserver itself"
 	if s := api.Spec.Service; s != nil {
 		owner = s.Namespace + "/" + s.Name
@@ -151,8 +172,14 @@ func (o *ServingCertOptions) otherOwner(ctx context.Context, ac aggregator.Inter
 			"apiservice", apiservice.Name, "owner", owner)
 		return nil
 	}
+	// An APIService given back by this install's uninstall (marked with its
+	// identity) is not taken over again, whenever this adapter started.
+	ref, err := inst.ref(ctx)
+	if err != nil {
+		return err
+	}
 	p, err := apiservice.Apply(ctx, ac.ApiregistrationV1(), false, func(api *apiregv1.APIService) (apiservice.Plan, error) {
-		return apiservice.PlanDelegate(api, apiservice.DelegateOptions{Ours: ours, TakeOverCA: caBundle, StartedAt: started})
+		return apiservice.PlanDelegate(api, apiservice.DelegateOptions{Ours: ours, TakeOverCA: caBundle, Installation: string(ref.UID)})
 	})
 	if err != nil {
 		return fmt.Errorf("taking %s over from %s in delegation mode: %w", apiservice.Name, owner, err)
@@ -162,5 +189,30 @@ func (o *ServingCertOptions) otherOwner(ctx context.Context, ac aggregator.Inter
 		return nil
 	}
 	klog.FromContext(ctx).Info("Took the external-metrics APIService over in delegation mode", "owner", owner, "result", p.Message)
+	return nil
+}
+
+// missing is what the adapter does when the APIService is not registered:
+// with --register-apiservice it creates it, routed to capscale and owned by
+// the install's ClusterRole; without it, nothing (apiService.create=false, or
+// an install that applies the APIService itself).
+func (o *ServingCertOptions) missing(ctx context.Context, ac aggregator.Interface, ours apiservice.Service, caBundle []byte, inst *installation) error {
+	if !o.Register {
+		return nil
+	}
+	ref, err := inst.ref(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = ac.ApiregistrationV1().APIServices().Create(ctx, apiservice.Registration(ours, caBundle, ref), metav1.CreateOptions{FieldManager: names.FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		// Someone registered it meanwhile: the watch brings it, and with it
+		// the decision about its owner.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("registering APIService %s, routed to %s: %w", apiservice.Name, ours, err)
+	}
+	klog.FromContext(ctx).Info("Registered the external-metrics APIService: none was registered", "apiservice", apiservice.Name, "service", ours.String(), "owner", klog.KRef("", ref.Name))
 	return nil
 }

@@ -137,6 +137,12 @@ func up(args []string) error {
 			} else {
 				logf("starting capscale (%s mode): extender, metrics adapter, workload API, controller", *mode)
 			}
+			// What the chart installs by default: pods of a namespace
+			// labelled capscale.io/underlay=true are marked, and the
+			// controller's Node writes held to its annotations.
+			if err := s.ApplyDefaultPolicies(ctx); err != nil {
+				return err
+			}
 			if *adapterConfig != "" {
 				return nil
 			}

@@ -35,6 +35,36 @@ app.kubernetes.io/part-of: capscale
 securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
 {{- end }}
 
+{{/*
+imagePullSecrets and priorityClassName on every capscale pod, given
+(dict "root" $ "priority" DEFAULT): priorityClassName, else DEFAULT (the
+scheduler's system-cluster-critical), else none.
+*/}}
+{{- define "capscale.podSpecValues" -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.priorityClassName | default .priority }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+--v=N for every capscale and kube-scheduler container when logVerbosity is
+above 0: "capscale.logVerbosity" as a block-list item, "capscale.logVerbosityFlow"
+as the tail of a flow list.
+*/}}
+{{- define "capscale.logVerbosity" -}}
+{{- if gt (int .Values.logVerbosity) 0 }}
+- --v={{ int .Values.logVerbosity }}
+{{- end }}
+{{- end }}
+
+{{- define "capscale.logVerbosityFlow" -}}
+{{- if gt (int .Values.logVerbosity) 0 }}, --v={{ int .Values.logVerbosity }}{{ end -}}
+{{- end }}
+
 {{/* The container security context every capscale container runs with. */}}
 {{- define "capscale.containerSecurityContext" -}}
 securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
@@ -52,14 +82,27 @@ affinity:
 {{- end }}
 
 {{/*
+"true" when the render sees the cluster (helm install/upgrade, --dry-run=server):
+kube-system always exists. helm template (Argo CD) and --dry-run=client see
+nothing, and lookup then answers empty for everything.
+*/}}
+{{- define "capscale.clusterSeen" -}}
+{{- if lookup "v1" "Namespace" "" "kube-system" }}true{{ end -}}
+{{- end }}
+
+{{/*
 What the chart does with the APIService v1beta1.external.metrics.k8s.io,
-from what the cluster holds (lookup; helm template sees nothing):
+from what the cluster holds (lookup):
 "render" (absent, or this release's), "keep" (it routes to capscale
 already: an earlier delegation or hack/install.sh; the adapter keeps its
 caBundle), "delegate" (another adapter owns it and apiService.delegate is
-true: the adapter takes it over at start), "off" (apiService.create=false).
-Another owner without apiService.delegate fails the install, changing
-nothing.
+true: the adapter takes it over at start), "off" (apiService.create=false),
+"adapter" (a render that cannot see the cluster, helm template: the
+APIService is left out, and the running adapter decides — it registers it
+when none is, leaves another adapter's alone unless apiService.delegate).
+With cert-manager the adapter does not keep the APIService, so a blind
+render still renders it (docs/install.md). Another owner without
+apiService.delegate fails the install, changing nothing.
 */}}
 {{- define "capscale.apiService" -}}
 {{- if not .Values.apiService.create -}}
@@ -67,7 +110,9 @@ off
 {{- else -}}
 {{- $api := lookup "apiregistration.k8s.io/v1" "APIService" "" "v1beta1.external.metrics.k8s.io" -}}
 {{- $ns := include "capscale.namespace" . -}}
-{{- if not $api -}}
+{{- if and (not (include "capscale.clusterSeen" .)) (not .Values.tls.certManager.enabled) -}}
+adapter
+{{- else if not $api -}}
 render
 {{- else if eq (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $api) .Release.Name -}}
 render
@@ -97,6 +142,7 @@ cilium-eni: {group: cilium.io, resource: ciliumnodes}
 cilium-azure: {group: cilium.io, resource: ciliumnodes}
 cilium-multi-pool: {group: cilium.io, resource: ciliumnodes}
 azure-cns: {group: acn.azure.com, resource: nodenetworkconfigs, namespace: kube-system}
+whereabouts-node-slice: {group: whereabouts.cni.cncf.io, resource: nodeslicepools}
 {{- end }}
 
 {{/*
@@ -164,4 +210,39 @@ every pod: draws: all, or a preset that does not say otherwise.
 {{- if or (eq (.draws | default "") "all") (and .preset (not .draws)) -}}true{{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end }}
+
+{{/*
+The stock kube-scheduler of the cluster's minor (extender and native mode):
+the version-skew policy forbids a kube-scheduler newer than the apiserver.
+The patch of each minor is the one the project builds and tests
+(e2e/tools/k8s-1.MINOR, go.mod's k8s.io/kubernetes for the newest;
+deploy/'s TestHelmKubeSchedulerFollowsMinor keeps them equal). A minor newer
+than the table gets the newest, one minor older, which the policy allows.
+extender.kubeScheduler.image.tag, when set, wins.
+*/}}
+{{- define "capscale.kubeSchedulerTags" -}}
+"35": v1.35.8
+"36": v1.36.5
+"37": v1.37.2
+{{- end }}
+
+{{- define "capscale.kubeSchedulerImage" -}}
+{{- $img := .Values.extender.kubeScheduler.image -}}
+{{- $tag := $img.tag -}}
+{{- if not $tag -}}
+{{- $tags := include "capscale.kubeSchedulerTags" . | fromYaml -}}
+{{- $tag = get $tags (.Capabilities.KubeVersion.Minor | trimSuffix "+") | default (get $tags "37") -}}
+{{- end -}}
+{{ $img.repository }}:{{ $tag }}
+{{- end }}
+
+{{/*
+"true" when the cluster serves admissionregistration.k8s.io/v1
+MutatingAdmissionPolicy (Kubernetes 1.36+). helm install reads the cluster's
+resources; helm template knows only what --api-versions names (Argo CD
+passes the cluster's): Helm's own list names groups, never kinds.
+*/}}
+{{- define "capscale.admissionServed" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}true{{ end -}}
 {{- end }}
