@@ -83,6 +83,8 @@ type Capacity struct {
 	Origin string
 	// Invalid explains why the value at Source was rejected.
 	Invalid string
+	// IPAM is what the node's IPAM reports in use (used.go).
+	IPAM IPAMReport
 }
 
 // NodeCapacity returns the underlay IP capacity of a node with the given
@@ -95,6 +97,11 @@ type Capacity struct {
 // The hot path is two or three map reads and a strconv: the mirrored value
 // is a plain integer, and its origin is read only for a node that has one.
 func NodeCapacity(annotations, labels map[string]string, def int64) Capacity {
+	return withIPAMReport(nodeCapacity(annotations, labels, def), annotations)
+}
+
+// nodeCapacity is NodeCapacity before the IPAM's report of IPs in use.
+func nodeCapacity(annotations, labels map[string]string, def int64) Capacity {
 	if s, ok := annotations[names.UnderlayIPCapacityAnnotation]; ok {
 		return parsed(s, SourceAnnotation, "")
 	}
