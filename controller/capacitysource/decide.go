@@ -29,6 +29,11 @@ type Result struct {
 	Capacity int64
 	// Err says why the object gives no capacity.
 	Err string
+	// Used is what the object reports in use when HasUsed and UsedErr is
+	// "" (the source's used expression); UsedErr says why it gives none.
+	Used    int64
+	HasUsed bool
+	UsedErr string
 }
 
 // Evaluate runs a source's expressions on one object.
@@ -46,6 +51,7 @@ func Evaluate(s *Compiled, namespace, name string, obj map[string]any) Result {
 	if r.Capacity, err = s.Capacity.Count(obj); err != nil {
 		r.Capacity, r.Err = 0, fmt.Sprintf("capacity expression: %v", err)
 	}
+	evaluateUsed(s, obj, &r)
 	return r
 }
 
@@ -78,6 +84,9 @@ func (c Coverage) Covers() bool {
 // (the source and the object). The zero Mirror means neither annotation.
 type Mirror struct {
 	Value, Origin string
+	// Used is the value of capscale.io/underlay-ip-source-used (an
+	// integer, or underlay.InvalidPrefix and why); "" for none.
+	Used string
 }
 
 // Invalid reports whether m marks the node's capacity invalid.
@@ -128,19 +137,21 @@ func Want(cov []Coverage) Mirror {
 	if o.Err != "" {
 		return Mirror{Value: underlay.InvalidPrefix + o.Err, Origin: origin}
 	}
-	return Mirror{Value: strconv.FormatInt(o.Capacity, 10), Origin: origin}
+	return Mirror{Value: strconv.FormatInt(o.Capacity, 10), Origin: origin, Used: usedValue(o)}
 }
 
 // Current is the mirror a node carries now.
 func Current(annotations map[string]string) Mirror {
-	return Mirror{Value: annotations[names.UnderlayIPSourceCapacityAnnotation], Origin: annotations[names.UnderlayIPSourceAnnotation]}
+	return Mirror{Value: annotations[names.UnderlayIPSourceCapacityAnnotation], Origin: annotations[names.UnderlayIPSourceAnnotation],
+		Used: annotations[names.UnderlayIPSourceUsedAnnotation]}
 }
 
 // has reports whether the node carries either annotation.
 func has(annotations map[string]string) bool {
 	_, v := annotations[names.UnderlayIPSourceCapacityAnnotation]
 	_, o := annotations[names.UnderlayIPSourceAnnotation]
-	return v || o
+	_, u := annotations[names.UnderlayIPSourceUsedAnnotation]
+	return v || o || u
 }
 
 // PatchFor is the JSON merge patch that gives a node with annotations the
@@ -161,9 +172,49 @@ func PatchFor(annotations map[string]string, want Mirror) []byte {
 		}
 		return v
 	}
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+	patch := map[string]any{
 		names.UnderlayIPSourceCapacityAnnotation: set(want.Value),
 		names.UnderlayIPSourceAnnotation:         set(want.Origin),
-	}}})
+	}
+	addUsed(patch, annotations, want.Used)
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": patch}})
 	return b
+}
+
+// evaluateUsed runs a source's used expression, if it has one, into r.
+func evaluateUsed(s *Compiled, obj map[string]any, r *Result) {
+	if s.Used == nil || r.Err != "" {
+		return
+	}
+	r.HasUsed = true
+	used, err := s.Used.Count(obj)
+	if err != nil {
+		r.UsedErr = fmt.Sprintf("used expression: %v", err)
+		return
+	}
+	r.Used = used
+}
+
+// usedValue is the used annotation's value for one object's result.
+func usedValue(o Result) string {
+	switch {
+	case !o.HasUsed:
+		return ""
+	case o.UsedErr != "":
+		return underlay.InvalidPrefix + o.UsedErr
+	}
+	return strconv.FormatInt(o.Used, 10)
+}
+
+// addUsed puts the used annotation into a patch of annotations: its
+// value, null to remove one the node carries (no source, or a source
+// without used), nothing when neither.
+func addUsed(patch map[string]any, annotations map[string]string, used string) {
+	_, had := annotations[names.UnderlayIPSourceUsedAnnotation]
+	switch {
+	case used != "":
+		patch[names.UnderlayIPSourceUsedAnnotation] = used
+	case had:
+		patch[names.UnderlayIPSourceUsedAnnotation] = nil
+	}
 }

@@ -110,5 +110,8 @@ func (s Source) Expand() (Source, error) {
 	if s.Capacity == "" {
 		s.Capacity = p.Capacity
 	}
+	if s.Used == "" {
+		s.Used = p.Used
+	}
 	return s, nil
 }
