@@ -24,6 +24,9 @@ type Plugin struct {
 	// caps remembers each node's capacity reading (capacity.go); nil (a
 	// Plugin built without New) reads the Node every time.
 	caps *capacities
+	// holds are force-deleted pods' IPs their nodes may still hold
+	// (holds.go); nil without the handle's informers.
+	holds *holds
 }
 
 var (
@@ -37,13 +40,18 @@ var (
 )
 
 // New is the plugin's factory (the framework's PluginFactory signature):
-// it decodes the profile's args and needs nothing from the handle.
-func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
+// it decodes the profile's args and, from the handle, follows pod
+// deletions to hold a force-deleted pod's IPs (holds.go).
+func New(_ context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, error) {
 	args, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
-	return &Plugin{defaultCapacity: *args.DefaultCapacity, caps: newCapacities()}, nil
+	h, err := newHoldsFor(fh)
+	if err != nil {
+		return nil, fmt.Errorf("%s: following pod deletions: %w", Name, err)
+	}
+	return &Plugin{defaultCapacity: *args.DefaultCapacity, caps: newCapacities(), holds: h}, nil
 }
 
 // NewWithoutMemo is New without the capacity memo: Filter and Score read
@@ -105,9 +113,17 @@ func (pl *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, n
 	if node == nil {
 		return fwk.AsStatus(fmt.Errorf("%s filter of pod %s: node not found", Name, klog.KObj(pod)))
 	}
-	v := fit(need(state, pod), pl.capacity(node), usedIPs(nodeInfo.GetRequested()))
+	c := pl.capacity(node)
+	pods, held := usedIPs(nodeInfo.GetRequested()), pl.holds.on(node.Name)
+	v := fit(need(state, pod), c, underlay.Charged(pods, held, c.IPAM))
 	if v.code == fwk.Success {
 		return nil
+	}
+	if v.code == fwk.Unschedulable {
+		v.reason += chargedBeyondPods(c, pods, held)
+		if held > 0 && !c.IPAM.Reported {
+			pl.holds.turnedAway(pod)
+		}
 	}
 	return fwk.NewStatus(v.code, v.reason)
 }
@@ -127,7 +143,7 @@ func (pl *Plugin) Score(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeIn
 	if node == nil {
 		return 0, fwk.AsStatus(fmt.Errorf("%s score of pod %s: node not found", Name, klog.KObj(pod)))
 	}
-	return freeIPs(pl.capacity(node), usedIPs(nodeInfo.GetRequested())), nil
+	return underlay.Free(pl.capacity(node), usedIPs(nodeInfo.GetRequested()), pl.holds.on(node.Name)), nil
 }
 
 // ScoreExtensions returns the plugin: it normalises its own scores.
