@@ -50,8 +50,17 @@ type Decision struct {
 // non-terminal pods hold, published instead of an invalid value so that no
 // new pod fits and no running pod fails the kubelet's re-admission.
 func Decide(node *v1.Node, def, inUse int64) Decision {
+	return DecideCharged(node, def, inUse, 0)
+}
+
+// DecideCharged is Decide for a node where force-deleted pods may still
+// hold held IPs: kube-scheduler counts only the requests of the pods it
+// has, so what the rule charges beyond them (the holds, or what the IPAM
+// reports in use beyond the pods) is published as less capacity, never
+// below what the pods hold (withheld).
+func DecideCharged(node *v1.Node, def, inUse, held int64) Decision {
 	c := underlay.NodeCapacity(node.Annotations, node.Labels, def)
-	want := c.IPs
+	want := withheld(c, inUse, held)
 	d := Decision{Want: want, Invalid: c.Invalid}
 	if c.Invalid != "" {
 		want = max(inUse, 0)
@@ -77,4 +86,13 @@ func Patch(want int64) []byte {
 	return fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}},"status":{"capacity":{%q:%q},"allocatable":{%q:%q}}}`,
 		PublishedAnnotation, strconv.FormatInt(want, 10),
 		names.UnderlayIPResource, q, names.UnderlayIPResource, q)
+}
+
+// withheld is the capacity to publish for a valid capacity c: c less what
+// the rule charges beyond the pods' inUse, and never less than what the
+// pods hold (a kubelet re-admitting them checks allocatable).
+func withheld(c underlay.Capacity, inUse, held int64) int64 {
+	inUse = max(inUse, 0)
+	beyond := underlay.Charged(inUse, held, c.IPAM) - inUse
+	return max(c.IPs-beyond, min(inUse, c.IPs))
 }

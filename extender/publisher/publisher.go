@@ -42,6 +42,9 @@ type Options struct {
 	// InUse returns the underlay IPs a node's bound, non-terminal pods hold
 	// (the extender's ledger); nil counts none.
 	InUse func(node string) int64
+	// Held returns the IPs force-deleted pods may still hold on a node
+	// (the extender's ledger); nil counts none.
+	Held func(node string) int64
 	// InUseSynced reports whether InUse follows the pods; Run publishes
 	// nothing before it does, or an invalid node would get 0.
 	InUseSynced cache.InformerSynced
@@ -60,6 +63,7 @@ type Publisher struct {
 	synced      []cache.InformerSynced
 	def         int64
 	inUse       func(string) int64
+	held        func(string) int64
 	recheck     time.Duration
 	newRecorder func(context.Context) (record.EventRecorder, func())
 
@@ -75,6 +79,10 @@ type Publisher struct {
 	// Event is emitted once per change, not once per resync.
 	state  map[string]nodeState
 	counts map[string]int
+	// withholding are the valid nodes published below their capacity
+	// (held IPs, the IPAM's larger report), guarded by mu: pod events and
+	// a hold's end move what they publish.
+	withholding map[string]bool
 }
 
 // term is one leadership term. A workqueue cannot be used again once shut
@@ -96,6 +104,7 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 		synced:      []cache.InformerSynced{informer.Informer().HasSynced},
 		def:         o.DefaultCapacity,
 		inUse:       o.InUse,
+		held:        o.Held,
 		recheck:     o.RecheckInterval,
 		newRecorder: apiRecorder(client),
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -175,12 +184,14 @@ func (p *Publisher) enqueue(obj any) {
 }
 
 // UsageChanged is told that the IPs in use on node may have moved (the
-// extender's Tracker calls it after its ledger applied a pod event). An
-// invalid node publishes exactly those IPs, so it is queued at once: a
-// holder leaving must not leave kube-scheduler a free IP there. Other nodes
-// publish their capacity, which pods do not move.
+// extender's Tracker calls it after its ledger applied a pod event, and
+// when a force-deleted pod's hold ends). An invalid node publishes exactly
+// those IPs, and a valid one its capacity less what is charged beyond the
+// pods (held IPs, the IPAM's larger report), so it is queued at once: a
+// holder leaving must not leave kube-scheduler a free IP there.
+// Pods do not move what any other node publishes.
 func (p *Publisher) UsageChanged(node string) {
-	if p.stateOf(node) != stateInvalid {
+	if p.stateOf(node) != stateInvalid && !p.chargesBeyondPods(node) {
 		return
 	}
 	if t := p.term.Load(); t != nil {
@@ -253,6 +264,7 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 	node, err := p.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		p.setState(name, nodeState{})
+		p.setWithholding(name, false)
 		return nil
 	}
 	if err != nil {
@@ -267,7 +279,8 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 	if c := underlay.NodeCapacity(node.Annotations, node.Labels, p.def); c.Invalid != "" {
 		announce = p.setState(name, nodeState{stateInvalid, c.Invalid})
 	}
-	d := Decide(node, p.def, p.inUse(name))
+	d := DecideCharged(node, p.def, p.inUse(name), p.heldOn(name))
+	p.setWithholding(name, d.Invalid == "" && d.Foreign == "" && d.Want < underlay.NodeCapacity(node.Annotations, node.Labels, p.def).IPs)
 	if d.Foreign != "" {
 		if p.setState(name, nodeState{stateForeign, d.Foreign}) {
 			klog.InfoS("Not publishing underlay-IP capacity", "node", klog.KObj(node), "reason", d.Foreign)
@@ -299,4 +312,46 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 		recorder.Event(node, v1.EventTypeWarning, "InvalidUnderlayIPCapacity", msg)
 	}
 	return nil
+}
+
+// heldOn is what force-deleted pods may still hold on node.
+func (p *Publisher) heldOn(node string) int64 {
+	if p.held == nil {
+		return 0
+	}
+	return p.held(node)
+}
+
+// chargesBeyondPods reports whether pod events move what node publishes
+// while it is valid: force-deleted pods' IPs are held there, it was
+// published below its capacity, or its IPAM reports the IPs in use.
+func (p *Publisher) chargesBeyondPods(node string) bool {
+	if p.heldOn(node) > 0 {
+		return true
+	}
+	p.mu.Lock()
+	w := p.withholding[node]
+	p.mu.Unlock()
+	if w {
+		return true
+	}
+	n, err := p.nodes.Get(node)
+	if err != nil {
+		return false
+	}
+	_, reported := n.Annotations[names.UnderlayIPSourceUsedAnnotation]
+	return reported
+}
+
+func (p *Publisher) setWithholding(node string, w bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.withholding == nil {
+		p.withholding = map[string]bool{}
+	}
+	if w {
+		p.withholding[node] = true
+	} else {
+		delete(p.withholding, node)
+	}
 }
