@@ -64,12 +64,19 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 	for _, n := range rep.Nodes {
 		published = published || n.Published != nil
 	}
+	ipam := false
+	for _, n := range rep.Nodes {
+		ipam = ipam || n.IPAMUsed != nil
+	}
 	tw := printers.GetNewTabWriter(w)
 	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
 	if !noHeaders {
 		h := []string{"NODE", "CAPACITY", "USED", "FREE", "WAITING", "SOURCE"}
 		if published {
 			h = append(h, "PUBLISHED")
+		}
+		if ipam {
+			h = append(h, "IPAM-USED")
 		}
 		if wide {
 			h = append(h, "HOLDERS")
@@ -85,6 +92,9 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 			}
 			cells = append(cells, p)
 		}
+		if ipam {
+			cells = append(cells, optional(n.IPAMUsed))
+		}
 		if wide {
 			cells = append(cells, pods(n.Holders))
 		}
@@ -94,6 +104,9 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 	cells := []string{fmt.Sprintf("TOTAL (%d nodes)", t.Nodes), itoa(t.Capacity), itoa(t.Used), itoa(t.Free), strconv.Itoa(t.Waiting),
 		fmt.Sprintf("%d full, %d invalid", t.Full, t.Invalid)}
 	if published {
+		cells = append(cells, "")
+	}
+	if ipam {
 		cells = append(cells, "")
 	}
 	if wide {
@@ -133,4 +146,12 @@ func pods(ps []ipreport.Pod) string {
 		out[i] = fmt.Sprintf("%s/%s=%d", p.Namespace, p.Name, p.IPs)
 	}
 	return strings.Join(out, ",")
+}
+
+// optional is v, or "-" when nil.
+func optional(v *int64) string {
+	if v == nil {
+		return "-"
+	}
+	return itoa(*v)
 }

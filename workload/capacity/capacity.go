@@ -160,6 +160,9 @@ func Compute(in Input) Result {
 			}
 			nr.Requested[r] = used[n.Name][r]
 			nr.Free[r] = max(nr.Allocatable[r]-nr.Requested[r], 0)
+			if r == UnderlayIP {
+				nr.Free[r] = UnderlayIPFree(n, defIPs, nr.Requested[r])
+			}
 		}
 		nr.Fits, nr.LimitingResource = fits(nr.Free, need)
 		limitingCount[nr.LimitingResource]++
@@ -324,4 +327,13 @@ func fits(free, need Amounts) (int64, Resource) {
 		return 0, ""
 	}
 	return best, limiting
+}
+
+// UnderlayIPFree is the node's free underlay IPs by the one rule
+// (underlay.Free): its capacity less the larger of what the pods request
+// and what its IPAM reports in use. A force-deleted pod's hold lives in the
+// scheduler's memory, not here: the maximum is what the cluster can place
+// once those IPs are back.
+func UnderlayIPFree(n *corev1.Node, def, requested int64) int64 {
+	return underlay.Free(underlay.NodeCapacity(n.Annotations, n.Labels, def), requested, 0)
 }
