@@ -155,3 +155,16 @@ func TestLedgerIPAMReport(t *testing.T) {
 		t.Fatalf("usage with the IPAM at 2 after the hold = %+v, want 0 free", u)
 	}
 }
+
+// TestCompactNodeKeepsIPAMUsed: the node cache keeps the IPAM's report, or
+// the ledger and the publisher would never see it (the e2e suite's
+// TestCapacitySourceUsed caught that).
+func TestCompactNodeKeepsIPAMUsed(t *testing.T) {
+	n := node("a", "3")
+	n.Annotations[names.UnderlayIPSourceUsedAnnotation] = "3"
+	l := NewLedger(LedgerOptions{DefaultCapacity: 10})
+	l.SetNode(CompactNode(n))
+	if u := l.Usage("a"); !u.IPAM.Reported || u.IPAM.Used != 3 || u.Free() != 0 {
+		t.Fatalf("usage from the cached node = %+v, want the IPAM's 3 in use and 0 free", u)
+	}
+}
