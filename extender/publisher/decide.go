@@ -50,17 +50,21 @@ type Decision struct {
 // non-terminal pods hold, published instead of an invalid value so that no
 // new pod fits and no running pod fails the kubelet's re-admission.
 func Decide(node *v1.Node, def, inUse int64) Decision {
-	return DecideCharged(node, def, inUse, 0)
+	return DecideCharged(node, def, inUse)
 }
 
-// DecideCharged is Decide for a node where force-deleted pods may still
-// hold held IPs: kube-scheduler counts only the requests of the pods it
-// has, so what the rule charges beyond them (the holds, or what the IPAM
-// reports in use beyond the pods) is published as less capacity, never
-// below what the pods hold (withheld).
-func DecideCharged(node *v1.Node, def, inUse, held int64) Decision {
+// DecideCharged is Decide under the one rule's charge: kube-scheduler
+// counts only the requests of the pods it has, so what the node's IPAM
+// reports in use beyond them is published as less capacity, never below
+// what the pods hold (withheld). A force-deleted pod's hold is not
+// published: kube-scheduler drops the pod from its cache when the delete
+// arrives, before a lower capacity can reach it, and the kubelet then
+// refuses the pod it bound (OutOfcapscale.io/underlay-ip: Failed), which
+// is worse than the sandbox retry (docs/scheduling.md "When is an IP free
+// again").
+func DecideCharged(node *v1.Node, def, inUse int64) Decision {
 	c := underlay.NodeCapacity(node.Annotations, node.Labels, def)
-	want := withheld(c, inUse, held)
+	want := withheld(c, inUse)
 	d := Decision{Want: want, Invalid: c.Invalid}
 	if c.Invalid != "" {
 		want = max(inUse, 0)
@@ -91,8 +95,8 @@ func Patch(want int64) []byte {
 // withheld is the capacity to publish for a valid capacity c: c less what
 // the rule charges beyond the pods' inUse, and never less than what the
 // pods hold (a kubelet re-admitting them checks allocatable).
-func withheld(c underlay.Capacity, inUse, held int64) int64 {
+func withheld(c underlay.Capacity, inUse int64) int64 {
 	inUse = max(inUse, 0)
-	beyond := underlay.Charged(inUse, held, c.IPAM) - inUse
+	beyond := underlay.Charged(inUse, 0, c.IPAM) - inUse
 	return max(c.IPs-beyond, min(inUse, c.IPs))
 }

@@ -42,9 +42,6 @@ type Options struct {
 	// InUse returns the underlay IPs a node's bound, non-terminal pods hold
 	// (the extender's ledger); nil counts none.
 	InUse func(node string) int64
-	// Held returns the IPs force-deleted pods may still hold on a node
-	// (the extender's ledger); nil counts none.
-	Held func(node string) int64
 	// InUseSynced reports whether InUse follows the pods; Run publishes
 	// nothing before it does, or an invalid node would get 0.
 	InUseSynced cache.InformerSynced
@@ -63,7 +60,6 @@ type Publisher struct {
 	synced      []cache.InformerSynced
 	def         int64
 	inUse       func(string) int64
-	held        func(string) int64
 	recheck     time.Duration
 	newRecorder func(context.Context) (record.EventRecorder, func())
 
@@ -104,7 +100,6 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 		synced:      []cache.InformerSynced{informer.Informer().HasSynced},
 		def:         o.DefaultCapacity,
 		inUse:       o.InUse,
-		held:        o.Held,
 		recheck:     o.RecheckInterval,
 		newRecorder: apiRecorder(client),
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -184,11 +179,11 @@ func (p *Publisher) enqueue(obj any) {
 }
 
 // UsageChanged is told that the IPs in use on node may have moved (the
-// extender's Tracker calls it after its ledger applied a pod event, and
-// when a force-deleted pod's hold ends). An invalid node publishes exactly
-// those IPs, and a valid one its capacity less what is charged beyond the
-// pods (held IPs, the IPAM's larger report), so it is queued at once: a
-// holder leaving must not leave kube-scheduler a free IP there.
+// extender's Tracker calls it after its ledger applied a pod event). An
+// invalid node publishes exactly those IPs, and a valid one whose IPAM
+// reports IPs in use its capacity less what the IPAM holds beyond the
+// pods, so it is queued at once: a holder leaving must not leave
+// kube-scheduler a free IP there.
 // Pods do not move what any other node publishes.
 func (p *Publisher) UsageChanged(node string) {
 	if p.stateOf(node) != stateInvalid && !p.chargesBeyondPods(node) {
@@ -279,7 +274,7 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 	if c := underlay.NodeCapacity(node.Annotations, node.Labels, p.def); c.Invalid != "" {
 		announce = p.setState(name, nodeState{stateInvalid, c.Invalid})
 	}
-	d := DecideCharged(node, p.def, p.inUse(name), p.heldOn(name))
+	d := DecideCharged(node, p.def, p.inUse(name))
 	p.setWithholding(name, d.Invalid == "" && d.Foreign == "" && d.Want < underlay.NodeCapacity(node.Annotations, node.Labels, p.def).IPs)
 	if d.Foreign != "" {
 		if p.setState(name, nodeState{stateForeign, d.Foreign}) {
@@ -314,21 +309,10 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 	return nil
 }
 
-// heldOn is what force-deleted pods may still hold on node.
-func (p *Publisher) heldOn(node string) int64 {
-	if p.held == nil {
-		return 0
-	}
-	return p.held(node)
-}
-
 // chargesBeyondPods reports whether pod events move what node publishes
-// while it is valid: force-deleted pods' IPs are held there, it was
-// published below its capacity, or its IPAM reports the IPs in use.
+// while it is valid: it was published below its capacity, or its IPAM
+// reports the IPs in use.
 func (p *Publisher) chargesBeyondPods(node string) bool {
-	if p.heldOn(node) > 0 {
-		return true
-	}
 	p.mu.Lock()
 	w := p.withholding[node]
 	p.mu.Unlock()

@@ -167,7 +167,6 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 				u := ledger.Usage(node)
 				return u.Used + u.Reserved
 			},
-			Held:        func(node string) int64 { return ledger.Usage(node).Held },
 			InUseSynced: synced,
 			Registerer:  reg,
 		})
