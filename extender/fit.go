@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // NodeUsage is what the ledger knows about one node's underlay IPs.
@@ -17,11 +19,22 @@ type NodeUsage struct {
 	CapacityError string
 	// Used is held by bound, non-terminal pods; Reserved by binds in flight.
 	Used, Reserved int64
+	// Held is what force-deleted pods' sandboxes may still hold; IPAM what
+	// the node's IPAM reports in use (underlay.Charged weighs them).
+	Held int64
+	IPAM underlay.IPAMReport
+}
+
+// Charged is what the rule counts as taken on the node: what the pods
+// hold and reserve, or the IPAM's report if larger; held IPs where the
+// IPAM reports nothing.
+func (u NodeUsage) Charged() int64 {
+	return underlay.Charged(u.Used+u.Reserved, u.Held, u.IPAM)
 }
 
 // Free is the number of IPs still available on the node, never negative.
 func (u NodeUsage) Free() int64 {
-	return max(0, u.Capacity-u.Used-u.Reserved)
+	return max(0, u.Capacity-u.Charged())
 }
 
 // Cause labels of a rejected node, used in capscale_extender_filtered_nodes_total.
@@ -56,16 +69,16 @@ func Fits(u NodeUsage, need int64) Verdict {
 	case need > u.Capacity:
 		return Verdict{Unresolvable: true, Cause: CauseCapacityTooSmall,
 			Reason: fmt.Sprintf("underlay IP capacity too small: node has %d, pod needs %d", u.Capacity, need)}
-	case u.Used+u.Reserved+need > u.Capacity:
+	case u.Charged()+need > u.Capacity:
 		return Verdict{Cause: CauseExhausted,
-			Reason: fmt.Sprintf("underlay IPs exhausted: %d/%d used, pod needs %d", u.Used+u.Reserved, u.Capacity, need)}
+			Reason: fmt.Sprintf("underlay IPs exhausted: %d/%d used, pod needs %d%s", u.Charged(), u.Capacity, need, u.beyondPods())}
 	}
 	return Verdict{Fit: true}
 }
 
 // fits is Fits(u, need).Fit without building a reason.
 func fits(u NodeUsage, need int64) bool {
-	return need <= 0 || u.Known && u.CapacityError == "" && need <= u.Capacity && u.Used+u.Reserved+need <= u.Capacity
+	return need <= 0 || u.Known && u.CapacityError == "" && need <= u.Capacity && u.Charged()+need <= u.Capacity
 }
 
 // verdicts memoises Fits for one need: thousands of full nodes share a few

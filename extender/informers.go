@@ -49,6 +49,10 @@ type CachedPod struct {
 	// PodNetwork: the pod is not hostNetwork, so a draws-all node's pool
 	// gives it an IP whatever it asks (underlay.Charge).
 	PodNetwork bool
+	// TerminationGrace is spec.terminationGracePeriodSeconds: with
+	// DeletionGracePeriodSeconds (kept in ObjectMeta), how long a deleted
+	// pod's IPs may stay held (held.go).
+	TerminationGrace *int64
 }
 
 // DeepCopyObject makes CachedPod a runtime.Object, as informer caches expect.
@@ -69,11 +73,13 @@ func Compact(pod *v1.Pod) *CachedPod {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
 			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp,
+			DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
 		},
-		NodeName:   pod.Spec.NodeName,
-		Phase:      pod.Status.Phase,
-		Need:       underlay.PodNeed(pod),
-		PodNetwork: underlay.PodNetwork(pod),
+		NodeName:         pod.Spec.NodeName,
+		Phase:            pod.Status.Phase,
+		Need:             underlay.PodNeed(pod),
+		PodNetwork:       underlay.PodNetwork(pod),
+		TerminationGrace: pod.Spec.TerminationGracePeriodSeconds,
 	}
 }
 
@@ -244,16 +250,16 @@ func (t *Tracker) usageChanged(pod *CachedPod) {
 }
 
 func (t *Tracker) onPodDelete(obj any) {
+	_, tombstone := obj.(cache.DeletedFinalStateUnknown)
 	obj = kube.Deleted(obj)
 	switch pod := obj.(type) {
 	case *CachedPod:
-		t.DeletePod(pod.UID)
+		t.deleted(pod, tombstone)
 		t.usageChanged(pod)
 	case *v1.Pod:
-		t.DeletePod(pod.UID)
-		if t.UsageChanged != nil {
-			t.usageChanged(Compact(pod))
-		}
+		cp := Compact(pod)
+		t.deleted(cp, tombstone)
+		t.usageChanged(cp)
 	default:
 		klog.ErrorS(nil, "Unexpected object in pod delete event", "type", fmt.Sprintf("%T", obj))
 	}

@@ -38,6 +38,8 @@ type Ledger struct {
 	// reservations are binds that passed the re-check and whose pod the
 	// informer has not yet shown bound.
 	reservations map[types.UID]*reservation
+	// held are force-deleted pods whose IPs their node may still hold.
+	held         map[types.UID]*heldPod
 	nextToken    uint64
 	totals       Totals
 	invalidNodes int
@@ -59,6 +61,10 @@ type nodeState struct {
 	// (drawsAll, from the capacity rule).
 	drawn    int64
 	drawsAll bool
+	// held is force-deleted pods' IPs the node may still hold (their
+	// charges on it); ipam what its IPAM reports in use (held.go).
+	held int64
+	ipam underlay.IPAMReport
 }
 
 // charged is what the node's pods take from its pool: their needs and,
@@ -150,6 +156,7 @@ func NewLedger(o LedgerOptions) *Ledger {
 		nodes:           map[string]*nodeState{},
 		pods:            map[types.UID]*holder{},
 		reservations:    map[types.UID]*reservation{},
+		held:            map[types.UID]*heldPod{},
 		hints:           map[types.UID]hint{},
 	}
 }
@@ -160,7 +167,7 @@ func (l *Ledger) freeLocked(name string) int64 {
 	if n == nil || !n.known || n.capacityErr != "" {
 		return 0
 	}
-	return max(0, n.capacity-n.charged()-n.reserved)
+	return underlay.Free(underlay.Capacity{IPs: n.capacity, IPAM: n.ipam}, n.charged()+n.reserved, n.held)
 }
 
 // freeOf sums freeLocked over the distinct non-empty names; callers hold mu.
@@ -268,7 +275,7 @@ func (l *Ledger) compactLocked() {
 
 // gc forgets an unknown node nothing refers to; callers hold mu.
 func (l *Ledger) gc(name string) {
-	if n := l.nodes[name]; n != nil && !n.known && n.used == 0 && n.reserved == 0 && n.drawn == 0 {
+	if n := l.nodes[name]; n != nil && !n.known && n.used == 0 && n.reserved == 0 && n.drawn == 0 && n.held == 0 {
 		delete(l.nodes, name)
 	}
 }
@@ -295,6 +302,7 @@ func (l *Ledger) SetNode(node *v1.Node) NodeChange {
 	n := l.node(node.Name)
 	changed := !n.known || n.capacity != c.IPs || n.capacityErr != c.Invalid || n.drawsAll != c.DrawsAll
 	n.drawsAll = c.DrawsAll
+	n.ipam = c.IPAM
 	if n.known {
 		l.totals.Capacity -= n.capacity
 		if n.capacityErr != "" {
@@ -326,6 +334,8 @@ func (l *Ledger) DeleteNode(name string) {
 		l.invalidNodes--
 	}
 	n.known, n.capacity, n.capacityErr, n.drawsAll = false, 0, "", false
+	n.ipam = underlay.IPAMReport{}
+	l.dropHoldsLocked(name)
 	l.gc(name)
 }
 
@@ -436,7 +446,7 @@ func (l *Ledger) usageLocked(name string, own *reservation) NodeUsage {
 	if n == nil {
 		return NodeUsage{}
 	}
-	u := NodeUsage{Known: n.known, Capacity: n.capacity, CapacityError: n.capacityErr, Used: n.charged(), Reserved: n.reserved}
+	u := NodeUsage{Known: n.known, Capacity: n.capacity, CapacityError: n.capacityErr, Used: n.charged(), Reserved: n.reserved, Held: n.held, IPAM: n.ipam}
 	if own != nil && own.node == name {
 		u.Reserved -= own.need
 	}
@@ -618,6 +628,7 @@ func (l *Ledger) Expire() (expired int, room int64) {
 			expired++
 		}
 	}
+	room += l.expireHoldsLocked(now)
 	l.mu.Unlock()
 
 	l.hintMu.Lock()
@@ -636,7 +647,8 @@ type PodIPs struct {
 	Name      string    `json:"name"`
 	UID       types.UID `json:"uid"`
 	IPs       int64     `json:"ips"`
-	// State is "bound" (counted in used) or "reserved" (bind in flight).
+	// State is "bound" (counted in used), "reserved" (bind in flight) or
+	// "held" (force-deleted; its node may still hold its IPs).
 	State string `json:"state"`
 }
 
@@ -648,6 +660,8 @@ type NodeReport struct {
 	CapacityError string   `json:"capacityError,omitempty"`
 	Used          int64    `json:"used"`
 	Reserved      int64    `json:"reserved"`
+	Held          int64    `json:"held,omitempty"`
+	IPAMUsed      *int64   `json:"ipamUsed,omitempty"`
 	Free          int64    `json:"free"`
 	Pods          []PodIPs `json:"pods"`
 }
@@ -669,7 +683,7 @@ func (l *Ledger) Report() Report {
 		u := l.usageLocked(name, nil)
 		index[name] = len(rep.Nodes)
 		rep.Nodes = append(rep.Nodes, NodeReport{Name: name, Known: n.known, Capacity: n.capacity,
-			CapacityError: n.capacityErr, Used: n.charged(), Reserved: n.reserved, Free: u.Free(), Pods: []PodIPs{}})
+			CapacityError: n.capacityErr, Used: n.charged(), Reserved: n.reserved, Held: n.held, IPAMUsed: ipamUsed(n.ipam), Free: u.Free(), Pods: []PodIPs{}})
 		if n.known {
 			rep.Totals.Free += u.Free()
 		}
@@ -687,6 +701,7 @@ func (l *Ledger) Report() Report {
 		nr := &rep.Nodes[index[r.node]]
 		nr.Pods = append(nr.Pods, PodIPs{Namespace: r.namespace, Name: r.name, UID: uid, IPs: r.need, State: "reserved"})
 	}
+	l.reportHeldLocked(&rep, index)
 	sort.Slice(rep.Nodes, func(i, j int) bool { return rep.Nodes[i].Name < rep.Nodes[j].Name })
 	for i := range rep.Nodes {
 		p := rep.Nodes[i].Pods

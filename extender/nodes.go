@@ -29,7 +29,8 @@ func NodeInformer(factory informers.SharedInformerFactory) (cache.SharedIndexInf
 // and the publisher's marker.
 var (
 	nodeAnnotations = []string{names.UnderlayIPCapacityAnnotation, names.UnderlayIPSourceCapacityAnnotation,
-		names.UnderlayIPSourceAnnotation, names.UnderlayIPPublishedAnnotation, names.UnderlayIPDrawsAnnotation}
+		names.UnderlayIPSourceAnnotation, names.UnderlayIPPublishedAnnotation, names.UnderlayIPDrawsAnnotation,
+		names.UnderlayIPSourceUsedAnnotation}
 	nodeLabels = []string{names.UnderlayIPCapacityLabel}
 )
 

@@ -65,6 +65,10 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 		published = published || n.Published != nil
 		grows = grows || n.MaxCapacity != nil || n.MaxCapacityInvalid != ""
 	}
+	ipam := false
+	for _, n := range rep.Nodes {
+		ipam = ipam || n.IPAMUsed != nil
+	}
 	tw := printers.GetNewTabWriter(w)
 	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
 	if !noHeaders {
@@ -74,6 +78,9 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 		}
 		if grows {
 			h = append(h, "MAY-GROW-TO")
+		}
+		if ipam {
+			h = append(h, "IPAM-USED")
 		}
 		if wide {
 			h = append(h, "HOLDERS")
@@ -92,6 +99,9 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 		if grows {
 			cells = append(cells, mayGrowTo(n))
 		}
+		if ipam {
+			cells = append(cells, optional(n.IPAMUsed))
+		}
 		if wide {
 			cells = append(cells, pods(n.Holders))
 		}
@@ -104,6 +114,9 @@ func printReport(w io.Writer, rep ipreport.Report, format string, noHeaders bool
 		cells = append(cells, "")
 	}
 	if grows {
+		cells = append(cells, "")
+	}
+	if ipam {
 		cells = append(cells, "")
 	}
 	if wide {
@@ -155,4 +168,12 @@ func pods(ps []ipreport.Pod) string {
 		out[i] = fmt.Sprintf("%s/%s=%d", p.Namespace, p.Name, p.IPs)
 	}
 	return strings.Join(out, ",")
+}
+
+// optional is v, or "-" when nil.
+func optional(v *int64) string {
+	if v == nil {
+		return "-"
+	}
+	return itoa(*v)
 }

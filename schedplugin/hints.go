@@ -28,6 +28,8 @@ func (pl *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint,
 }
 
 func (pl *Plugin) afterPodDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+	// Before the pod it wakes is retried: see holds.deleted.
+	pl.holds.deleted(oldObj)
 	gone, err := as[*v1.Pod](oldObj)
 	if err != nil {
 		return fwk.Queue, err
@@ -60,7 +62,7 @@ func (pl *Plugin) afterNodeUpdated(logger klog.Logger, pod *v1.Pod, oldObj, newO
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if !capacityGrew(underlay.PodNeed(pod), oldNode, newNode, pl.rule) {
+	if !capacityGrew(underlay.PodNeed(pod), oldNode, newNode, pl.rule) && !ipamReleased(oldNode, newNode, pl.rule) {
 		return fwk.QueueSkip, nil
 	}
 	logger.V(5).Info("A node's underlay IP capacity grew", "pod", klog.KObj(pod), "node", klog.KObj(newNode))

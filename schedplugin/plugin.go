@@ -30,6 +30,9 @@ type Plugin struct {
 	// drawsAll is set once a node that draws all has been read: only then
 	// does the exit of a pod that asked for no IP free one (hints.go).
 	drawsAll atomic.Bool
+	// holds are force-deleted pods' IPs their nodes may still hold
+	// (holds.go); nil without the handle's informers.
+	holds *holds
 }
 
 var (
@@ -43,13 +46,18 @@ var (
 )
 
 // New is the plugin's factory (the framework's PluginFactory signature):
-// it decodes the profile's args and needs nothing from the handle.
-func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
+// it decodes the profile's args and, from the handle, follows pod
+// deletions to hold a force-deleted pod's IPs (holds.go).
+func New(_ context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, error) {
 	args, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
-	return &Plugin{rule: args.Rule(), caps: newCapacities()}, nil
+	pl := &Plugin{rule: args.Rule(), caps: newCapacities()}
+	if pl.holds, err = newHoldsFor(fh, pl.drawsAll.Load); err != nil {
+		return nil, fmt.Errorf("%s: following pod deletions: %w", Name, err)
+	}
+	return pl, nil
 }
 
 // NewWithoutMemo is New without the capacity memo: Filter and Score read
@@ -114,9 +122,16 @@ func (pl *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, n
 		return fwk.AsStatus(fmt.Errorf("%s filter of pod %s: node not found", Name, klog.KObj(pod)))
 	}
 	c := pl.capacity(node)
-	v := fit(underlay.Charge(need(state, pod), underlay.PodNetwork(pod), c.DrawsAll), c, charged(nodeInfo, c))
+	pods, held := charged(nodeInfo, c), pl.holds.chargeOn(node.Name, c)
+	v := fit(underlay.Charge(need(state, pod), underlay.PodNetwork(pod), c.DrawsAll), c, underlay.Charged(pods, held, c.IPAM))
 	if v.code == fwk.Success {
 		return nil
+	}
+	if v.code == fwk.Unschedulable {
+		v.reason += chargedBeyondPods(c, pods, held)
+		if held > 0 && !c.IPAM.Reported {
+			pl.holds.turnedAway(pod)
+		}
 	}
 	return fwk.NewStatus(v.code, v.reason)
 }
@@ -137,7 +152,7 @@ func (pl *Plugin) Score(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeIn
 		return 0, fwk.AsStatus(fmt.Errorf("%s score of pod %s: node not found", Name, klog.KObj(pod)))
 	}
 	c := pl.capacity(node)
-	return freeIPs(c, charged(nodeInfo, c)), nil
+	return underlay.Free(c, charged(nodeInfo, c), pl.holds.chargeOn(node.Name, c)), nil
 }
 
 // ScoreExtensions returns the plugin: it normalises its own scores.

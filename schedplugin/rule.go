@@ -61,7 +61,7 @@ func fit(need int64, c underlay.Capacity, used int64) verdict {
 // freeIPs is the node's score before normalisation: the count of IPs left,
 // never negative.
 func freeIPs(c underlay.Capacity, used int64) int64 {
-	return max(0, c.IPs-used)
+	return underlay.Free(c, used, 0)
 }
 
 // normalize maps free-IP counts, in place, to the framework's scale: the

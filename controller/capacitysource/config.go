@@ -65,6 +65,13 @@ type Source struct {
 	// say. It is information only, mirrored beside the capacity: no mode
 	// schedules on it.
 	MaxCapacity string `json:"maxCapacity,omitempty"`
+	// Used, when set, is a CEL expression over object: how many of the
+	// node's underlay IPs the IPAM reports in use, pods' or not, an int
+	// from 0 to 1048576. The mirror writes it to the node's
+	// capscale.io/underlay-ip-source-used annotation, and the rule charges
+	// the node the larger of it and what the pods hold: an IP a
+	// force-deleted pod left is free only once the IPAM has it back.
+	Used string `json:"used,omitempty"`
 	// NodeSelector, when set, names the nodes the source covers, and only
 	// those: such a node without an object is invalid (capacity 0), not
 	// left to the label or the default, and an object that maps to
@@ -189,6 +196,8 @@ type Compiled struct {
 	Capacity  *Expression
 	// MaxCapacity is nil when the source has none.
 	MaxCapacity *Expression
+	// Used is nil when the source reports no IPs in use.
+	Used *Expression
 	// Selector is nil when the source covers only the nodes its objects
 	// map to.
 	Selector labels.Selector
@@ -230,10 +239,26 @@ func (s *Source) compile(limit uint64) (*Compiled, error) {
 			return nil, fmt.Errorf("maxCapacity: %w", err)
 		}
 	}
+	if c.Used, err = compileUsed(s.Used, limit); err != nil {
+		return nil, err
+	}
 	if s.NodeSelector != nil {
 		if c.Selector, err = metav1.LabelSelectorAsSelector(s.NodeSelector); err != nil {
 			return nil, fmt.Errorf("nodeSelector: %w", err)
 		}
 	}
 	return c, nil
+}
+
+// compileUsed compiles the optional used expression like capacity; ""
+// gives nil.
+func compileUsed(src string, limit uint64) (*Expression, error) {
+	if src == "" {
+		return nil, nil
+	}
+	used, err := compile(src, cel.IntType, limit)
+	if err != nil {
+		return nil, fmt.Errorf("used: %w", err)
+	}
+	return used, nil
 }

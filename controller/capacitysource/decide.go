@@ -42,6 +42,12 @@ type Result struct {
 	MaxCapacity int64
 	MaxKnown    bool
 	MaxErr      string
+
+	// Used is what the object reports in use when HasUsed and UsedErr is
+	// "" (the source's used expression); UsedErr says why it gives none.
+	Used    int64
+	HasUsed bool
+	UsedErr string
 }
 
 // Evaluate runs a source's expressions on one object.
@@ -69,6 +75,7 @@ func Evaluate(s *Compiled, namespace, name string, obj map[string]any) Result {
 			r.MaxErr = fmt.Sprintf("maxCapacity expression: %v", err)
 		}
 	}
+	evaluateUsed(s, obj, &r)
 	return r
 }
 
@@ -132,6 +139,9 @@ type Mirror struct {
 	// Draws is the value of capscale.io/underlay-ip-draws: which pods take
 	// an IP from the node's pool ("" removes it).
 	Draws string
+	// Used is the value of capscale.io/underlay-ip-source-used (an
+	// integer, or underlay.InvalidPrefix and why); "" for none.
+	Used string
 }
 
 // Uncovered is the mirror of a node no source covers: no value, no draws,
@@ -186,9 +196,9 @@ func Want(cov []Coverage) Mirror {
 	o := c.Objects[0]
 	origin := c.Source + " " + o.Ref
 	if o.Err != "" {
-		return Mirror{Value: underlay.InvalidPrefix + o.Err, Origin: origin, Max: maxValue(o), Draws: c.Draws}
+		return Mirror{Value: underlay.InvalidPrefix + o.Err, Origin: origin, Max: maxValue(o), Draws: c.Draws, Used: usedValue(o)}
 	}
-	return Mirror{Value: strconv.FormatInt(o.Capacity, 10), Origin: origin, Max: maxValue(o), Draws: c.Draws}
+	return Mirror{Value: strconv.FormatInt(o.Capacity, 10), Origin: origin, Max: maxValue(o), Draws: c.Draws, Used: usedValue(o)}
 }
 
 // drawsOf is what several sources covering one node say of its pods: all
@@ -210,15 +220,16 @@ func drawsOf(covering []Coverage) string {
 // Current is the mirror a node carries now.
 func Current(annotations map[string]string) Mirror {
 	return Mirror{Value: annotations[names.UnderlayIPSourceCapacityAnnotation], Origin: annotations[names.UnderlayIPSourceAnnotation],
-		Max: annotations[names.UnderlayIPSourceMaxCapacityAnnotation], Draws: annotations[names.UnderlayIPDrawsAnnotation]}
+		Max: annotations[names.UnderlayIPSourceMaxCapacityAnnotation], Draws: annotations[names.UnderlayIPDrawsAnnotation],
+		Used: annotations[names.UnderlayIPSourceUsedAnnotation]}
 }
 
 // mirrorKeys are the annotations the mirror writes.
 var mirrorKeys = []string{names.UnderlayIPSourceCapacityAnnotation, names.UnderlayIPSourceAnnotation,
-	names.UnderlayIPSourceMaxCapacityAnnotation, names.UnderlayIPDrawsAnnotation}
+	names.UnderlayIPSourceMaxCapacityAnnotation, names.UnderlayIPDrawsAnnotation, names.UnderlayIPSourceUsedAnnotation}
 
 // annotations is m as the values of mirrorKeys, "" for one it removes.
-func (m Mirror) annotations() []string { return []string{m.Value, m.Origin, m.Max, m.Draws} }
+func (m Mirror) annotations() []string { return []string{m.Value, m.Origin, m.Max, m.Draws, m.Used} }
 
 // has reports whether the node carries any of the mirror's annotations.
 func has(annotations map[string]string) bool {
@@ -233,7 +244,7 @@ func has(annotations map[string]string) bool {
 // PatchFor is the JSON merge patch that gives a node with annotations the
 // mirror want, or nil when it has it already: IPAM objects change status
 // often (a pod's IP used or released), and a Node is patched only when its
-// value, origin, max capacity or draws changes. A field of want that is ""
+// value, origin, max capacity, draws or IPAM use changes. A field of want that is ""
 // removes its annotation where the node has it; the zero Mirror removes
 // them all.
 func PatchFor(annotations map[string]string, want Mirror) []byte {
@@ -258,4 +269,29 @@ func PatchFor(annotations map[string]string, want Mirror) []byte {
 	}
 	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": set}})
 	return b
+}
+
+// evaluateUsed runs a source's used expression, if it has one, into r.
+func evaluateUsed(s *Compiled, obj map[string]any, r *Result) {
+	if s.Used == nil || r.Err != "" {
+		return
+	}
+	r.HasUsed = true
+	used, err := s.Used.Count(obj)
+	if err != nil {
+		r.UsedErr = fmt.Sprintf("used expression: %v", err)
+		return
+	}
+	r.Used = used
+}
+
+// usedValue is the used annotation's value for one object's result.
+func usedValue(o Result) string {
+	switch {
+	case !o.HasUsed:
+		return ""
+	case o.UsedErr != "":
+		return underlay.InvalidPrefix + o.UsedErr
+	}
+	return strconv.FormatInt(o.Used, 10)
 }

@@ -220,5 +220,8 @@ func (s Source) Expand() (Source, error) {
 	if s.Draws == "" {
 		s.Draws = p.Draws
 	}
+	if s.Used == "" {
+		s.Used = p.Used
+	}
 	return s, nil
 }

@@ -51,12 +51,23 @@ type Decision struct {
 // drawn is what its pod-network pods that request nothing take when it
 // draws all: kube-scheduler counts only requests, so they are left out of
 // the capacity published (never below inUse, for the same re-admission).
+// Likewise what the node's IPAM reports in use beyond the pods' charges
+// (their requests and drawn) is published as less capacity, never below
+// what the pods hold (withheld). A force-deleted pod's hold is not
+// published: kube-scheduler drops the pod from its cache when the delete
+// arrives, before a lower capacity can reach it, and the kubelet then
+// refuses the pod it bound (OutOfcapscale.io/underlay-ip: Failed), which
+// is worse than the sandbox retry (docs/scheduling.md "When is an IP free
+// again").
 func Decide(node *v1.Node, rule underlay.Rule, inUse, drawn int64) Decision {
 	c := rule.Capacity(node.Annotations, node.Labels)
 	want := c.IPs
+	pods := max(inUse, 0)
 	if c.DrawsAll && drawn > 0 {
 		want = max(c.IPs-drawn, inUse, 0)
+		pods += drawn
 	}
+	want = withheld(want, c.IPAM, pods, inUse)
 	d := Decision{Want: want, Invalid: c.Invalid}
 	if c.Invalid != "" {
 		want = max(inUse, 0)
@@ -82,4 +93,23 @@ func Patch(want int64) []byte {
 	return fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}},"status":{"capacity":{%q:%q},"allocatable":{%q:%q}}}`,
 		PublishedAnnotation, strconv.FormatInt(want, 10),
 		names.UnderlayIPResource, q, names.UnderlayIPResource, q)
+}
+
+// DecideCharged is Decide for a node that does not draw all, under the
+// rule whose default capacity is def: the IPAM's report beyond the pods'
+// inUse is withheld from what is published.
+func DecideCharged(node *v1.Node, def, inUse int64) Decision {
+	return Decide(node, underlay.Rule{Default: def}, inUse, 0)
+}
+
+// withheld is the capacity to publish for want (a valid capacity less
+// what its unasking pods draw): want less what the IPAM reports beyond
+// the pods' charges pods, and never less than what the pods request,
+// inUse (a kubelet re-admitting them checks allocatable).
+func withheld(want int64, r underlay.IPAMReport, pods, inUse int64) int64 {
+	beyond := underlay.Charged(pods, 0, r) - pods
+	if beyond <= 0 {
+		return want
+	}
+	return max(want-beyond, min(max(inUse, 0), want))
 }

@@ -21,6 +21,13 @@ func TestDecideDrawsAll(t *testing.T) {
 	}
 	all := map[string]string{names.UnderlayIPSourceCapacityAnnotation: "5", names.UnderlayIPDrawsAnnotation: underlay.DrawsAll}
 	marked := map[string]string{names.UnderlayIPSourceCapacityAnnotation: "5", names.UnderlayIPDrawsAnnotation: underlay.DrawsMarked}
+	with := func(a map[string]string, used string) map[string]string {
+		b := map[string]string{names.UnderlayIPSourceUsedAnnotation: used}
+		for k, v := range a {
+			b[k] = v
+		}
+		return b
+	}
 	tests := []struct {
 		name         string
 		node         *v1.Node
@@ -34,6 +41,11 @@ func TestDecideDrawsAll(t *testing.T) {
 		{name: "draws all, over", node: n(all), inUse: 3, drawn: 4, want: 3},
 		{name: "draws marked", node: n(marked), inUse: 1, drawn: 2, want: 5},
 		{name: "not read yet", node: n(nil), rule: underlay.Rule{Default: 10, AwaitSource: true}, inUse: 1, want: 1, invalid: true},
+		// The IPAM's report beyond the pods' charges (requests and drawn)
+		// is withheld too; below them it withholds nothing more.
+		{name: "draws all, the IPAM reports more", node: n(with(all, "4")), inUse: 1, drawn: 2, want: 2},
+		{name: "draws all, the IPAM reports less", node: n(with(all, "2")), inUse: 1, drawn: 2, want: 3},
+		{name: "draws marked, the IPAM reports more", node: n(with(marked, "4")), inUse: 1, drawn: 2, want: 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

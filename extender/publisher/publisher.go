@@ -85,6 +85,10 @@ type Publisher struct {
 	// drawing are the nodes that draw all: what they publish follows their
 	// pods too (UsageChanged). Guarded by mu.
 	drawing map[string]bool
+	// withholding are the valid nodes published below their capacity
+	// (held IPs, the IPAM's larger report), guarded by mu: pod events and
+	// a hold's end move what they publish.
+	withholding map[string]bool
 }
 
 // term is one leadership term. A workqueue cannot be used again once shut
@@ -188,11 +192,14 @@ func (p *Publisher) enqueue(obj any) {
 
 // UsageChanged is told that the IPs in use on node may have moved (the
 // extender's Tracker calls it after its ledger applied a pod event). An
-// invalid node publishes exactly those IPs, so it is queued at once: a
-// holder leaving must not leave kube-scheduler a free IP there. Other nodes
-// publish their capacity, which pods do not move.
+// invalid node publishes exactly those IPs, a node that draws all its
+// capacity less what its unasking pods take, and a valid one whose IPAM
+// reports IPs in use its capacity less what the IPAM holds beyond the
+// pods, so it is queued at once: a holder leaving must not leave
+// kube-scheduler a free IP there. Pods do not move what any other node
+// publishes.
 func (p *Publisher) UsageChanged(node string) {
-	if p.stateOf(node) != stateInvalid && !p.drawsAll(node) {
+	if p.stateOf(node) != stateInvalid && !p.drawsAll(node) && !p.chargesBeyondPods(node) {
 		return
 	}
 	if t := p.term.Load(); t != nil {
@@ -266,6 +273,7 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 	node, err := p.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		p.setState(name, nodeState{})
+		p.setWithholding(name, false)
 		return nil
 	}
 	if err != nil {
@@ -287,6 +295,7 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 		announce = p.setState(name, nodeState{stateInvalid, c.Invalid}) && !c.Unread
 	}
 	d := Decide(node, p.rule, p.inUse(name), p.drawnOn(name))
+	p.setWithholding(name, d.Invalid == "" && d.Foreign == "" && d.Want < c.IPs)
 	if d.Foreign != "" {
 		if p.setState(name, nodeState{stateForeign, d.Foreign}) {
 			klog.InfoS("Not publishing underlay-IP capacity", "node", klog.KObj(node), "reason", d.Foreign)
@@ -318,4 +327,35 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 		recorder.Event(node, v1.EventTypeWarning, "InvalidUnderlayIPCapacity", msg)
 	}
 	return nil
+}
+
+// chargesBeyondPods reports whether pod events move what node publishes
+// while it is valid: it was published below its capacity, or its IPAM
+// reports the IPs in use.
+func (p *Publisher) chargesBeyondPods(node string) bool {
+	p.mu.Lock()
+	w := p.withholding[node]
+	p.mu.Unlock()
+	if w {
+		return true
+	}
+	n, err := p.nodes.Get(node)
+	if err != nil {
+		return false
+	}
+	_, reported := n.Annotations[names.UnderlayIPSourceUsedAnnotation]
+	return reported
+}
+
+func (p *Publisher) setWithholding(node string, w bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.withholding == nil {
+		p.withholding = map[string]bool{}
+	}
+	if w {
+		p.withholding[node] = true
+	} else {
+		delete(p.withholding, node)
+	}
 }

@@ -51,7 +51,11 @@ type Node struct {
 	// native mode publishes it; nil when not published.
 	Published *int64 `json:"published,omitempty"`
 	Used      int64  `json:"used"`
-	// Free is Capacity - Used, never below 0.
+	// IPAMUsed is what the node's IPAM reports in use (the capacity
+	// source's used, capscale.io/underlay-ip-source-used); nil when none.
+	IPAMUsed *int64 `json:"ipamUsed,omitempty"`
+	// Free is Capacity less the larger of Used and IPAMUsed, never below
+	// 0 (underlay.Free).
 	Free int64 `json:"free"`
 	// Holders are the pods holding IPs on the node, sorted.
 	Holders []Pod `json:"holders"`
@@ -134,6 +138,10 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 		c := rule.Capacity(n.Annotations, n.Labels)
 		out := Node{Name: n.Name, Capacity: c.IPs, Source: c.Source, Origin: c.Origin, Invalid: c.Invalid, DrawsAll: c.DrawsAll, Holders: []Pod{}}
 		out.MaxCapacity, out.MaxCapacityInvalid = MaxCapacity(n.Annotations)
+		if c.IPAM.Reported {
+			v := c.IPAM.Used
+			out.IPAMUsed = &v
+		}
 		if q, ok := n.Status.Allocatable[underlay.Resource]; ok {
 			v := q.Value()
 			out.Published = &v
@@ -188,7 +196,7 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 	}
 	for i := range rep.Nodes {
 		n := &rep.Nodes[i]
-		n.Free = max(n.Capacity-n.Used, 0)
+		n.Free = underlay.Free(underlay.Capacity{IPs: n.Capacity, IPAM: ipamReport(n.IPAMUsed)}, n.Used, 0)
 		sortPods(n.Holders)
 		sortPods(n.Waiting)
 	}
@@ -284,4 +292,12 @@ func mirrored(nodes []*v1.Node) bool {
 		}
 	}
 	return false
+}
+
+// ipamReport is the report a node's IPAMUsed stands for.
+func ipamReport(used *int64) underlay.IPAMReport {
+	if used == nil {
+		return underlay.IPAMReport{}
+	}
+	return underlay.IPAMReport{Used: *used, Reported: true}
 }

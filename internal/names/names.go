@@ -43,6 +43,15 @@ const (
 	// `kubectl capscale ips` and the workload API show it beside the
 	// capacity. Only the mirror should write it.
 	UnderlayIPSourceMaxCapacityAnnotation = "capscale.io/underlay-ip-source-max-capacity"
+
+	// UnderlayIPSourceUsedAnnotation on a Node is how many of the node's
+	// underlay IPs its IPAM reports in use, as capscale-controller's
+	// capacity-source mirror read it (a source's `used` expression): a
+	// plain integer, or "invalid: <why>". The rule charges a node the
+	// larger of this and what its pods hold, so that an IP is free only
+	// once both the pods and the IPAM have it back. Only the mirror should
+	// write it.
+	UnderlayIPSourceUsedAnnotation = "capscale.io/underlay-ip-source-used"
 	// UnderlayNamespaceLabel marks a namespace whose pods use underlay IPs:
 	// capscale's MutatingAdmissionPolicy gives each of its pods that is not
 	// hostNetwork and asks for no IP one capscale.io/underlay-ip, and

@@ -90,6 +90,8 @@ type Capacity struct {
 	// Unread: capacity sources are configured and the mirror has not read
 	// the node yet (Rule.AwaitSource); IPs is 0 and Invalid says so.
 	Unread bool
+	// IPAM is what the node's IPAM reports in use (used.go).
+	IPAM IPAMReport
 }
 
 // NodeCapacity returns the underlay IP capacity of a node with the given
@@ -102,9 +104,11 @@ type Capacity struct {
 // The hot path is two or three map reads and a strconv: the mirrored value
 // is a plain integer, and its origin is read only for a node that has one.
 func NodeCapacity(annotations, labels map[string]string, def int64) Capacity {
-	return withDraws(nodeCapacity(annotations, labels, def), annotations)
+	return withIPAMReport(withDraws(nodeCapacity(annotations, labels, def), annotations), annotations)
 }
 
+// nodeCapacity is NodeCapacity before the draws annotation and the IPAM's
+// report of IPs in use.
 func nodeCapacity(annotations, labels map[string]string, def int64) Capacity {
 	if s, ok := annotations[names.UnderlayIPCapacityAnnotation]; ok {
 		return parsed(s, SourceAnnotation, "")

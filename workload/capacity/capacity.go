@@ -190,6 +190,9 @@ func Compute(in Input) Result {
 				nr.Requested[r] += drawn[n.Name]
 			}
 			nr.Free[r] = max(nr.Allocatable[r]-nr.Requested[r], 0)
+			if r == UnderlayIP {
+				nr.Free[r] = UnderlayIPFree(c, nr.Requested[r])
+			}
 		}
 		nr.Fits, nr.LimitingResource = fits(nr.Free, nodeNeed)
 		limitingCount[nr.LimitingResource]++
@@ -380,4 +383,14 @@ func fits(free, need Amounts) (int64, Resource) {
 		return 0, ""
 	}
 	return best, limiting
+}
+
+// UnderlayIPFree is the free underlay IPs of a node of capacity c (the
+// rule's reading, underlay.Rule.Capacity) by the one rule (underlay.Free):
+// its capacity less the larger of what the pods are charged (their
+// requests and, on a draws-all node, drawn) and what its IPAM reports in
+// use. A force-deleted pod's hold lives in the scheduler's memory, not
+// here: the maximum is what the cluster can place once those IPs are back.
+func UnderlayIPFree(c underlay.Capacity, charged int64) int64 {
+	return underlay.Free(c, charged, 0)
 }
