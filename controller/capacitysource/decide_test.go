@@ -103,20 +103,7 @@ func TestPatchFor(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b := PatchFor(tc.annotations, tc.want)
-			if tc.patch == nil {
-				if b != nil {
-					t.Fatalf("patch %s, want none", b)
-				}
-				return
-			}
-			var got map[string]map[string]map[string]any
-			if err := json.Unmarshal(b, &got); err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got["metadata"]["annotations"], tc.patch) {
-				t.Fatalf("patch %s, want annotations %v", b, tc.patch)
-			}
+			checkPatch(t, PatchFor(tc.annotations, tc.want), tc.patch)
 		})
 	}
 }
@@ -159,20 +146,7 @@ func TestMaxCapacityMirrored(t *testing.T) {
 			if got := Want(tc.cov); got != tc.want {
 				t.Fatalf("Want = %+v, want %+v", got, tc.want)
 			}
-			b := PatchFor(tc.annotations, tc.want)
-			if tc.patch == nil {
-				if b != nil {
-					t.Fatalf("patch %s, want none", b)
-				}
-				return
-			}
-			var got map[string]map[string]map[string]any
-			if err := json.Unmarshal(b, &got); err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got["metadata"]["annotations"], tc.patch) {
-				t.Fatalf("patch %s, want annotations %v", b, tc.patch)
-			}
+			checkPatch(t, PatchFor(tc.annotations, tc.want), tc.patch)
 		})
 	}
 }
@@ -186,5 +160,24 @@ func TestSourceOf(t *testing.T) {
 		if got := sourceOf(m); got != want {
 			t.Errorf("sourceOf(%+v) = %q, want %q", m, got, want)
 		}
+	}
+}
+
+// checkPatch fails t unless b is the merge patch of exactly the
+// annotations in want (nil: no patch at all).
+func checkPatch(t *testing.T, b []byte, want map[string]any) {
+	t.Helper()
+	if want == nil {
+		if b != nil {
+			t.Fatalf("patch %s, want none", b)
+		}
+		return
+	}
+	var got map[string]map[string]map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got["metadata"]["annotations"], want) {
+		t.Fatalf("patch %s, want annotations %v", b, want)
 	}
 }

@@ -2,7 +2,6 @@ package capacitysource
 
 import (
 	"encoding/json"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -133,20 +132,7 @@ func TestPatchForUsed(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b := PatchFor(tc.annotations, tc.want)
-			if tc.patch == nil {
-				if b != nil {
-					t.Fatalf("patch %s, want none", b)
-				}
-				return
-			}
-			var got map[string]map[string]map[string]any
-			if err := json.Unmarshal(b, &got); err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got["metadata"]["annotations"], tc.patch) {
-				t.Fatalf("patch %s, want annotations %v", b, tc.patch)
-			}
+			checkPatch(t, PatchFor(tc.annotations, tc.want), tc.patch)
 		})
 	}
 }
