@@ -40,16 +40,7 @@ func TestCapacitySourcesDeploy(t *testing.T) {
 		t.Error("the chart grants the mirror's RBAC by default")
 	}
 
-	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, filepath.Join(repoRoot(t), "deploy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := "resources:\n- " + rel + "\ncomponents:\n- " + filepath.Join(rel, "capacity-sources") + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	want := kustomize(t, dir)
+	want := kustomizeCapacitySources(t)
 	got, err := helmTemplate(t, "--set", "controller.capacitySources.enabled=true")
 	if err != nil {
 		t.Fatal(err)
@@ -153,4 +144,20 @@ func TestHelmCapacitySourcePresets(t *testing.T) {
 			t.Errorf("%s: %v, want a schema error naming %s", tc.name, err, tc.want)
 		}
 	}
+}
+
+// kustomizeCapacitySources renders deploy/ with its capacity-sources
+// component, as an operator would turn it on.
+func kustomizeCapacitySources(t *testing.T) rendered {
+	t.Helper()
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, filepath.Join(repoRoot(t), "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "resources:\n- " + rel + "\ncomponents:\n- " + filepath.Join(rel, "capacity-sources") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kustomize(t, dir)
 }

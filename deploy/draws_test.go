@@ -2,8 +2,6 @@ package deploy
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -36,16 +34,7 @@ func TestDrawsAndAwaitMirror(t *testing.T) {
 		t.Error("the extender waits for a mirror that is off")
 	}
 
-	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, filepath.Join(repoRoot(t), "deploy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := "resources:\n- " + rel + "\ncomponents:\n- " + filepath.Join(rel, "capacity-sources") + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	want := kustomize(t, dir)
+	want := kustomizeCapacitySources(t)
 	on, err := helmTemplate(t, "--set", "controller.capacitySources.enabled=true")
 	if err != nil {
 		t.Fatal(err)
