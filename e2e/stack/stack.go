@@ -292,6 +292,9 @@ func (s *Stack) startExtender(ctx context.Context) error {
 			if out, err := s.Kubectl(ctx, "apply", "-f", DeployFile("native/release.yaml")); err != nil {
 				return fmt.Errorf("applying native/release.yaml: %w\n%s", err, out)
 			}
+			if err := s.waitReleasePolicy(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	if s.Opts.ExtenderAPIServer != "" {
