@@ -12,8 +12,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestHelmNativeMode: extender.mode=native renders deploy/native's RBAC and
-// scheduler profile, and turns the publisher on in the extender sidecar.
+// TestHelmNativeMode: extender.mode=native renders deploy/native's RBAC,
+// scheduler profile and release finalizer policies, and turns the publisher
+// on in the extender sidecar.
 func TestHelmNativeMode(t *testing.T) {
 	r, err := helmTemplate(t, "--set", "extender.mode=native")
 	if err != nil {
@@ -67,12 +68,35 @@ func TestHelmNativeMode(t *testing.T) {
 		t.Errorf("extender command %v lacks --publish-capacity", c.Command)
 	}
 
+	// The release finalizer's policies are deploy/native/release.yaml's,
+	// spec for spec.
+	rb, err := os.ReadFile("native/release.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := decodeRender(t, string(rb))
+	if len(release) != 4 {
+		t.Fatalf("deploy/native/release.yaml holds %d objects, want the two policies and their bindings", len(release))
+	}
+	for key, want := range release {
+		got, ok := r[key]
+		if !ok {
+			t.Errorf("native mode does not render %s", key)
+			continue
+		}
+		if !reflect.DeepEqual(got.raw["spec"], want.raw["spec"]) {
+			t.Errorf("%s: chart spec %v, deploy/native %v", key, got.raw["spec"], want.raw["spec"])
+		}
+	}
+
 	// The default (extender mode) renders none of it.
 	def, err := helmTemplate(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := def[objectKey("ClusterRole", "", "capscale:capacity-publisher")]; ok {
-		t.Error("extender mode renders the publisher's ClusterRole")
+	for _, key := range []string{objectKey("ClusterRole", "", "capscale:capacity-publisher"), objectKey("MutatingAdmissionPolicy", "", "capscale-underlay-ip-release")} {
+		if _, ok := def[key]; ok {
+			t.Errorf("extender mode renders %s", key)
+		}
 	}
 }

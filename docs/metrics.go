@@ -19,6 +19,7 @@ import (
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/binderlease"
 	"github.com/capscale/capscale/extender/publisher"
+	"github.com/capscale/capscale/extender/release"
 	"github.com/capscale/capscale/extender/wire"
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/underlay"
@@ -102,6 +103,9 @@ func Components() ([]Component, error) {
 			httpserver.ConnCounter("extender", reg)
 			factory := informers.NewSharedInformerFactory(cs, 0)
 			if _, err := publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{Rule: underlay.Rule{Default: 10}, Registerer: reg}); err != nil {
+				return err
+			}
+			if _, err := release.New(cs, factory.Core().V1().Nodes(), reg); err != nil {
 				return err
 			}
 			_, err := binderlease.New(cs, "capscale-system", "capscale-scheduler", reg)

@@ -38,15 +38,7 @@ func TestControllerNodeWrites(t *testing.T) {
 			t.Fatalf("applying %s: %v\n%s", f, err, out)
 		}
 	}
-	cfg := rest.CopyConfig(p.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + stack.Namespace + ":capscale-controller",
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + stack.Namespace, "system:authenticated"},
-	}
-	ctrl, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl := asServiceAccount(t, p, "capscale-controller")
 	nodes, err := p.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil || len(nodes.Items) == 0 {
 		t.Fatalf("listing nodes: %v (%d)", err, len(nodes.Items))
@@ -115,9 +107,29 @@ func TestControllerNodeWrites(t *testing.T) {
 }
 
 // refusedByPolicy reports whether err is capscale-controller-node-writes'
-// refusal (not RBAC's): a policy's denial is 422 Invalid unless its
-// validation names another reason.
-func refusedByPolicy(err error) bool {
+// refusal (not RBAC's).
+func refusedByPolicy(err error) bool { return refusedBy(err, "capscale-controller-node-writes") }
+
+// refusedBy reports whether err is the ValidatingAdmissionPolicy policy's
+// refusal: a policy's denial is 422 Invalid unless its validation names
+// another reason.
+func refusedBy(err error, policy string) bool {
 	return (apierrors.IsInvalid(err) || apierrors.IsForbidden(err)) &&
-		strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'capscale-controller-node-writes'")
+		strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'")
+}
+
+// asServiceAccount is a client of p that impersonates capscale's
+// ServiceAccount sa, with the groups its token would carry.
+func asServiceAccount(t *testing.T, p *plane.Plane, sa string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(p.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + stack.Namespace + ":" + sa,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + stack.Namespace, "system:authenticated"},
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
+	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // forceDeleteRounds are the deletions of TestRealNodeForceDelete, in
@@ -35,9 +37,9 @@ var forceDeleteRounds = []bool{true, false, true, false}
 // On capscale's node the replacement never meets "no IP addresses
 // available" (no FailedCreatePodSandBox event at all): a force-deleted
 // pod's IP is held until its node can have released it
-// (underlay.HoldAfterDelete), a gracefully deleted one is free once the
-// kubelet has finished it; native mode's force deletes excepted
-// (nativeRace), where the events are logged.
+// (underlay.HoldAfterDelete in plugin and extender mode; in native mode the
+// release finalizer keeps the pod counted until the kubelet finished it),
+// a gracefully deleted one is free once the kubelet has finished it.
 func TestRealNodeForceDelete(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m schedulingMode) {
 		s := startRealNodeStack(t, m.stack(plane.Options{}), 2)
@@ -55,6 +57,9 @@ func TestRealNodeForceDelete(t *testing.T) {
 			pods = append(pods, onNode(realPod(ns, fmt.Sprintf("ip-%02d", i), 1), withIPs), onNode(realPod(ns, fmt.Sprintf("plain-%02d", i), 0), without))
 		}
 		createPods(ctx, t, s, pods...)
+		if s.Opts.Native {
+			checkReleaseFinalizer(ctx, t, s, ns, pods)
+		}
 		waitRealState(ctx, t, s, ns, 3*time.Minute, "10 Running on each real node", func(st realState) bool {
 			return len(st.running[withIPs]) == 10 && len(st.running[without]) == 10
 		})
@@ -76,10 +81,6 @@ func TestRealNodeForceDelete(t *testing.T) {
 			}
 			for _, f := range failed {
 				if !strings.HasPrefix(f, waiting.Name+":") {
-					continue
-				}
-				if nativeRace(m.name, force) {
-					t.Logf("round %d (%s delete), native mode's known window: %s", round+1, kind, f)
 					continue
 				}
 				t.Errorf("round %d (%s delete): capscale's replacement %s met the IPAM's failure: %s", round+1, kind, waiting.Name, f)
@@ -104,14 +105,6 @@ func TestRealNodeForceDelete(t *testing.T) {
 		checkRunningIPs(t, []*plane.RealNode{realNode(t, s, withIPs)}, st)
 	})
 }
-
-// nativeRace: in native mode kube-scheduler counts the IPs in its own
-// cache, which drops a force-deleted pod when the delete arrives, and
-// binds a waiting pod before any capacity capscale could publish reaches
-// it; a lower capacity would only make the kubelet refuse that pod. Native
-// mode publishes no hold, and its replacement may meet the sandbox retry
-// (docs/scheduling.md "When is an IP free again").
-func nativeRace(mode string, force bool) bool { return mode == "native" && force }
 
 // onNode pins p to the real node named node.
 func onNode(p *corev1.Pod, node string) *corev1.Pod {
@@ -180,4 +173,21 @@ func spread(ds []time.Duration) string {
 		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
 	return fmt.Sprintf("p50 %.1fs (%.1f–%.1fs, %d rounds)", med.Seconds(), s[0].Seconds(), s[len(s)-1].Seconds(), len(s))
+}
+
+// checkReleaseFinalizer: in native mode the pods that ask for an underlay
+// IP carry the release finalizer (deploy/native/release.yaml), the others
+// do not.
+func checkReleaseFinalizer(ctx context.Context, t *testing.T, s *stack.Stack, ns string, pods []*corev1.Pod) {
+	t.Helper()
+	for _, p := range pods {
+		got, err := s.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := underlay.PodNeed(p) > 0
+		if has := slices.Contains(got.Finalizers, names.UnderlayIPReleaseFinalizer); has != want {
+			t.Errorf("pod %s (needs %d IPs): finalizers %v, want %s: %v", p.Name, underlay.PodNeed(p), got.Finalizers, names.UnderlayIPReleaseFinalizer, want)
+		}
+	}
 }

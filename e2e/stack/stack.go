@@ -45,7 +45,8 @@ type Options struct {
 	// multiplexes every call on one connection.
 	ExtenderHTTPS bool
 	// Native runs native mode: the extender binary publishes capacity
-	// (--publish-capacity, with deploy/native/rbac.yaml) and kube-scheduler
+	// (--publish-capacity, with deploy/native/rbac.yaml, and with real
+	// nodes deploy/native/release.yaml's finalizer) and kube-scheduler
 	// counts the resource itself (deploy/native/kube-scheduler-config.yaml
 	// unless SchedulerConfigFile says otherwise). Implies Extender.
 	Native bool
@@ -282,6 +283,18 @@ func (s *Stack) startExtender(ctx context.Context) error {
 	if s.Opts.Native {
 		if _, err := s.Kubectl(ctx, "apply", "-f", DeployFile("native/rbac.yaml")); err != nil {
 			return err
+		}
+		// The release finalizer, as the chart installs it in native mode,
+		// where a kubelet ends the pods: kwok's stages delete a pod
+		// without the terminal phase a kubelet writes first, so on a kwok
+		// node it would hold a deleted pod for underlay.MaxReleaseWait.
+		if s.Opts.Plane.RealNodes > 0 {
+			if out, err := s.Kubectl(ctx, "apply", "-f", DeployFile("native/release.yaml")); err != nil {
+				return fmt.Errorf("applying native/release.yaml: %w\n%s", err, out)
+			}
+			if err := s.waitReleasePolicy(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	if s.Opts.ExtenderAPIServer != "" {

@@ -127,4 +127,10 @@ const (
 	// the default. With capacity sources configured, a node with neither
 	// this mark nor a mirrored capacity has not been read yet and counts 0.
 	UnderlayIPSourceNone = "none"
+	// UnderlayIPReleaseFinalizer is native mode's finalizer on the pods that
+	// ask for capscale.io/underlay-ip (a MutatingAdmissionPolicy adds it):
+	// a pod deleted with grace 0 stays Terminating, and so counted by
+	// kube-scheduler, until its node gave its IPs back; the capacity
+	// publisher's replica removes it then (extender/release).
+	UnderlayIPReleaseFinalizer = "capscale.io/underlay-ip-release"
 )

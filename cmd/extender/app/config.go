@@ -17,6 +17,7 @@ import (
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/binderlease"
 	"github.com/capscale/capscale/extender/publisher"
+	"github.com/capscale/capscale/extender/release"
 	"github.com/capscale/capscale/extender/wire"
 	"github.com/capscale/capscale/internal/kube"
 )
@@ -38,6 +39,8 @@ type Config struct {
 	// It belongs to no factory: Run runs it.
 	PendingPods cache.SharedIndexInformer
 	Publisher   *publisher.Publisher
+	// Releaser removes native mode's release finalizer (with Publisher).
+	Releaser *release.Releaser
 	// BinderLease gates every bind (extender/binderlease).
 	BinderLease *binderlease.Lease
 	Handler     http.Handler
@@ -159,6 +162,7 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 		}
 	}
 	var pub *publisher.Publisher
+	var rel *release.Releaser
 	if o.PublishCapacity {
 		pub, err = publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{
 			Rule: ledger.Rule(),
@@ -176,6 +180,9 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 		}
 		// Set before the informers start (Run), so no event races it.
 		tracker.UsageChanged = pub.UsageChanged
+		if rel, err = release.New(cs, factory.Core().V1().Nodes(), reg); err != nil {
+			return nil, err
+		}
 	}
 	lease, err := binderlease.New(c.leases, o.LeaderElectNamespace, o.BinderID, reg)
 	if err != nil {
@@ -195,7 +202,7 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 	})
 	return &Config{
 		Options: o, Client: cs, LeaseClient: c.leases, Registry: reg, Factory: factory, Ledger: ledger, Tracker: tracker, Metrics: metrics,
-		Waiting: waiting, PendingPods: pending, Publisher: pub, BinderLease: lease, Handler: handler, Synced: synced,
+		Waiting: waiting, PendingPods: pending, Publisher: pub, Releaser: rel, BinderLease: lease, Handler: handler, Synced: synced,
 	}, nil
 }
 

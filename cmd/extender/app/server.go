@@ -32,7 +32,9 @@ func NewCommand(ctx context.Context) *cobra.Command {
 that request the capscale.io/underlay-ip extended resource: filter keeps the
 nodes with the most free underlay IPs, bind re-checks the node's capacity
 and binds. With --publish-capacity it also publishes every node's capacity
-in Node status (native mode).`,
+in Node status (native mode), and removes the finalizer
+capscale.io/underlay-ip-release from pods once their node gave their IPs
+back.`,
 		Args: cobra.NoArgs,
 	}
 	command.Wire(ctx, cmd, o.Logs, o.Flags(), o.Validate, o.Config)
@@ -73,7 +75,12 @@ func (c *Config) Run(ctx context.Context) error {
 			id = host + "_" + string(uuid.NewUUID())
 		}
 		go func() {
-			if err := publisher.RunElected(ctx, c.LeaseClient, o.LeaderElectNamespace, id, pub.Run); err != nil {
+			// The releaser leads with the publisher: one writer of each.
+			run := func(ctx context.Context) {
+				go c.Releaser.Run(ctx)
+				pub.Run(ctx)
+			}
+			if err := publisher.RunElected(ctx, c.LeaseClient, o.LeaderElectNamespace, id, run); err != nil {
 				klog.ErrorS(err, "Capacity publisher stopped")
 				cancel()
 			}
