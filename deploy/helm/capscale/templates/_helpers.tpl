@@ -351,3 +351,31 @@ passes the cluster's): Helm's own list names groups, never kinds.
 {{- define "capscale.admissionServed" -}}
 {{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}true{{ end -}}
 {{- end }}
+
+{{/*
+A ServiceMonitor in capscale's namespace selecting the Service labelled
+app.kubernetes.io/name NAME, given (dict "root" $ "name" NAME "endpoints"
+LIST): each endpoint scrapes /metrics every monitoring.serviceMonitor.interval
+unless it says otherwise; monitoring.serviceMonitor.labels let Prometheus
+select it (kube-prometheus-stack: release: <its release>).
+*/}}
+{{- define "capscale.serviceMonitor" -}}
+{{- $sm := .root.Values.monitoring.serviceMonitor -}}
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: {{ .name }}
+  namespace: {{ include "capscale.namespace" .root }}
+  labels:
+    {{- include "capscale.labels" .root | nindent 4 }}
+    {{- with $sm.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  selector:
+    matchLabels: {app.kubernetes.io/name: {{ .name }}}
+  endpoints:
+  {{- range .endpoints }}
+  - {{- toYaml (merge (deepCopy .) (dict "path" "/metrics" "interval" $sm.interval)) | nindent 4 }}
+  {{- end }}
+{{- end }}
