@@ -47,7 +47,7 @@ type smEndpoint struct {
 	Interval      string `json:"interval"`
 	HonorLabels   bool   `json:"honorLabels"`
 	Authorization *struct {
-		Type        string                   `json:"type"`
+		Type        string                    `json:"type"`
 		Credentials *corev1.SecretKeySelector `json:"credentials"`
 	} `json:"authorization"`
 	TLSConfig *struct {
@@ -89,7 +89,9 @@ type scrapeTarget struct {
 	port                  int32
 }
 
-func (s scrapeTarget) String() string { return fmt.Sprintf("%s/%s:%d", s.deployment, s.container, s.port) }
+func (s scrapeTarget) String() string {
+	return fmt.Sprintf("%s/%s:%d", s.deployment, s.container, s.port)
+}
 
 // checkServiceMonitors checks that each ServiceMonitor's endpoints reach
 // containers of the render's Deployments through exactly one Service, on
