@@ -121,8 +121,8 @@ release-kubectl: ## Build kubectl-capscale for PLATFORMS into _output/release wi
 	  --ldflags '-X github.com/capscale/capscale/internal/version.Version=$(RELEASE_VERSION)'
 
 .PHONY: release-chart
-release-chart: deploy-tools ## Package the Helm chart (-L: dashboards/ links deploy/monitoring's JSON) as capscale-$(RELEASE_VERSION).tgz into _output/release; REGISTRY=... pushes it to oci://$(REGISTRY)/charts.
-	@rm -rf $(OUT)/release/chart && mkdir -p $(OUT)/release/chart && cp -rL deploy/helm/capscale $(OUT)/release/chart/
+release-chart: deploy-tools ## Package the Helm chart as capscale-$(RELEASE_VERSION).tgz into _output/release; REGISTRY=... pushes it to oci://$(REGISTRY)/charts.
+	@rm -rf $(OUT)/release/chart && mkdir -p $(OUT)/release/chart && cp -r deploy/helm/capscale $(OUT)/release/chart/
 	@# The packaged chart names the image it was released with.
 	$(if $(REGISTRY),sed -i 's#^  repository: ghcr.io/capscale/capscale$$#  repository: $(REGISTRY)/capscale#' $(OUT)/release/chart/capscale/values.yaml && \
 	  grep -q '^  repository: $(REGISTRY)/capscale$$' $(OUT)/release/chart/capscale/values.yaml)

@@ -335,6 +335,16 @@ monitoring: {serviceMonitor: {enabled: true, labels: {release: kube-prometheus-s
 		t.Errorf("serviceMonitor on a cluster without the CRD: %v, want a refusal naming it", err)
 	}
 
+	// The chart carries its own copy (Helm reads no file outside the chart,
+	// kustomize none outside deploy/monitoring, and a link makes helm warn
+	// on its output): the same bytes.
+	chartCopy, err := os.ReadFile(filepath.Join(chartDir(t), "dashboards", "grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own, _ := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "monitoring", "grafana-dashboard.json")); !bytes.Equal(chartCopy, own) {
+		t.Errorf("deploy/helm/capscale/dashboards/grafana-dashboard.json differs from deploy/monitoring's: cp deploy/monitoring/grafana-dashboard.json deploy/helm/capscale/dashboards/")
+	}
 	r, err = helmTemplate(t, "--set", "monitoring.grafanaDashboard.enabled=true")
 	if err != nil {
 		t.Fatal(err)
