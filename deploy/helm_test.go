@@ -385,6 +385,17 @@ metricsAdapter:
 		{"pull secret as a string", "imagePullSecrets: [regcred]\n", "/imagePullSecrets/0"},
 		{"priority class as a number", "priorityClassName: 1000\n", "/priorityClassName"},
 		{"negative verbosity", "logVerbosity: -1\n", "/logVerbosity"},
+		{"annotation as a number", "podAnnotations: {a: 1}\n", "/podAnnotations/a"},
+		{"unknown seccomp type", "podSecurityContext: {seccompProfile: {type: Default}}\n", "/podSecurityContext/seccompProfile/type"},
+		{"capability as a string", "securityContext: {capabilities: {drop: ALL}}\n", "/securityContext/capabilities/drop"},
+		{"affinity misspelt", "controller: {affinity: {podAntiAfinity: {}}}\n", "'podAntiAfinity' not allowed"},
+		{"spread without topologyKey", "workloadAPI: {topologySpreadConstraints: [{maxSkew: 1, whenUnsatisfiable: DoNotSchedule}]}\n", "topologyKey"},
+		{"workload API nodeSelector as a list", "workloadAPI: {nodeSelector: [a]}\n", "/workloadAPI/nodeSelector"},
+		{"extra argument not a flag", "metricsAdapter: {extraArgs: [v=4]}\n", "/metricsAdapter/extraArgs/0"},
+		{"env without name", "controller: {extraEnv: [{value: x}]}\n", "name"},
+		{"volume without source", "extender: {extraVolumes: [{name: ca}]}\n", "/extender/extraVolumes/0"},
+		{"relative mount path", "metricsAdapter: {extraVolumeMounts: [{name: ca, mountPath: etc/ca}]}\n", "/metricsAdapter/extraVolumeMounts/0/mountPath"},
+		{"plugin resources misplaced", "extender: {pluginScheduler: {requests: {cpu: 1}}}\n", "'requests' not allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := helmTemplate(t, "-f", writeValues(t, tc.values))

@@ -149,7 +149,9 @@ func waitMetricValue(ctx context.Context, t *testing.T, s *stack.Stack, metric, 
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		l, err := externalMetric(ctx, s, metric, selector)
 		if err != nil {
-			last = err
+			if ctx.Err() == nil { // keep the server's answer, not the poll's deadline
+				last = err
+			}
 			return false, nil
 		}
 		return len(l.Items) == 1 && l.Items[0].Value.Value() == want, nil

@@ -30,9 +30,36 @@ app.kubernetes.io/part-of: capscale
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
-{{/* The pod-level security context every capscale pod runs with. */}}
+{{/* The pod-level security context of every capscale pod (podSecurityContext). */}}
 {{- define "capscale.podSecurityContext" -}}
-securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+{{- with .Values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+A capscale pod template's metadata, given (dict "root" $ "name" NAME
+"annotations" DICT): the selector labels plus podLabels (the schema keeps
+the selector's keys out of it), the component's own annotations plus
+podAnnotations (the component's win: they roll the pods on a change).
+*/}}
+{{- define "capscale.podMetadata" -}}
+metadata:
+  labels:
+    {{- include "capscale.podLabels" (dict "name" .name) | nindent 4 }}
+    {{- with .root.Values.podLabels }}
+    {{- range $k, $_ := . }}
+    {{- if has $k (list "app.kubernetes.io/name" "app.kubernetes.io/part-of") }}
+    {{- fail (printf "podLabels: %s is the chart's own label (the Deployments select their pods by it); choose another key" $k) }}
+    {{- end }}
+    {{- end }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with merge (dict) (.annotations | default dict) .root.Values.podAnnotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- end }}
 
 {{/*
@@ -52,8 +79,7 @@ priorityClassName: {{ . }}
 
 {{/*
 --v=N for every capscale and kube-scheduler container when logVerbosity is
-above 0: "capscale.logVerbosity" as a block-list item, "capscale.logVerbosityFlow"
-as the tail of a flow list.
+above 0, as a block-list item.
 */}}
 {{- define "capscale.logVerbosity" -}}
 {{- if gt (int .Values.logVerbosity) 0 }}
@@ -61,24 +87,103 @@ as the tail of a flow list.
 {{- end }}
 {{- end }}
 
-{{- define "capscale.logVerbosityFlow" -}}
-{{- if gt (int .Values.logVerbosity) 0 }}, --v={{ int .Values.logVerbosity }}{{ end -}}
+{{/*
+The flags of the scheduler container after its binary, in every mode:
+its configuration, /metrics, /livez and /readyz on the pod IP's secure port
+(10259, authenticated and authorized), logVerbosity and
+extender.kubeScheduler.extraArgs.
+*/}}
+{{- define "capscale.kubeSchedulerFlags" -}}
+- --config=/etc/capscale/config.yaml
+- --bind-address=0.0.0.0
+- --secure-port=10259
+{{- include "capscale.logVerbosity" . }}
+{{- include "capscale.extraArgs" .Values.extender.kubeScheduler }}
 {{- end }}
 
-{{/* The container security context every capscale container runs with. */}}
+{{/* The security context of every capscale container (securityContext). */}}
 {{- define "capscale.containerSecurityContext" -}}
-securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+{{- with .Values.securityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 
-{{/* Spread replicas over nodes, given the pods' app.kubernetes.io/name. */}}
-{{- define "capscale.antiAffinity" -}}
+{{/*
+A container's extra command-line arguments and environment, given a
+component's values (extraArgs, extraEnv): the arguments as the tail of a
+block list, the environment as an env: key.
+*/}}
+{{- define "capscale.extraArgs" -}}
+{{- range .extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "capscale.extraEnv" -}}
+{{- with .extraEnv }}
+env:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where a component's pods run, given (dict "v" VALUES "name" NAME): its
+affinity, else replicas spread over nodes (preferred anti-affinity); its
+topologySpreadConstraints, each selecting the component's pods when it names
+no labelSelector; its nodeSelector and tolerations.
+*/}}
+{{- define "capscale.podPlacement" -}}
+{{- $selector := dict "matchLabels" (dict "app.kubernetes.io/name" .name) }}
 affinity:
+{{- if .v.affinity }}
+  {{- toYaml .v.affinity | nindent 2 }}
+{{- else }}
   podAntiAffinity:
     preferredDuringSchedulingIgnoredDuringExecution:
     - weight: 100
       podAffinityTerm:
         topologyKey: kubernetes.io/hostname
-        labelSelector: {matchLabels: {app.kubernetes.io/name: {{ . }}}}
+        labelSelector: {matchLabels: {app.kubernetes.io/name: {{ .name }}}}
+{{- end }}
+{{- with .v.topologySpreadConstraints }}
+topologySpreadConstraints:
+{{- range . }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}{{ $_ := set $c "labelSelector" $selector }}{{ end }}
+- {{- toYaml $c | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- with .v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+A PodDisruptionBudget for a component of more than one replica, given
+(dict "root" $ "name" NAME "replicas" N): a drain evicts one pod at a time,
+so a leader-elected component keeps a stand-by and a served one an endpoint.
+*/}}
+{{- define "capscale.podDisruptionBudget" -}}
+{{- if gt (int .replicas) 1 }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ .name }}
+  namespace: {{ include "capscale.namespace" .root }}
+  labels:
+    {{- include "capscale.labels" .root | nindent 4 }}
+spec:
+  minAvailable: 1
+  selector:
+    matchLabels: {app.kubernetes.io/name: {{ .name }}}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -245,4 +350,32 @@ passes the cluster's): Helm's own list names groups, never kinds.
 */}}
 {{- define "capscale.admissionServed" -}}
 {{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}true{{ end -}}
+{{- end }}
+
+{{/*
+A ServiceMonitor in capscale's namespace selecting the Service labelled
+app.kubernetes.io/name NAME, given (dict "root" $ "name" NAME "endpoints"
+LIST): each endpoint scrapes /metrics every monitoring.serviceMonitor.interval
+unless it says otherwise; monitoring.serviceMonitor.labels let Prometheus
+select it (kube-prometheus-stack: release: <its release>).
+*/}}
+{{- define "capscale.serviceMonitor" -}}
+{{- $sm := .root.Values.monitoring.serviceMonitor -}}
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: {{ .name }}
+  namespace: {{ include "capscale.namespace" .root }}
+  labels:
+    {{- include "capscale.labels" .root | nindent 4 }}
+    {{- with $sm.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  selector:
+    matchLabels: {app.kubernetes.io/name: {{ .name }}}
+  endpoints:
+  {{- range .endpoints }}
+  - {{- toYaml (merge (deepCopy .) (dict "path" "/metrics" "interval" $sm.interval)) | nindent 4 }}
+  {{- end }}
 {{- end }}
