@@ -5,7 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -360,4 +362,16 @@ func waitIPAMStuck(ctx context.Context, t *testing.T, s *stack.Stack, ns string,
 		}
 		return len(met) == stuck
 	})
+}
+
+// runningOn is the pods of ns now, and the names of those Running on node,
+// sorted.
+func runningOn(ctx context.Context, t *testing.T, s *stack.Stack, ns, node string) (realState, []string) {
+	t.Helper()
+	st, err := realPodState(ctx, s, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := slices.Sorted(maps.Keys(st.running[node]))
+	return st, names
 }
