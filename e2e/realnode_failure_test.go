@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -36,24 +35,7 @@ func TestRealNodeIPAMExhausted(t *testing.T) {
 	}
 	createPods(ctx, t, s, pods...)
 
-	st := waitRealState(ctx, t, s, ns, 2*time.Minute, "10 Running and 2 stuck without an IP", func(st realState) bool {
-		if st.runningCount() != 10 || len(st.creating) != 2 {
-			return false
-		}
-		failed, err := sandboxFailures(ctx, s, ns, ipamExhausted)
-		if err != nil {
-			return false
-		}
-		stuck := map[string]bool{}
-		for _, f := range failed {
-			for _, p := range st.creating {
-				if strings.HasPrefix(f, p+":") {
-					stuck[p] = true
-				}
-			}
-		}
-		return len(stuck) == 2
-	})
+	st := waitIPAMStuck(ctx, t, s, ns, 2*time.Minute, 10, 2, ipamExhausted)
 	checkRunningIPs(t, s.RealNodes, st)
 	failed, err := sandboxFailures(ctx, s, ns, ipamExhausted)
 	if err != nil {

@@ -133,15 +133,7 @@ func waitStuck(ctx context.Context, t *testing.T, s *stack.Stack, ns, name strin
 // long until pod waiting runs on node.
 func replaceOne(ctx context.Context, t *testing.T, s *stack.Stack, ns, node, waiting string, force bool) time.Duration {
 	t.Helper()
-	st, err := realPodState(ctx, s, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var victims []string
-	for p := range st.running[node] {
-		victims = append(victims, p)
-	}
-	sort.Strings(victims)
+	st, victims := runningOn(ctx, t, s, ns, node)
 	if len(victims) == 0 {
 		t.Fatalf("no Running pod on %s: %s", node, st)
 	}

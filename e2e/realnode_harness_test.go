@@ -5,7 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -334,4 +336,42 @@ func (w *ipamWatch) settled(want int) (bool, string) {
 	}
 	sort.Strings(parts)
 	return ok, strings.Join(parts, "; ")
+}
+
+// waitIPAMStuck waits until running pods of ns run and stuck more are bound
+// and stuck, each with a sandbox failure whose message holds ipamError (the
+// IPAM's own words), and returns that state.
+func waitIPAMStuck(ctx context.Context, t *testing.T, s *stack.Stack, ns string, timeout time.Duration, running, stuck int, ipamError string) realState {
+	t.Helper()
+	what := fmt.Sprintf("%d Running and %d stuck with %q", running, stuck, ipamError)
+	return waitRealState(ctx, t, s, ns, timeout, what, func(st realState) bool {
+		if st.runningCount() != running || len(st.creating) != stuck {
+			return false
+		}
+		failed, err := sandboxFailures(ctx, s, ns, ipamError)
+		if err != nil {
+			return false
+		}
+		met := map[string]bool{}
+		for _, f := range failed {
+			for _, p := range st.creating {
+				if strings.HasPrefix(f, p+":") {
+					met[p] = true
+				}
+			}
+		}
+		return len(met) == stuck
+	})
+}
+
+// runningOn is the pods of ns now, and the names of those Running on node,
+// sorted.
+func runningOn(ctx context.Context, t *testing.T, s *stack.Stack, ns, node string) (realState, []string) {
+	t.Helper()
+	st, err := realPodState(ctx, s, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := slices.Sorted(maps.Keys(st.running[node]))
+	return st, names
 }

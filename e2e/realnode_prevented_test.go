@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -137,15 +136,7 @@ func waitIPAMSettled(ctx context.Context, t *testing.T, w *ipamWatch, want int) 
 // took until a pod that was Pending runs on node, with an IP of its range.
 func freeOneIP(ctx context.Context, t *testing.T, s *stack.Stack, ns, node string) time.Duration {
 	t.Helper()
-	before, err := realPodState(ctx, s, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var victims []string
-	for p := range before.running[node] {
-		victims = append(victims, p)
-	}
-	sort.Strings(victims)
+	before, victims := runningOn(ctx, t, s, ns, node)
 	if len(victims) == 0 || len(before.pending) == 0 {
 		t.Fatalf("nothing to free on %s: %s", node, before)
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -56,24 +55,7 @@ func TestRealNodeWhereabouts(t *testing.T) {
 			pods = append(pods, realPod(ns, fmt.Sprintf("p-%02d", i), 0))
 		}
 		createPods(ctx, t, s, pods...)
-		st := waitRealState(ctx, t, s, ns, 3*time.Minute, "6 Running and 2 stuck with whereabouts' error", func(st realState) bool {
-			if st.runningCount() != whereaboutsSlice || len(st.creating) != 2 {
-				return false
-			}
-			failed, err := sandboxFailures(ctx, s, ns, whereaboutsExhausted)
-			if err != nil {
-				return false
-			}
-			stuck := map[string]bool{}
-			for _, f := range failed {
-				for _, p := range st.creating {
-					if strings.HasPrefix(f, p+":") {
-						stuck[p] = true
-					}
-				}
-			}
-			return len(stuck) == 2
-		})
+		st := waitIPAMStuck(ctx, t, s, ns, 3*time.Minute, whereaboutsSlice, 2, whereaboutsExhausted)
 		checkRunningIPs(t, s.RealNodes, st)
 		failed, err := sandboxFailures(ctx, s, ns, whereaboutsExhausted)
 		if err != nil {

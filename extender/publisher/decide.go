@@ -57,8 +57,9 @@ type Decision struct {
 // published: kube-scheduler drops the pod from its cache when the delete
 // arrives, before a lower capacity can reach it, and the kubelet then
 // refuses the pod it bound (OutOfcapscale.io/underlay-ip: Failed), which
-// is worse than the sandbox retry (docs/scheduling.md "When is an IP free
-// again").
+// is worse than the sandbox retry; native mode holds such a pod with a
+// finalizer instead (extender/release, docs/scheduling.md "When is an IP
+// free again").
 func Decide(node *v1.Node, rule underlay.Rule, inUse, drawn int64) Decision {
 	c := rule.Capacity(node.Annotations, node.Labels)
 	want := c.IPs

@@ -250,23 +250,9 @@ func (p *Publisher) Run(ctx context.Context) {
 			t.queue.Add(name)
 		}
 	}, p.recheck, ctx.Done())
-	for p.processNext(ctx, t) {
+	sync := func(ctx context.Context, name string) (time.Duration, error) { return 0, p.sync(ctx, t.recorder, name) }
+	for kube.ProcessNext(ctx, t.queue, sync, "Publishing underlay-IP capacity failed, retrying", "node") {
 	}
-}
-
-func (p *Publisher) processNext(ctx context.Context, t *term) bool {
-	name, quit := t.queue.Get()
-	if quit {
-		return false
-	}
-	defer t.queue.Done(name)
-	if err := p.sync(ctx, t.recorder, name); err != nil {
-		klog.ErrorS(err, "Publishing underlay-IP capacity failed, retrying", "node", name)
-		t.queue.AddRateLimited(name)
-		return true
-	}
-	t.queue.Forget(name)
-	return true
 }
 
 func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, name string) error {

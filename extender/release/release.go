@@ -173,28 +173,9 @@ func (r *Releaser) Run(ctx context.Context) {
 		<-ctx.Done()
 		t.queue.ShutDown()
 	}()
-	for r.processNext(ctx, t) {
+	sync := func(ctx context.Context, key string) (time.Duration, error) { return r.sync(ctx, t, key) }
+	for kube.ProcessNext(ctx, t.queue, sync, "Releasing the underlay-IP finalizer failed, retrying", "pod") {
 	}
-}
-
-func (r *Releaser) processNext(ctx context.Context, t *term) bool {
-	key, quit := t.queue.Get()
-	if quit {
-		return false
-	}
-	defer t.queue.Done(key)
-	after, err := r.sync(ctx, t, key)
-	switch {
-	case err != nil:
-		klog.ErrorS(err, "Releasing the underlay-IP finalizer failed, retrying", "pod", key)
-		t.queue.AddRateLimited(key)
-	case after > 0:
-		t.queue.Forget(key)
-		t.queue.AddAfter(key, after)
-	default:
-		t.queue.Forget(key)
-	}
-	return true
 }
 
 // sync removes key's finalizer if underlay.Release says so, and returns

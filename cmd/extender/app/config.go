@@ -71,6 +71,9 @@ type clients struct {
 	// leases renews the binder and publisher Leases with a limiter of its
 	// own, so that no backlog of binds delays a renewal.
 	leases kubernetes.Interface
+	// release removes native mode's release finalizer, within main's
+	// limiter but outside the readiness WatchHealth follows; nil is main.
+	release kubernetes.Interface
 }
 
 // Config connects to the apiserver and builds the extender.
@@ -81,10 +84,15 @@ func (o *Options) Config() (*Config, error) {
 	}
 	limiter := flowcontrol.NewTokenBucketRateLimiter(o.KubeAPIQPS, o.KubeAPIBurst)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = o.KubeAPIQPS, o.KubeAPIBurst, limiter
+	c := clients{throttle: limiter.Wait}
+	// The releaser's pod watch runs on the leader only, from each term's
+	// start, and must not turn the verbs' readiness off while it lists.
+	if c.release, err = kube.Clientset(rest.CopyConfig(cfg)); err != nil {
+		return nil, err
+	}
 	// The informers' watches decide readiness too: see kube.WatchHealth.
 	health := kube.NewWatchHealth()
 	cfg.Wrap(health.Wrap)
-	c := clients{throttle: limiter.Wait}
 	if c.main, err = kube.Clientset(cfg); err != nil {
 		return nil, err
 	}
@@ -180,7 +188,11 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 		}
 		// Set before the informers start (Run), so no event races it.
 		tracker.UsageChanged = pub.UsageChanged
-		if rel, err = release.New(cs, factory.Core().V1().Nodes(), reg); err != nil {
+		rc := c.release
+		if rc == nil {
+			rc = cs
+		}
+		if rel, err = release.New(rc, factory.Core().V1().Nodes(), reg); err != nil {
 			return nil, err
 		}
 	}
