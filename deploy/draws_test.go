@@ -23,7 +23,7 @@ func TestDrawsAndAwaitMirror(t *testing.T) {
 	scheduler := objectKey("Deployment", "capscale-system", "capscale-scheduler")
 	workload := objectKey("Deployment", "capscale-system", "capscale-workload-api")
 
-	off, err := helmTemplate(t)
+	off, err := helmTemplate(t, "--set", "extender.mode=extender")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestDrawsAndAwaitMirror(t *testing.T) {
 	}
 
 	want := kustomizeCapacitySources(t)
-	on, err := helmTemplate(t, "--set", "controller.capacitySources.enabled=true")
+	on, err := helmTemplate(t, "--set", "extender.mode=extender", "--set", "controller.capacitySources.enabled=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestDrawsAndAwaitMirror(t *testing.T) {
 		t.Errorf("draws-all policy differs (- deploy, + chart):\n%s", diff.Diff(w.raw, normalized))
 	}
 
-	marked, err := helmTemplate(t, "-f", writeValues(t, `controller:
+	marked, err := helmTemplate(t, "--set", "extender.mode=extender", "-f", writeValues(t, `controller:
   capacitySources:
     enabled: true
     awaitMirror: false

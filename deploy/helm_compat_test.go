@@ -122,7 +122,7 @@ func TestHelmKubeSchedulerFollowsMinor(t *testing.T) {
 			})
 		}
 	}
-	r, err := helmTemplate(t, "--kube-version", "1.35.0", "--set", "extender.kubeScheduler.image.tag=v1.35.1")
+	r, err := helmTemplate(t, "--kube-version", "1.35.0", "--set", "extender.mode=extender", "--set", "extender.kubeScheduler.image.tag=v1.35.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,7 +191,7 @@ func TestHelmExtras(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := helmTemplate(t, "-f", writeValues(t, string(v)))
+	r, err := helmTemplate(t, "--set", "extender.mode=extender", "-f", writeValues(t, string(v)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,13 +34,14 @@ var helmAddedLabels = []string{
 	"app.kubernetes.io/version", "app.kubernetes.io/part-of",
 }
 
-// TestHelmRendersKustomize: with default values the chart renders exactly
-// the objects of `kubectl kustomize deploy/`, and each object is equal field
-// by field, except for the labels Helm adds.
+// TestHelmRendersKustomize: in extender mode (deploy/'s; the chart's
+// default is plugin mode, TestHelmPluginMode) the chart renders exactly the
+// objects of `kubectl kustomize deploy/`, and each object is equal field by
+// field, except for the labels Helm adds.
 func TestHelmRendersKustomize(t *testing.T) {
 	want := kustomize(t, "deploy")
 	want.dropCRDs()
-	got, err := helmTemplate(t)
+	got, err := helmTemplate(t, "--set", "extender.mode=extender")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,18 +55,40 @@ func TestHelmRendersKustomize(t *testing.T) {
 		t.Errorf("helm template renders %s, which it cannot know to be free", apiKey)
 	}
 	delete(want, apiKey)
-	for _, k := range commonKeys(t, want, got, "deploy/") {
+	compareToKustomize(t, want, got, "deploy/")
+}
+
+// compareToKustomize checks that got (a chart render) has exactly want's
+// objects (kustomize's, described by source) and each is equal field by
+// field, but for Helm's standard labels, which every object carries; the
+// scheduler's configuration is compared as decoded, not as text.
+func compareToKustomize(t *testing.T, want, got rendered, source string) {
+	t.Helper()
+	for _, k := range commonKeys(t, want, got, source) {
 		g := got[k]
 		t.Run(k, func(t *testing.T) {
-			w := want[k].raw
 			gl := labelsOf(g.raw)
 			if gl["app.kubernetes.io/managed-by"] != "Helm" || gl["app.kubernetes.io/instance"] != "capscale" ||
 				gl["helm.sh/chart"] != "capscale-0.1.0" || gl["app.kubernetes.io/part-of"] != "capscale" {
 				t.Errorf("Helm's standard labels are missing: %v", gl)
 			}
+			// The same JSON round trip on both sides (kustomize renders flow
+			// style and comments differently from a plain file).
+			var w map[string]any
+			b, _ := json.Marshal(want[k].raw)
+			_ = json.Unmarshal(b, &w)
 			normalized := withoutHelmLabels(g.raw, labelsOf(w))
+			if k == objectKey("ConfigMap", "capscale-system", "capscale-scheduler-config") {
+				gc := schedulerConfig(t, []byte(get[*corev1.ConfigMap](t, got, k).Data["config.yaml"]))
+				wc := schedulerConfig(t, []byte(get[*corev1.ConfigMap](t, want, k).Data["config.yaml"]))
+				if !reflect.DeepEqual(gc, wc) {
+					t.Errorf("scheduler configuration differs (- %s, + chart):\n%s", source, diff.Diff(wc, gc))
+				}
+				delete(normalized, "data")
+				delete(w, "data")
+			}
 			if !reflect.DeepEqual(normalized, w) {
-				t.Errorf("differs from deploy/ (- kustomize, + helm):\n%s", diff.Diff(w, normalized))
+				t.Errorf("differs from %s (- kustomize, + helm):\n%s", source, diff.Diff(w, normalized))
 			}
 		})
 	}
@@ -108,6 +131,7 @@ tls:
   validity: 720h
   caValidity: 8760h
 extender:
+  mode: extender
   defaultCapacity: 32
   schedulerReplicas: 3
   resources:

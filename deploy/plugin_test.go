@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"reflect"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/util/diff"
 	schedv1 "k8s.io/kube-scheduler/config/v1"
 
 	"github.com/capscale/capscale/internal/names"
@@ -147,7 +145,7 @@ func extenderModeScheduler(t *testing.T) rendered {
 	return decodeRender(t, b.String())
 }
 
-// TestHelmPluginMode: with extender.mode=plugin the chart renders what
+// TestHelmPluginMode: by default (plugin mode) the chart renders what
 // kustomize renders of deploy/ with plugin/capscale-scheduler.yaml in place
 // of extender mode's scheduler and the extender's RBAC (the swap
 // deploy/kustomization.yaml describes), object for object, except for the
@@ -163,32 +161,11 @@ func TestHelmPluginMode(t *testing.T) {
 	}
 	// helm template leaves the APIService to the adapter (TestHelmRendersKustomize).
 	delete(want, objectKey("APIService", "", "v1beta1.external.metrics.k8s.io"))
-	got, err := helmTemplate(t, "--set", "extender.mode=plugin")
+	got, err := helmTemplate(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range commonKeys(t, want, got, "plugin mode") {
-		g := got[k]
-		w := want[k].raw
-		// The same JSON round trip on both sides (kustomize renders flow
-		// style and comments differently from a plain file).
-		var wn map[string]any
-		b, _ := json.Marshal(w)
-		_ = json.Unmarshal(b, &wn)
-		normalized := withoutHelmLabels(g.raw, labelsOf(wn))
-		if k == objectKey("ConfigMap", "capscale-system", "capscale-scheduler-config") {
-			// The configuration is compared as decoded, not as text.
-			gc := schedulerConfig(t, []byte(get[*corev1.ConfigMap](t, got, k).Data["config.yaml"]))
-			wc := schedulerConfig(t, []byte(get[*corev1.ConfigMap](t, want, k).Data["config.yaml"]))
-			if !reflect.DeepEqual(gc, wc) {
-				t.Errorf("%s: scheduler configuration differs (- manifest, + chart):\n%s", k, diff.Diff(wc, gc))
-			}
-			continue
-		}
-		if !reflect.DeepEqual(normalized, wn) {
-			t.Errorf("%s differs from deploy/plugin (- manifest, + helm):\n%s", k, diff.Diff(wn, normalized))
-		}
-	}
+	compareToKustomize(t, want, got, "plugin mode")
 }
 
 // TestPluginModeInKustomization: the swap the kustomization's comment
@@ -200,7 +177,9 @@ func TestPluginModeInKustomization(t *testing.T) {
 			t.Errorf("kustomization.yaml does not mention %s", f)
 		}
 	}
-	if _, err := os.Stat("plugin/capscale-scheduler.yaml"); err != nil {
-		t.Error(err)
+	for _, f := range []string{"plugin/capscale-scheduler.yaml", "extender/rbac.yaml", "scheduler/capscale-scheduler.yaml"} {
+		if _, err := os.Stat(f); err != nil {
+			t.Error(err)
+		}
 	}
 }

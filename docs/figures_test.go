@@ -14,7 +14,8 @@ import (
 // headings that exist (docs/development.md "The docs").
 //
 // The rule. A *quoting block* of README.md or docs/*.md is a paragraph, a
-// list item or a table row (outside code blocks and generated tables) that
+// list item or a table row (outside generated tables), or a run of comment
+// lines in a code block or in the chart's values.yaml, that
 // cites BENCHMARKS.md (a link or its name), says "measured" ("measurable",
 // "measurement", "measures"), gives a rate in pods/s or req/s or a cost per
 // pod, or names a benchmark (-bench, benche2e, make bench…). Every figure in
@@ -183,9 +184,16 @@ type block struct {
 	lines []string
 }
 
-// blocks splits a Markdown page into blocks, leaving out fenced code,
-// generated tables and HTML comments.
-func blocks(text string) []block {
+// codeCommentRE is a comment line of fenced code or of a YAML file (# or
+// //), its text after the mark.
+var codeCommentRE = regexp.MustCompile(`^\s*(?:#|//) ?(.*)$`)
+
+// blocks splits a Markdown page into blocks, leaving out generated tables,
+// HTML comments and fenced code but for its comments: a run of comment
+// lines in fenced code is a block of prose (a figure in a comment of an
+// example is quoted as much as one in a paragraph). fenced reads the whole
+// text as fenced code (values.yaml).
+func blocks(text string, fenced bool) []block {
 	var out []block
 	var cur *block
 	flush := func() {
@@ -195,12 +203,25 @@ func blocks(text string) []block {
 		}
 	}
 	fence, generated, comment := "", false, false
+	if fenced {
+		fence = "\x00" // no closing fence
+	}
 	for i, line := range strings.Split(text, "\n") {
 		trimmed := strings.TrimSpace(line)
 		switch {
 		case fence != "":
-			if strings.HasPrefix(trimmed, fence) {
+			m := codeCommentRE.FindStringSubmatch(line)
+			switch {
+			case strings.HasPrefix(trimmed, fence):
+				flush()
 				fence = ""
+			case m != nil:
+				if cur == nil {
+					cur = &block{first: i + 1}
+				}
+				cur.lines = append(cur.lines, m[1])
+			default:
+				flush()
 			}
 			continue
 		case strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~"):
@@ -238,10 +259,11 @@ func blocks(text string) []block {
 
 var listItemRE = regexp.MustCompile(`^(?:[-*+]|\d+\.) `)
 
-// quotedFigures returns the figures of a page's quoting blocks.
-func quotedFigures(text string) []figure {
+// quotedFigures returns the figures of a page's quoting blocks; fenced:
+// the text is code whose comments are the prose (values.yaml).
+func quotedFigures(text string, fenced bool) []figure {
 	var out []figure
-	for _, b := range blocks(text) {
+	for _, b := range blocks(text, fenced) {
 		prose := strings.Join(b.lines, "\n")
 		if !quotingRE.MatchString(linkTargetRE.ReplaceAllStringFunc(prose, keepBenchmarksLink)) {
 			continue
@@ -396,6 +418,9 @@ func unbenchmarked(t *testing.T, root string) []string {
 		t.Fatal(err)
 	}
 	pages = append(pages, more...)
+	// The chart's values.yaml: its comments are what an operator reads.
+	values := filepath.Join(root, "deploy", "helm", "capscale", "values.yaml")
+	pages = append(pages, values)
 	var bad []string
 	for _, p := range pages {
 		b, err := os.ReadFile(p)
@@ -403,7 +428,7 @@ func unbenchmarked(t *testing.T, root string) []string {
 			t.Fatal(err)
 		}
 		rel, _ := filepath.Rel(root, p)
-		for _, f := range quotedFigures(string(b)) {
+		for _, f := range quotedFigures(string(b), p == values) {
 			if !known.has(f) {
 				bad = append(bad, fmt.Sprintf("%s:%d: %s is not a figure of BENCHMARKS.md's table", filepath.ToSlash(rel), f.line, f.text))
 			}
@@ -571,12 +596,13 @@ func TestQuotedFigures(t *testing.T) {
 		"- one citing [BENCHMARKS.md](../BENCHMARKS.md): 1.06×\n\n" +
 		"| row | 3.5 pods/s |\n|---|---|\n| plain | 7.5 |\n\n" +
 		"```\nmeasured 9.9 ms in a code block\n```\n\n" +
+		"```yaml\n# measured 4.4 ms in a comment\n# and 6.6 ms\nkey: 1.5 # 2.5 ms\n```\n\n" +
 		"<!-- BEGIN GENERATED: flags x -->\n| measured | 8.8 ms |\n<!-- END GENERATED -->\n"
 	var got []string
-	for _, f := range quotedFigures(page) {
+	for _, f := range quotedFigures(page, false) {
 		got = append(got, fmt.Sprintf("%d:%s", f.line, f.text))
 	}
-	want := []string{"5:0.73 ms", "6:5 s", "9:1.06×", "11:3.5 pods/s"}
+	want := []string{"5:0.73 ms", "6:5 s", "9:1.06×", "11:3.5 pods/s", "20:4.4 ms", "21:6.6 ms"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("quotedFigures = %q, want %q", got, want)
 	}

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"sigs.k8s.io/yaml"
 
+	"github.com/capscale/capscale/e2e/loadsource"
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
 	"github.com/capscale/capscale/internal/names"
@@ -28,18 +30,21 @@ import (
 // TestHelmTemplateLeavesForeignAPIService (issue 50): a GitOps install
 // (`helm template … | kubectl apply --server-side`, as Argo CD renders) cannot
 // see the cluster, so the decision about the external-metrics APIService
-// belongs to the running adapter. With another adapter (the test-adapter)
-// owning it: the applied render leaves it as it was, Available; the
-// adapter, run with the render's flags as the render's ServiceAccount, logs
-// why it leaves it alone; with apiService.delegate=true it takes it over and
-// forwards the other adapter's metric. Given back by `preflight --restore`,
+// belongs to the running adapter. With KEDA (its own operator and metrics
+// server) owning it and scaling a Deployment: the applied render leaves it
+// as it was, Available; the adapter, run with the render's flags as the
+// render's ServiceAccount, logs why it leaves it alone; with
+// apiService.delegate=true it takes it over and forwards KEDA's metric. Given back by `preflight --restore`,
 // no restart of that install's adapter takes it again; unregistered, the
 // adapter registers it, owned by the install's ClusterRole, and it goes with
 // that ClusterRole. kwok nodes run no container: the adapter runs as a
 // process behind the chart's Service.
 func TestHelmTemplateLeavesForeignAPIService(t *testing.T) {
-	ctx := testContext(t, 6*time.Minute)
-	s := startStack(t, stack.Options{Plane: plane.Options{Nodes: 1, Logf: t.Logf}})
+	ctx := testContext(t, 8*time.Minute)
+	s := startStack(t, stack.Options{Plane: plane.Options{Nodes: 1, Logf: t.Logf, HPASyncPeriod: 2 * time.Second}})
+	if err := s.WaitForNamespace(ctx, adapterNS); err != nil {
+		t.Fatal(err)
+	}
 	ac, err := aggregator.NewForConfig(s.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -52,10 +57,23 @@ func TestHelmTemplateLeavesForeignAPIService(t *testing.T) {
 		}
 		return a
 	}
-	if _, err := s.StartTestAdapter(ctx, stack.TestAdapterBin(capscaleBin), delegateNS, delegateService); err != nil {
-		t.Fatalf("starting the other adapter: %v", err)
+	if _, err := s.StartKEDA(ctx, kedaBinDir(t, s), stack.KEDAOptions{}); err != nil {
+		t.Fatalf("starting KEDA: %v", err)
 	}
 	original := apiService()
+	// KEDA scales a Deployment on a metrics-api trigger (30 / 10 = 3): the
+	// metric its HPA reads is the one capscale must leave or forward.
+	src := &loadsource.Source{}
+	src.Set(30)
+	srv := httptest.NewServer(src)
+	t.Cleanup(srv.Close)
+	scaleQueueWithKEDA(ctx, t, s, srv.URL)
+	kedaHPA, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Get(ctx, "keda-hpa-queue", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("KEDA's HPA: %v", err)
+	}
+	metric := kedaHPA.Spec.Metrics[0].External.Metric
+	selector := metav1.FormatLabelSelector(metric.Selector)
 	helm := helmCommand(ctx, t, s.Plane)
 	// What Argo CD passes helm template: the cluster's version and APIs.
 	version, err := s.Client.Discovery().ServerVersion()
@@ -129,9 +147,9 @@ func TestHelmTemplateLeavesForeignAPIService(t *testing.T) {
 	file, flags := render()
 	apply(file)
 
-	// The render applied: the APIService is the other adapter's, Available.
-	if got := apiService(); got.Spec.Service.Name != delegateService || !available(got) {
-		t.Fatalf("after applying the render the APIService is %+v (available %v), want %s's, Available", got.Spec.Service, available(got), delegateService)
+	// The render applied: the APIService is KEDA's, Available.
+	if got := apiService(); got.Spec.Service.Name != stack.KEDAMetricsService || !available(got) {
+		t.Fatalf("after applying the render the APIService is %+v (available %v), want KEDA's, Available", got.Spec.Service, available(got))
 	}
 
 	port, err := plane.FreePort()
@@ -171,9 +189,10 @@ func TestHelmTemplateLeavesForeignAPIService(t *testing.T) {
 	proc := run(flags)
 	waitLog(proc, "the external-metrics APIService belongs to another adapter")
 	time.Sleep(3 * time.Second)
-	if got := apiService(); got.Spec.Service.Name != delegateService || !available(got) || got.Annotations[names.DelegateAnnotation] != "" {
+	if got := apiService(); got.Spec.Service.Name != stack.KEDAMetricsService || !available(got) || got.Annotations[names.DelegateAnnotation] != "" {
 		t.Fatalf("the adapter took the APIService without delegation: %+v", got.Spec.Service)
 	}
+	waitMetricValue(ctx, t, s, metric.Name, selector, 30)
 	proc.Stop(5 * time.Second)
 
 	// apiService.delegate=true: the adapter takes it over and delegates.
@@ -181,10 +200,13 @@ func TestHelmTemplateLeavesForeignAPIService(t *testing.T) {
 	apply(file)
 	proc = run(delegateFlags)
 	waitLog(proc, "Took the external-metrics APIService over in delegation mode")
-	if got := apiService(); got.Spec.Service.Name != stack.AdapterService || !strings.Contains(got.Annotations[names.DelegateAnnotation], delegateService) {
+	if got := apiService(); got.Spec.Service.Name != stack.AdapterService || !strings.Contains(got.Annotations[names.DelegateAnnotation], stack.KEDAMetricsService) {
 		t.Fatalf("with apiService.delegate=true: %+v, record %q", got.Spec.Service, got.Annotations[names.DelegateAnnotation])
 	}
-	waitMetricValue(ctx, t, s, delegateMetric, "foo=bar", 42)
+	// KEDA's metric, forwarded by capscale; KEDA's HPA still scales on it.
+	src.Set(50)
+	waitMetricValue(ctx, t, s, metric.Name, selector, 50)
+	waitReplicas(ctx, t, s, "queue", 5, 2*time.Minute, nil, nil)
 
 	// Given back by the uninstall's restore: marked with the install's
 	// identity, which no restart of its adapter takes back.
@@ -202,9 +224,11 @@ func TestHelmTemplateLeavesForeignAPIService(t *testing.T) {
 	proc.Stop(5 * time.Second)
 	proc = run(delegateFlags)
 	waitLog(proc, "not taking it over again")
-	if got := apiService(); got.Spec.Service.Name != delegateService || string(got.Spec.CABundle) != string(original.Spec.CABundle) {
+	if got := apiService(); got.Spec.Service.Name != stack.KEDAMetricsService || string(got.Spec.CABundle) != string(original.Spec.CABundle) {
 		t.Fatalf("a restarted adapter of the released install took the APIService back: %+v", got.Spec.Service)
 	}
+	src.Set(20)
+	waitMetricValue(ctx, t, s, metric.Name, selector, 20)
 	proc.Stop(5 * time.Second)
 
 	// Nobody's: the adapter registers it, owned by the install's ClusterRole,

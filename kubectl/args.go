@@ -17,6 +17,20 @@ var shortNames = map[string]string{
 	"ds": "daemonsets", "daemonset": "daemonsets",
 }
 
+// shortNamesOf returns kubectl's short names of kinds (deploy, sts, ds), in
+// their order: what a verb's help offers is what it accepts.
+func shortNamesOf(kinds []lifecycle.Kind) []string {
+	var out []string
+	for _, k := range kinds {
+		for short, full := range shortNames {
+			if full == k.Resource() && short != strings.TrimSuffix(full, "s") {
+				out = append(out, short)
+			}
+		}
+	}
+	return out
+}
+
 // parseWorkload reads TYPE/NAME or TYPE NAME, as kubectl does, into a
 // target in namespace ns; TYPE may carry the group (deployments.apps).
 func parseWorkload(args []string, allowed []lifecycle.Kind, ns string) (lifecycle.Target, error) {

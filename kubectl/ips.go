@@ -25,8 +25,7 @@ func newIPsCommand(s *session) *cobra.Command {
 		Use:   "ips [NODE...]",
 		Short: "Underlay IPs per node: capacity, used, free, waiting pods, and a cluster total",
 		Long: `ips reads Nodes and Pods as you and applies the rule every scheduling mode
-applies: a node's capacity is its capscale.io/underlay-ip-capacity annotation,
-else the label of that name, else the default; a bound, unfinished pod holds
+applies: ` + underlay.CapacityRuleText + `; a bound, unfinished pod holds
 its request of capscale.io/underlay-ip. Unbound Pending pods hold nothing and
 are counted as waiting (per node when preemption nominated them there).
 It warns (on stderr, and under "uncounted" in -o json|yaml) about pods in
@@ -81,7 +80,7 @@ It needs list on nodes, pods and namespaces (ClusterRole capscale-kubectl:ips).`
 	f.StringVarP(&o.output, "output", "o", "", "output format: "+strings.Join(reportFormats, ", ")+" (default: a table)")
 	f.BoolVar(&o.noHeaders, "no-headers", false, "table output without the header line")
 	f.Int64Var(&o.defaultCapacity, "default-capacity", capacity.DefaultUnderlayIPCapacity,
-		"capacity of a node with neither annotation nor label: set it to the --default-capacity your capscale components run with")
+		underlay.DefaultCapacityText+": set it to the --default-capacity your capscale components run with")
 	_ = cmd.RegisterFlagCompletionFunc("sort-by", cobra.FixedCompletions(ipreport.SortOrders, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(reportFormats, cobra.ShellCompDirectiveNoFileComp))
 	return cmd

@@ -63,7 +63,7 @@ func (v verb) command(s *session) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:               v.use + " (TYPE/NAME | TYPE NAME)",
 		Short:             v.short,
-		Long:              strings.TrimSpace(v.short + ".\n\n" + v.long + "\n\nTYPE is one of " + strings.Join(resources, ", ") + " (or deploy, sts, ds)."),
+		Long:              strings.TrimSpace(v.short + ".\n\n" + v.long + "\n\nTYPE is one of " + strings.Join(resources, ", ") + " (or " + strings.Join(shortNamesOf(v.kinds), ", ") + ")."),
 		Example:           fmt.Sprintf("  kubectl capscale %s deployment/web -n shop", v.use),
 		Args:              cobra.RangeArgs(1, 2),
 		ValidArgsFunction: s.completeWorkloads(v.kinds),
@@ -129,7 +129,7 @@ func maxFlags(cmd *cobra.Command, o *verbOptions) {
 	cmd.Flags().BoolVar(&o.adjustHPA, "adjust-hpa", false, "widen the bounds of the workload's HPA to include the new count")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the computed maximum and change nothing")
 	cmd.Flags().Int64Var(&o.defaultCapacity, "default-capacity", capacity.DefaultUnderlayIPCapacity,
-		"underlay IP capacity of a node with neither annotation nor label: the --default-capacity your capscale components run with")
+		underlay.DefaultCapacityText+": the --default-capacity your capscale components run with")
 }
 
 // name is how kubectl names a workload: deployment.apps/web.

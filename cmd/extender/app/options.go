@@ -12,6 +12,7 @@ import (
 
 	"github.com/capscale/capscale/extender/wire"
 	"github.com/capscale/capscale/internal/httpserver"
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // Options are the extender's command-line options.
@@ -105,7 +106,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go profiles under /debug/pprof/ on --bind-address (loopback by default); off by default.")
 	fs.StringVar(&o.ProbeBindAddress, "probe-bind-address", o.ProbeBindAddress, "host:port serving only /healthz, /readyz and /metrics (plain HTTP); empty turns it off.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; empty uses the in-cluster config.")
-	fs.Int64Var(&o.DefaultCapacity, "default-capacity", o.DefaultCapacity, "Underlay IP capacity of a node without the capscale.io/underlay-ip-capacity annotation.")
+	fs.Int64Var(&o.DefaultCapacity, "default-capacity", o.DefaultCapacity, "The "+underlay.DefaultCapacityText+".")
 	fs.BoolVar(&o.AwaitCapacitySource, "await-capacity-source", o.AwaitCapacitySource, "Capacity sources are configured (capscale-controller --capacity-sources): a node that carries neither the capscale.io/underlay-ip-capacity annotation nor the mirror's mark (capscale.io/underlay-ip-source-capacity, or capscale.io/underlay-ip-source: none) has not been read yet and counts 0, never the label or --default-capacity. The chart and deploy/capacity-sources set it.")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "x509 certificate file for HTTPS; needs --tls-private-key-file.")
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "Private key file matching --tls-cert-file.")
@@ -118,7 +119,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.BinderID, "binder-id", o.BinderID, "The scheduler this extender binds for. Only extenders with the binder ID that holds the Lease capscale-underlay-binder (in --leader-elect-namespace) bind; any other refuses every bind, so that two schedulers with capscale extenders cannot over-commit a node. Give every replica of one scheduler the same ID, and another scheduler's extender another.")
 	fs.IntVar(&o.MaxProcs, "max-procs", o.MaxProcs, "GOMAXPROCS of the extender: how many threads run Go code at once. 1 spends the least CPU per pod (kube-scheduler calls filter one pod at a time); 0 keeps Go's own choice (the GOMAXPROCS variable, else the container's CPU limit or every core).")
 	nfs := fss.FlagSet("native mode")
-	nfs.BoolVar(&o.PublishCapacity, "publish-capacity", o.PublishCapacity, "Publish every node's underlay-IP capacity (annotation, else label, else --default-capacity) as capscale.io/underlay-ip in Node status.capacity and allocatable, so kube-scheduler counts it itself (native mode); an invalid value publishes the IPs in use there, so nothing new fits and nothing running is evicted; and remove the finalizer capscale.io/underlay-ip-release (deploy/native/release.yaml) from each pod once its node gave its IPs back. Leader-elected: one replica writes.")
+	nfs.BoolVar(&o.PublishCapacity, "publish-capacity", o.PublishCapacity, "Publish every node's underlay-IP capacity ("+underlay.CapacityRuleText+") as capscale.io/underlay-ip in Node status.capacity and allocatable, so kube-scheduler counts it itself (native mode); an invalid value publishes the IPs in use there, so nothing new fits and nothing running is evicted; and remove the finalizer capscale.io/underlay-ip-release (deploy/native/release.yaml) from each pod once its node gave its IPs back. Leader-elected: one replica writes.")
 	nfs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, "Namespace of capscale's Leases: the capacity publisher's (capscale-capacity-publisher) and the binders' (capscale-underlay-binder).")
 	nfs.StringVar(&o.LeaderElectIdentity, "leader-elect-identity", o.LeaderElectIdentity, "This replica's identity in the Lease; empty uses the host name and a random suffix.")
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))

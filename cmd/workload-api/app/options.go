@@ -10,6 +10,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/capscale/capscale/internal/httpserver"
+	"github.com/capscale/capscale/internal/underlay"
 	"github.com/capscale/capscale/workload"
 	"github.com/capscale/capscale/workload/capacity"
 )
@@ -63,7 +64,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.Float32Var(&o.APIServerQPS, "apiserver-qps", o.APIServerQPS, "Calls per second to the apiserver made with callers' tokens, all callers together (a token bucket shared by every request's client).")
 	fs.IntVar(&o.APIServerBurst, "apiserver-burst", o.APIServerBurst, "Burst of --apiserver-qps.")
 	fs.BoolVar(&o.AwaitCapacitySource, "await-capacity-source", o.AwaitCapacitySource, "Capacity sources are configured: a node the capacity-source mirror has not read yet counts 0 underlay IPs (the extender's --await-capacity-source).")
-	fs.Int64Var(&o.DefaultUnderlayIPCapacity, "default-underlay-ip-capacity", o.DefaultUnderlayIPCapacity, "Underlay IP capacity of a node without the capscale.io/underlay-ip-capacity annotation (the extender's --default-capacity).")
+	fs.Int64Var(&o.DefaultUnderlayIPCapacity, "default-underlay-ip-capacity", o.DefaultUnderlayIPCapacity, "The "+underlay.DefaultCapacityText+" (the extender's --default-capacity).")
 
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 	return fss

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // parse runs argv through the real flag sets, as the command does.
@@ -144,4 +146,18 @@ current-context: c
 	if rec.Code != http.StatusOK {
 		t.Errorf("/healthz = %d", rec.Code)
 	}
+}
+
+// TestDefaultCapacityHelp: the flag says which nodes the default is for in
+// the capacity rule's one wording (capacity sources included).
+func TestDefaultCapacityHelp(t *testing.T) {
+	for _, fs := range NewOptions().Flags().FlagSets {
+		if f := fs.Lookup("default-underlay-ip-capacity"); f != nil {
+			if !strings.Contains(f.Usage, underlay.DefaultCapacityText) {
+				t.Errorf("--default-underlay-ip-capacity: %q, want %q", f.Usage, underlay.DefaultCapacityText)
+			}
+			return
+		}
+	}
+	t.Fatal("no --default-underlay-ip-capacity")
 }
