@@ -67,6 +67,13 @@ func TestHelmNativeMode(t *testing.T) {
 		t.Errorf("extender command %v lacks --publish-capacity", c.Command)
 	}
 
+	// The policy that holds the publisher's Node writes to removing the
+	// startup taint comes with the taint permission.
+	vap := objectKey("ValidatingAdmissionPolicy", "", "capscale-publisher-node-writes")
+	if _, ok := r[vap]; !ok {
+		t.Errorf("native mode renders no %s beside the publisher's nodes patch", vap)
+	}
+
 	// The default (extender mode) renders none of it.
 	def, err := helmTemplate(t)
 	if err != nil {
@@ -74,5 +81,8 @@ func TestHelmNativeMode(t *testing.T) {
 	}
 	if _, ok := def[objectKey("ClusterRole", "", "capscale:capacity-publisher")]; ok {
 		t.Error("extender mode renders the publisher's ClusterRole")
+	}
+	if _, ok := def[vap]; ok {
+		t.Error("extender mode renders the publisher's node-writes policy")
 	}
 }
