@@ -44,30 +44,8 @@ var nodeClaims = schema.GroupVersionResource{Group: "karpenter.sh", Version: "v1
 // consolidation removes the nodes once the load leaves without putting a
 // remaining pod over capacity.
 func TestKarpenterNative(t *testing.T) {
-	s := startStack(t, stack.Options{
-		Plane: plane.Options{Nodes: karpenterStaticNodes, Karpenter: true, Logf: t.Logf,
-			NodeShape: plane.NodeShape{CPU: karpenterStaticCPU, Memory: "32Gi", Pods: "110"},
-			Node: func(_ int, n *corev1.Node) {
-				n.Annotations[names.UnderlayIPCapacityAnnotation] = fmt.Sprint(karpenterStaticIPs)
-			}},
-		Native: true,
-	})
-	ctx := testContext(t, 15*time.Minute)
-	dyn, err := dynamic.NewForConfig(s.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := s.Kubectl(ctx, "apply", "-f", filepath.Join(plane.RepoRoot(), "deploy", "examples", "karpenter")); err != nil {
-		t.Fatalf("applying deploy/examples/karpenter: %v\n%s", err, out)
-	}
-	if err := s.WaitKarpenterNodeClass(ctx, "default"); err != nil {
-		t.Fatal(err)
-	}
-	const ns = "grow"
-	if err := s.WaitForNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	w := &growthWatch{s: s, dyn: dyn, ns: ns}
+	ctx, w := startKarpenterStack(t, stack.Options{Native: true}, "")
+	s := w.s
 	staticIPs := karpenterStaticNodes * karpenterStaticIPs
 
 	// 1. IPs run out, CPU does not: 20 pods of one IP and 100m on 8 IPs
@@ -126,6 +104,41 @@ func podNeeds(ips int64, cpu string) corev1.ResourceList {
 	return rl
 }
 
+// startKarpenterStack starts a plane of karpenterStaticNodes with Karpenter
+// and capscale in o's mode, applies deploy/examples/karpenter (then
+// nodePoolPatch, a JSON patch of its NodePool, if any) and returns a
+// context for the test and a watch on namespace grow.
+func startKarpenterStack(t *testing.T, o stack.Options, nodePoolPatch string) (context.Context, *growthWatch) {
+	t.Helper()
+	o.Plane = plane.Options{Nodes: karpenterStaticNodes, Karpenter: true, Logf: t.Logf,
+		NodeShape: plane.NodeShape{CPU: karpenterStaticCPU, Memory: "32Gi", Pods: "110"},
+		Node: func(_ int, n *corev1.Node) {
+			n.Annotations[names.UnderlayIPCapacityAnnotation] = fmt.Sprint(karpenterStaticIPs)
+		}}
+	s := startStack(t, o)
+	ctx := testContext(t, 15*time.Minute)
+	dyn, err := dynamic.NewForConfig(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.Kubectl(ctx, "apply", "-f", filepath.Join(plane.RepoRoot(), "deploy", "examples", "karpenter")); err != nil {
+		t.Fatalf("applying deploy/examples/karpenter: %v\n%s", err, out)
+	}
+	if nodePoolPatch != "" {
+		if out, err := s.Kubectl(ctx, "patch", "nodepool", "underlay", "--type=json", "-p", nodePoolPatch); err != nil {
+			t.Fatalf("patching the NodePool: %v\n%s", err, out)
+		}
+	}
+	if err := s.WaitKarpenterNodeClass(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	const ns = "grow"
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, &growthWatch{s: s, dyn: dyn, ns: ns}
+}
+
 // minNodes is the fewest nodes that hold pods pods, perNode each.
 func minNodes(pods, perNode int) int {
 	if perNode <= 0 {
@@ -140,6 +153,15 @@ type growthWatch struct {
 	s   *stack.Stack
 	dyn dynamic.Interface
 	ns  string
+	// limit bounds each wait; 4 minutes when 0.
+	limit time.Duration
+}
+
+func (w *growthWatch) timeout() time.Duration {
+	if w.limit > 0 {
+		return w.limit
+	}
+	return 4 * time.Minute
 }
 
 type growth struct {
@@ -211,7 +233,7 @@ func (w *growthWatch) grow(ctx context.Context, t *testing.T, app string, replic
 	var first time.Time
 	var g growth
 	var bound, pending int
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, w.timeout(), true, func(ctx context.Context) (bool, error) {
 		b, p, why, _, err := w.poll(ctx, app, reason)
 		if err != nil {
 			return false, err
@@ -257,7 +279,7 @@ func (w *growthWatch) shrink(ctx context.Context, t *testing.T, app string, repl
 	}
 	start := time.Now()
 	var bound, claims int
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, w.timeout(), true, func(ctx context.Context) (bool, error) {
 		b, p, _, c, err := w.poll(ctx, app, "")
 		if err != nil {
 			return false, err

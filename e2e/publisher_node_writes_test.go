@@ -29,25 +29,8 @@ import (
 // removing another taint, adding one, a cordon, a label or an annotation
 // is refused by the policy.
 func TestPublisherNodeWrites(t *testing.T) {
-	p := startPlane(t, plane.Options{Nodes: 1})
-	ctx := testContext(t, 3*time.Minute)
-	if err := p.WaitForNamespace(ctx, stack.Namespace); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"extender/rbac.yaml", "native/rbac.yaml", "native/node-taint.yaml"} {
-		if out, err := p.Kubectl(ctx, "apply", "-f", stack.DeployFile(f)); err != nil {
-			t.Fatalf("applying %s: %v\n%s", f, err, out)
-		}
-	}
-	cfg := rest.CopyConfig(p.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + stack.Namespace + ":capscale-extender",
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + stack.Namespace, "system:authenticated"},
-	}
-	ext, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, p := nodeWritesPlane(t, "extender/rbac.yaml", "native/rbac.yaml", "native/node-taint.yaml")
+	ext := asServiceAccount(t, p, "capscale-extender")
 	node := plane.NodeName(0)
 	setTaints := func(c kubernetes.Interface, dryRun bool, keys ...string) error {
 		var ts []string
@@ -61,7 +44,7 @@ func TestPublisherNodeWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The apiserver loads a policy and its binding asynchronously.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return refusedByPublisherPolicy(setTaints(ext, true)), nil
 	})
 	if err != nil {
@@ -105,4 +88,38 @@ func patchNodeAs(ctx context.Context, c kubernetes.Interface, node string, dryRu
 func refusedByPublisherPolicy(err error) bool {
 	return (apierrors.IsInvalid(err) || apierrors.IsForbidden(err)) &&
 		strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'capscale-publisher-node-writes'")
+}
+
+// asServiceAccount is a client of p that impersonates capscale's
+// ServiceAccount sa (its user and groups), so RBAC and admission judge its
+// writes as they would the component's.
+func asServiceAccount(t *testing.T, p *plane.Plane, sa string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(p.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + stack.Namespace + ":" + sa,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + stack.Namespace, "system:authenticated"},
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// nodeWritesPlane starts a plane of one node with capscale's namespace and
+// deploy/'s files applied, for 3 minutes of test.
+func nodeWritesPlane(t *testing.T, files ...string) (context.Context, *plane.Plane) {
+	t.Helper()
+	p := startPlane(t, plane.Options{Nodes: 1})
+	ctx := testContext(t, 3*time.Minute)
+	if err := p.WaitForNamespace(ctx, stack.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if out, err := p.Kubectl(ctx, "apply", "-f", stack.DeployFile(f)); err != nil {
+			t.Fatalf("applying %s: %v\n%s", f, err, out)
+		}
+	}
+	return ctx, p
 }
