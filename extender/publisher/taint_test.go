@@ -1,11 +1,16 @@
 package publisher
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/internal/underlay"
@@ -87,5 +92,31 @@ func TestTaintPatch(t *testing.T) {
 	}
 	if _, err := p.Apply(doc(read[1:])); err == nil {
 		t.Fatal("the patch applied to taints that changed since they were read")
+	}
+}
+
+// TestPublisherReleasesTheTaint: a node launched with the startup taint and
+// the launching pods' requests in its status gets the rule's capacity, then
+// loses the taint and only it; an invalid one keeps it.
+func TestPublisherReleasesTheTaint(t *testing.T) {
+	launched := tainted(labelled(node(nil, "3", "3"), "8"), "karpenter.sh/disrupted", names.UnderlayIPUnpublishedTaint)
+	launched.Name = "launched"
+	invalid := tainted(labelled(node(nil, "", ""), "x"), names.UnderlayIPUnpublishedTaint)
+	invalid.Name = "invalid"
+	cs := fake.NewClientset(launched, invalid)
+	p, _ := newTestPublisher(t, cs, Options{Rule: underlay.Rule{Default: 10}})
+	defer runTerm(p)()
+	waitPublished(t, cs, "launched", 8)
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "launched", metav1.GetOptions{})
+		return err == nil && len(n.Spec.Taints) == 1 && n.Spec.Taints[0].Key == "karpenter.sh/disrupted", err
+	})
+	if err != nil {
+		t.Fatalf("the startup taint was not removed alone: %v", err)
+	}
+	waitPublished(t, cs, "invalid", 0)
+	n, err := cs.CoreV1().Nodes().Get(context.Background(), "invalid", metav1.GetOptions{})
+	if err != nil || !HasStartupTaint(n) {
+		t.Fatalf("the invalid node lost its startup taint (%v): %+v", err, n.Spec.Taints)
 	}
 }
