@@ -56,6 +56,10 @@ build: ## Build capscale's binaries (extender, metrics-adapter, workload-api, co
 control-plane: ## Build (or link from ~/.cache/capscale) etcd, kube-*, kubectl, the kubelet, kube-proxy and whereabouts (real nodes) and kwok into _output/bin.
 	@bash e2e/tools/build.sh $(BIN) etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kwok whereabouts whereabouts-node-slice-controller
 
+.PHONY: karpenter
+karpenter: ## Build (or link from ~/.cache/capscale) Karpenter with its KWOK cloud provider into _output/bin (local-up KARPENTER=1, the autoscaler tests).
+	@bash e2e/tools/build.sh $(BIN) karpenter
+
 .PHONY: keda
 keda: ## Build (or link from ~/.cache/capscale) KEDA's operator and metrics server, at the version capscale requires, into _output/bin.
 	@bash e2e/tools/build.sh $(BIN) keda-operator keda-adapter
@@ -209,13 +213,16 @@ REAL_NODE_CAPACITY ?= 10
 # SERVICE_NETWORK=1: the real nodes' pods reach Services and the apiserver
 # (kube-proxy and the Service kubernetes; docs/development.md).
 SERVICE_NETWORK ?= 0
+# KARPENTER=1: Karpenter with its KWOK cloud provider grows the plane
+# (deploy/examples/karpenter/; docs/scheduling.md "Growing the cluster").
+KARPENTER ?= 0
 
 .PHONY: local-up
-local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native, REAL_NODES=0, REAL_NODE_CAPACITY=10, SERVICE_NETWORK=0); writes _output/local/{kubeconfig,env}.
+local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) $(if $(filter-out 0,$(KARPENTER)),karpenter deploy-tools) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native, REAL_NODES=0, REAL_NODE_CAPACITY=10, SERVICE_NETWORK=0, KARPENTER=0); writes _output/local/{kubeconfig,env}.
 	$(GO) build -o $(BIN)/localplane ./e2e/cmd/localplane
 	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) --mode $(MODE) \
 	  --real-nodes $(REAL_NODES) --real-node-capacity $(REAL_NODE_CAPACITY) \
-	  $(if $(filter-out 0,$(SERVICE_NETWORK)),--service-network) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
+	  $(if $(filter-out 0,$(SERVICE_NETWORK)),--service-network) $(if $(filter-out 0,$(KARPENTER)),--karpenter) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
 	@echo "source $(OUT)/local/env   # then: kubectl get nodes"
 
 .PHONY: local-down

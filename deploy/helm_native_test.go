@@ -89,14 +89,24 @@ func TestHelmNativeMode(t *testing.T) {
 		}
 	}
 
-	// The default (extender mode) renders none of it.
+	// The policy that holds the publisher's Node writes to removing the
+	// startup taint comes with the taint permission.
+	vap := objectKey("ValidatingAdmissionPolicy", "", "capscale-publisher-node-writes")
+	if _, ok := r[vap]; !ok {
+		t.Errorf("native mode renders no %s beside the publisher's nodes patch", vap)
+	}
+
+	// The default (plugin mode) renders none of it.
 	def, err := helmTemplate(t)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, key := range []string{objectKey("ClusterRole", "", "capscale:capacity-publisher"), objectKey("MutatingAdmissionPolicy", "", "capscale-underlay-ip-release")} {
 		if _, ok := def[key]; ok {
-			t.Errorf("extender mode renders %s", key)
+			t.Errorf("the default mode renders %s", key)
 		}
+	}
+	if _, ok := def[vap]; ok {
+		t.Error("the default mode renders the publisher's node-writes policy")
 	}
 }

@@ -13,10 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
-	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
 	"github.com/capscale/capscale/internal/names"
 )
@@ -28,16 +25,7 @@ import (
 // deploy/ gives it), a taint, a cordon, a label or a foreign annotation is
 // refused by the policy, while capscale's own annotations are written.
 func TestControllerNodeWrites(t *testing.T) {
-	p := startPlane(t, plane.Options{Nodes: 1})
-	ctx := testContext(t, 3*time.Minute)
-	if err := p.WaitForNamespace(ctx, stack.Namespace); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"controller/rbac.yaml", "capacity-sources/rbac.yaml"} {
-		if out, err := p.Kubectl(ctx, "apply", "-f", stack.DeployFile(f)); err != nil {
-			t.Fatalf("applying %s: %v\n%s", f, err, out)
-		}
-	}
+	ctx, p := nodeWritesPlane(t, "controller/rbac.yaml", "capacity-sources/rbac.yaml")
 	ctrl := asServiceAccount(t, p, "capscale-controller")
 	nodes, err := p.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil || len(nodes.Items) == 0 {

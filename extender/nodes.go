@@ -37,7 +37,9 @@ var (
 // CompactNode reduces node to what the ledger and the capacity publisher
 // read: its identity (name, UID and resourceVersion, which an Event's
 // involved object carries), capscale's annotations and label, and
-// capscale.io/underlay-ip in status capacity and allocatable. A real
+// capscale.io/underlay-ip in status capacity and allocatable, and the
+// startup taint capscale.io/underlay-ip-unpublished if the node has it
+// (the publisher removes it). A real
 // node's images, conditions and managedFields make it about 17 KiB, 85 MiB
 // at 5000 nodes; none of it decides capacity.
 func CompactNode(node *v1.Node) *v1.Node {
@@ -47,6 +49,7 @@ func CompactNode(node *v1.Node) *v1.Node {
 			Annotations: keepKeys(node.Annotations, nodeAnnotations),
 			Labels:      keepKeys(node.Labels, nodeLabels),
 		},
+		Spec: v1.NodeSpec{Taints: keepStartupTaint(node.Spec.Taints)},
 		Status: v1.NodeStatus{
 			Capacity:    keepResource(node.Status.Capacity),
 			Allocatable: keepResource(node.Status.Allocatable),
@@ -85,4 +88,15 @@ func keepResource(rl v1.ResourceList) v1.ResourceList {
 		return nil
 	}
 	return v1.ResourceList{underlay.Resource: q.DeepCopy()}
+}
+
+// keepStartupTaint returns taints' capscale.io/underlay-ip-unpublished
+// alone, nil without it.
+func keepStartupTaint(taints []v1.Taint) []v1.Taint {
+	for _, t := range taints {
+		if t.Key == names.UnderlayIPUnpublishedTaint {
+			return []v1.Taint{t}
+		}
+	}
+	return nil
 }

@@ -23,16 +23,9 @@ const unfinished = "status.phase!=Succeeded,status.phase!=Failed"
 // unfinished pod, as the user, a page at a time so that a large cluster
 // costs several small answers rather than one huge one.
 func readCluster(ctx context.Context, c kubernetes.Interface, selector string) ([]*v1.Node, []*v1.Pod, error) {
-	var nodes []*v1.Node
-	np := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return c.CoreV1().Nodes().List(ctx, o)
-	})
-	err := np.EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, func(o runtime.Object) error {
-		nodes = append(nodes, o.(*v1.Node))
-		return nil
-	})
+	nodes, err := listNodes(ctx, c, selector)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing nodes: %w", err)
+		return nil, nil, err
 	}
 	var pods []*v1.Pod
 	pp := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -79,4 +72,21 @@ func warnUncounted(w io.Writer, pods []ipreport.UncountedPod) {
 	}
 	fmt.Fprintf(w, "Warning: %d pods in namespaces labelled %s=true hold an underlay IP that nobody counts (not hostNetwork, no %s request; created before the admission policy?): %s%s. Re-create them (e.g. kubectl rollout restart) so that the policy gives them the request.\n",
 		len(pods), names.UnderlayNamespaceLabel, names.UnderlayIPResource, strings.Join(named, ", "), more)
+}
+
+// listNodes lists the nodes matching selector as the user, a page at a
+// time.
+func listNodes(ctx context.Context, c kubernetes.Interface, selector string) ([]*v1.Node, error) {
+	var nodes []*v1.Node
+	np := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return c.CoreV1().Nodes().List(ctx, o)
+	})
+	err := np.EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, func(o runtime.Object) error {
+		nodes = append(nodes, o.(*v1.Node))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	return nodes, nil
 }

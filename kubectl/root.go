@@ -68,6 +68,7 @@ you: your kubeconfig, context and --as decide what you may do.`,
 	}
 	s.flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(newIPsCommand(s))
+	root.AddCommand(newAutoscalerCommand(s))
 	for _, c := range newVerbCommands(s) {
 		root.AddCommand(c)
 	}

@@ -87,6 +87,11 @@ type Options struct {
 	// them: Services (kube-proxy) and the apiserver through the Service
 	// "kubernetes" (realnode_services.go).
 	ServiceNetwork bool
+	// Karpenter starts Karpenter with its KWOK cloud provider once the
+	// nodes are up (karpenter.go; `make karpenter deploy-tools`): its
+	// CRDs, its chart's RBAC and the process as its own ServiceAccount.
+	// The test brings the KWOKNodeClass, NodePools and NodeOverlays.
+	Karpenter bool
 	// Detach leaves the processes running when this process exits
 	// (`make local-up`); Stop or StopPid ends them.
 	Detach bool
@@ -118,6 +123,8 @@ type Plane struct {
 	Client   kubernetes.Interface
 	// RealNodes are the running real nodes (Options.RealNodes).
 	RealNodes []*RealNode
+	// Karpenter is the Karpenter process (Options.Karpenter), nil without.
+	Karpenter *Process
 
 	logDir string
 	mu     sync.Mutex
@@ -220,6 +227,12 @@ func Start(ctx context.Context, o Options) (p *Plane, err error) {
 	}
 	if err = p.waitDefaultServiceAccount(ctx, metav1.NamespaceDefault); err != nil {
 		return p, err
+	}
+	if o.Karpenter {
+		o.Logf("starting Karpenter (kwok provider)")
+		if p.Karpenter, err = p.StartKarpenter(ctx); err != nil {
+			return p, err
+		}
 	}
 	o.Logf("control plane ready in %s", dir)
 	return p, nil

@@ -281,8 +281,12 @@ func (s *Stack) startExtender(ctx context.Context) error {
 		return err
 	}
 	if s.Opts.Native {
-		if _, err := s.Kubectl(ctx, "apply", "-f", DeployFile("native/rbac.yaml")); err != nil {
-			return err
+		// The publisher's RBAC, and the policy that holds its Node writes
+		// to removing the startup taint.
+		for _, f := range []string{"native/rbac.yaml", "native/node-taint.yaml"} {
+			if _, err := s.Kubectl(ctx, "apply", "-f", DeployFile(f)); err != nil {
+				return err
+			}
 		}
 		// The release finalizer, as the chart installs it in native mode,
 		// where a kubelet ends the pods: kwok's stages delete a pod

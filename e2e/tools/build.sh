@@ -4,8 +4,9 @@
 # Builds the tools capscale's checks and the demo run — etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl, the kubelet and kube-proxy (real nodes),
 # kwok, helm, KEDA's
-# operator and metrics server, and whereabouts' CNI IPAM plugin and node-slice
-# controller (real nodes with IPAM=whereabouts); all of them
+# operator and metrics server, whereabouts' CNI IPAM plugin and node-slice
+# controller (real nodes with IPAM=whereabouts), and Karpenter with its KWOK
+# cloud provider (the autoscaler tests); all of them
 # unless TOOLs are named — from the Go module proxy, caches each tool module's
 # binaries under ~/.cache/capscale keyed by its pinned versions, and links
 # them into OUTPUT_DIR (with kwok's stage definitions when kwok is named). A
@@ -17,7 +18,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: build.sh OUTPUT_DIR [TOOL...]}
 shift
-all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy keda-operator keda-adapter whereabouts whereabouts-node-slice-controller)
+all=(etcd kwok helm kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy keda-operator keda-adapter whereabouts whereabouts-node-slice-controller karpenter)
 tools=("$@")
 # CAPSCALE_K8S=1.MINOR builds the control plane of an older minor, and
 # capscale-scheduler for it, from e2e/tools/k8s-1.MINOR (hack/compat/genmodule.sh;
@@ -125,6 +126,10 @@ build keda keda-operator=github.com/kedacore/keda/v2/cmd/operator keda-adapter=g
 # (its CNI plugin is its cmd package, hence the name given here).
 build whereabouts whereabouts=github.com/k8snetworkplumbingwg/whereabouts/cmd \
   whereabouts-node-slice-controller=github.com/k8snetworkplumbingwg/whereabouts/cmd/nodeslicecontroller
+# Karpenter with its KWOK cloud provider (its module's kwok/ main package),
+# the node autoscaler of the autoscaler tests (e2e/tools/karpenter/go.mod says
+# why this version).
+build karpenter karpenter=sigs.k8s.io/karpenter/kwok
 build k8s kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
   kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl \

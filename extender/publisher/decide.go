@@ -15,6 +15,7 @@
 package publisher
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -76,7 +77,10 @@ func Decide(node *v1.Node, rule underlay.Rule, inUse, drawn int64) Decision {
 	}
 	cur, has := node.Status.Capacity[underlay.Resource]
 	_, marked := node.Annotations[PublishedAnnotation]
-	if has && !marked {
+	// A node launched with the startup taint waits for capscale's
+	// capacity, whatever its status says at creation (Karpenter's KWOK
+	// provider copies the launching pods' requests there).
+	if has && !marked && !HasStartupTaint(node) {
 		d.Foreign = fmt.Sprintf("node advertises %s=%s, which capscale did not publish (a device plugin or another writer owns it); leaving it alone", names.UnderlayIPResource, cur.String())
 		return d
 	}
@@ -113,4 +117,48 @@ func withheld(want int64, r underlay.IPAMReport, pods, inUse int64) int64 {
 		return want
 	}
 	return max(want-beyond, min(max(inUse, 0), want))
+}
+
+// StartupTaint is the taint a node autoscaler launches a node with until
+// its capacity is published (names.UnderlayIPUnpublishedTaint).
+const StartupTaint = names.UnderlayIPUnpublishedTaint
+
+// HasStartupTaint reports whether node carries StartupTaint.
+func HasStartupTaint(node *v1.Node) bool {
+	for _, t := range node.Spec.Taints {
+		if t.Key == StartupTaint {
+			return true
+		}
+	}
+	return false
+}
+
+// ReleaseTaint reports whether the publisher removes node's startup taint
+// once d is in its status: only when d publishes the rule's valid capacity.
+// An invalid value (a capacity source not read yet among them) keeps it, so
+// the autoscaler keeps counting the node as coming rather than as a node
+// with no room.
+func ReleaseTaint(node *v1.Node, d Decision) bool {
+	return HasStartupTaint(node) && d.Invalid == "" && d.Foreign == ""
+}
+
+// WithoutStartupTaint is taints less StartupTaint, in order.
+func WithoutStartupTaint(taints []v1.Taint) []v1.Taint {
+	out := make([]v1.Taint, 0, len(taints))
+	for _, t := range taints {
+		if t.Key != StartupTaint {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// TaintPatch is the JSON patch that removes StartupTaint from a node whose
+// taints are taints: its test fails (a conflict, retried) if another
+// writer (the autoscaler's own registration) changed them meanwhile.
+func TaintPatch(taints []v1.Taint) ([]byte, error) {
+	return json.Marshal([]map[string]any{
+		{"op": "test", "path": "/spec/taints", "value": taints},
+		{"op": "replace", "path": "/spec/taints", "value": WithoutStartupTaint(taints)},
+	})
 }

@@ -75,6 +75,7 @@ type Publisher struct {
 	term atomic.Pointer[term]
 
 	patches *prometheus.CounterVec
+	taints  *prometheus.CounterVec
 	states  *prometheus.GaugeVec
 
 	mu sync.Mutex
@@ -100,7 +101,7 @@ type term struct {
 
 // New returns a publisher fed by informer. Of a Node it reads only the name,
 // UID and resourceVersion, capscale's annotations and label and the underlay
-// resource in status, so the informer may cache extender.CompactNode's
+// resource in status and the startup taint, so the informer may cache extender.CompactNode's
 // reduced Nodes; reading more needs that changed too.
 func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Options) (*Publisher, error) {
 	const ns, sub = "capscale", "extender"
@@ -116,6 +117,10 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "capacity_patches_total",
 			Help: "Node status patches that publish underlay-IP capacity, by result (ok, error).",
+		}, []string{"result"}),
+		taints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "startup_taint_removals_total",
+			Help: "Removals of the startup taint capscale.io/underlay-ip-unpublished from Nodes whose capacity was published, by result (ok, error).",
 		}, []string{"result"}),
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "capacity_nodes",
@@ -135,7 +140,7 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 		p.recheck = DefaultRecheckInterval
 	}
 	if r := o.Registerer; r != nil {
-		for _, c := range []prometheus.Collector{p.patches, p.states} {
+		for _, c := range []prometheus.Collector{p.patches, p.taints, p.states} {
 			if err := r.Register(c); err != nil {
 				return nil, fmt.Errorf("registering the publisher's metrics: %w", err)
 			}
@@ -165,7 +170,8 @@ func apiRecorder(client kubernetes.Interface) func(context.Context) (record.Even
 }
 
 // relevantChange skips the many node updates (heartbeats, conditions) that
-// change neither the annotations, the labels nor our resource.
+// change neither the annotations, the labels, our resource nor whether the
+// node carries the startup taint.
 func relevantChange(old, cur any) bool {
 	o, ok1 := old.(*v1.Node)
 	n, ok2 := cur.(*v1.Node)
@@ -174,6 +180,7 @@ func relevantChange(old, cur any) bool {
 	}
 	return !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
 		o.Labels[names.UnderlayIPCapacityLabel] != n.Labels[names.UnderlayIPCapacityLabel] ||
+		HasStartupTaint(o) != HasStartupTaint(n) ||
 		!equality.Semantic.DeepEqual(o.Status.Capacity[underlay.Resource], n.Status.Capacity[underlay.Resource]) ||
 		!equality.Semantic.DeepEqual(o.Status.Allocatable[underlay.Resource], n.Status.Allocatable[underlay.Resource])
 }
@@ -304,6 +311,9 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 	}
 	if d.Invalid == "" {
 		p.setState(name, nodeState{state: statePublished})
+		if ReleaseTaint(node, d) {
+			return p.releaseTaint(ctx, name)
+		}
 		return nil
 	}
 	// Once per invalid value: the IPs in use may move under it.
@@ -344,4 +354,29 @@ func (p *Publisher) setWithholding(node string, w bool) {
 	} else {
 		delete(p.withholding, node)
 	}
+}
+
+// releaseTaint removes the startup taint from node name, whose capacity is
+// now in its status. The informer's Node holds only capscale's taint, so
+// the node's taints are read from the API, and the patch tests them: a
+// conflict with another writer is an error, and the retry reads again.
+func (p *Publisher) releaseTaint(ctx context.Context, name string) error {
+	node, err := p.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting node %s to remove taint %s: %w", name, StartupTaint, err)
+	}
+	if !HasStartupTaint(node) {
+		return nil
+	}
+	patch, err := TaintPatch(node.Spec.Taints)
+	if err != nil {
+		return fmt.Errorf("encoding the patch that removes taint %s from node %s: %w", StartupTaint, name, err)
+	}
+	if _, err := p.client.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "capscale-capacity-publisher"}); err != nil {
+		p.taints.WithLabelValues("error").Inc()
+		return fmt.Errorf("removing taint %s from node %s: %w", StartupTaint, name, err)
+	}
+	p.taints.WithLabelValues("ok").Inc()
+	klog.InfoS("Removed the startup taint: underlay-IP capacity published", "node", klog.KRef("", name), "taint", StartupTaint)
+	return nil
 }

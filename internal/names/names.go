@@ -30,6 +30,14 @@ const (
 	// (namespace/name for a namespaced object): for display and Events
 	// only, never parsed by the rule.
 	UnderlayIPSourceAnnotation = "capscale.io/underlay-ip-source"
+	// UnderlayIPUnpublishedTaint is the startup taint (NoSchedule) a node
+	// autoscaler puts on the nodes it launches (Karpenter: a NodePool's
+	// startupTaints): the node's underlay-IP capacity is not in its status
+	// yet, so the autoscaler counts the node as coming, not as full. Native
+	// mode's publisher removes it once it has published the node's valid
+	// capacity, and a node that carries it is capscale's to publish even if
+	// its status already advertises the resource.
+	UnderlayIPUnpublishedTaint = "capscale.io/underlay-ip-unpublished"
 )
 
 const (

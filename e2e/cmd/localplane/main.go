@@ -79,6 +79,7 @@ func up(args []string) error {
 	realNodes := fs.Int("real-nodes", 0, "number of real nodes (kubelet, containerd, CNI bridge; needs root and make deps)")
 	serviceNetwork := fs.Bool("service-network", false, "give the real nodes' pods Services and the apiserver: kube-proxy (nftables, its own tables) and the Service kubernetes (docs/development.md)")
 	realCapacity := fs.Int("real-node-capacity", plane.DefaultRealNodeCapacity, "pod IPs of each real node: its IPAM range and its capscale.io/underlay-ip-capacity label (1..253)")
+	karpenter := fs.Bool("karpenter", false, "start Karpenter with its KWOK cloud provider and apply deploy/examples/karpenter/ (make karpenter deploy-tools; docs/scheduling.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -124,6 +125,7 @@ func up(args []string) error {
 		Plane: plane.Options{
 			Dir: filepath.Join(dir, "plane"), BinDir: binDir, Nodes: *nodes, Detach: true, Logf: logf,
 			RealNodes: *realNodes, RealNodeCapacity: *realCapacity, ServiceNetwork: *serviceNetwork,
+			Karpenter: *karpenter,
 			// Short enough for the demo to show the HPA acting; the default is 15s.
 			HPASyncPeriod: 5 * time.Second,
 		},
@@ -142,6 +144,14 @@ func up(args []string) error {
 			// controller's Node writes held to its annotations.
 			if err := s.ApplyDefaultPolicies(ctx); err != nil {
 				return err
+			}
+			if *karpenter {
+				// A NodePool (startup taint, capacity label) and the
+				// NodeOverlay of its IP budget, for Karpenter to grow the
+				// plane with (docs/scheduling.md "Growing the cluster").
+				if _, err := s.Kubectl(ctx, "apply", "-f", filepath.Join(plane.RepoRoot(), "deploy", "examples", "karpenter")); err != nil {
+					return err
+				}
 			}
 			if *adapterConfig != "" {
 				return nil
