@@ -9,12 +9,10 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
@@ -45,7 +43,7 @@ func TestPublisherNodeWrites(t *testing.T) {
 	}
 	// The apiserver loads a policy and its binding asynchronously.
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return refusedByPublisherPolicy(setTaints(ext, true)), nil
+		return refusedBy(setTaints(ext, true), "capscale-publisher-node-writes"), nil
 	})
 	if err != nil {
 		t.Fatalf("the policy never refused removing every taint: %v", setTaints(ext, true))
@@ -57,7 +55,7 @@ func TestPublisherNodeWrites(t *testing.T) {
 		{"label", `{"metadata":{"labels":{"e2e/relabelled":"yes"}}}`},
 		{"capacity annotation", fmt.Sprintf(`{"metadata":{"annotations":{%q:"64"}}}`, names.UnderlayIPCapacityAnnotation)},
 	} {
-		if err := patchNodeAs(ctx, ext, node, false, tc.body); !refusedByPublisherPolicy(err) {
+		if err := patchNodeAs(ctx, ext, node, false, tc.body); !refusedBy(err, "capscale-publisher-node-writes") {
 			t.Errorf("%s by the publisher: %v, want the policy's refusal", tc.name, err)
 		}
 	}
@@ -81,30 +79,6 @@ func patchNodeAs(ctx context.Context, c kubernetes.Interface, node string, dryRu
 	}
 	_, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), o)
 	return err
-}
-
-// refusedByPublisherPolicy reports whether err is
-// capscale-publisher-node-writes' refusal, not RBAC's.
-func refusedByPublisherPolicy(err error) bool {
-	return (apierrors.IsInvalid(err) || apierrors.IsForbidden(err)) &&
-		strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'capscale-publisher-node-writes'")
-}
-
-// asServiceAccount is a client of p that impersonates capscale's
-// ServiceAccount sa (its user and groups), so RBAC and admission judge its
-// writes as they would the component's.
-func asServiceAccount(t *testing.T, p *plane.Plane, sa string) kubernetes.Interface {
-	t.Helper()
-	cfg := rest.CopyConfig(p.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + stack.Namespace + ":" + sa,
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + stack.Namespace, "system:authenticated"},
-	}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // nodeWritesPlane starts a plane of one node with capscale's namespace and
