@@ -134,7 +134,7 @@ release-chart: deploy-tools ## Package the Helm chart as capscale-$(RELEASE_VERS
 	$(if $(REGISTRY),$(BIN)/helm push $(OUT)/release/capscale-$(RELEASE_VERSION:v%=%).tgz oci://$(REGISTRY)/charts $(if $(filter true,$(REGISTRY_INSECURE)),--plain-http))
 
 .PHONY: e2e
-e2e: deps control-plane keda ## End-to-end tests against a real local control plane.
+e2e: deps control-plane keda karpenter deploy-tools ## End-to-end tests against a real local control plane (Karpenter and helm for the autoscaler tests).
 	CAPSCALE_BIN_DIR=$(abspath $(BIN)) bash hack/e2e.sh $(E2E_FLAGS)
 
 # The compatibility matrix (issue 44), outside make test: each minor's
