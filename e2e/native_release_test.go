@@ -39,11 +39,14 @@ func TestNativeReleasePolicies(t *testing.T) {
 			t.Fatalf("applying %s: %v\n%s", f, err, out)
 		}
 	}
-	for _, ns := range []*corev1.Namespace{
-		{ObjectMeta: metav1.ObjectMeta{Name: "plain"}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "marked", Labels: map[string]string{names.UnderlayNamespaceLabel: "true"}}},
-	} {
-		if _, err := p.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+	marked := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "marked", Labels: map[string]string{names.UnderlayNamespaceLabel: "true"}}}
+	if _, err := p.Client.CoreV1().Namespaces().Create(ctx, marked, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A pod is admitted only once its namespace's default ServiceAccount
+	// exists, which kube-controller-manager makes in its own time.
+	for _, ns := range []string{"plain", "marked"} {
+		if err := p.WaitForNamespace(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,12 +59,14 @@ func TestNativeReleasePolicies(t *testing.T) {
 		return q
 	}
 	// The apiserver loads policies asynchronously: wait for both, on dry runs.
+	var probe *corev1.Pod
+	var last error
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := p.Client.CoreV1().Pods("marked").Create(ctx, pod("marked", "probe", 0), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && slices.Contains(got.Finalizers, names.UnderlayIPReleaseFinalizer), nil
+		probe, last = p.Client.CoreV1().Pods("marked").Create(ctx, pod("marked", "probe", 0), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last == nil && slices.Contains(probe.Finalizers, names.UnderlayIPReleaseFinalizer), nil
 	})
 	if err != nil {
-		t.Fatalf("the release policy never gave a marked pod its finalizer: %v", err)
+		t.Fatalf("the release policy never gave a marked pod its finalizer: %v (last create: %v, %+v)", err, last, probe)
 	}
 
 	for _, q := range []*corev1.Pod{
