@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
@@ -171,18 +172,7 @@ func TestAdapterDelegation(t *testing.T) {
 	if err := s.WaitForNamespace(ctx, adapterNS); err != nil {
 		t.Fatal(err)
 	}
-	ac, err := aggregator.NewForConfig(s.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiService := func() *apiregv1.APIService {
-		t.Helper()
-		a, err := ac.ApiregistrationV1().APIServices().Get(ctx, "v1beta1.external.metrics.k8s.io", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	_, apiService := externalMetricsAPIServiceOf(ctx, t, s.Config)
 
 	// 1. The test-adapter owns the APIService; an HPA scales on its metric.
 	ta, err := s.StartTestAdapter(ctx, stack.TestAdapterBin(capscaleBin), delegateNS, delegateService)
@@ -299,4 +289,22 @@ func TestAdapterDelegation(t *testing.T) {
 	}
 	setDelegateTarget(ctx, t, s, "queue", 42)
 	waitReplicas(ctx, t, s, "queue", 1, time.Minute, nil, nil)
+}
+
+// externalMetricsAPIServiceOf is an aggregator client of cfg and a getter of
+// v1beta1.external.metrics.k8s.io that fails t when the Get does.
+func externalMetricsAPIServiceOf(ctx context.Context, t *testing.T, cfg *rest.Config) (aggregator.Interface, func() *apiregv1.APIService) {
+	t.Helper()
+	ac, err := aggregator.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ac, func() *apiregv1.APIService {
+		t.Helper()
+		a, err := ac.ApiregistrationV1().APIServices().Get(ctx, externalMetricsAPIService, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
 }

@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
-	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"sigs.k8s.io/yaml"
 
 	"github.com/capscale/capscale/e2e/loadsource"
@@ -45,18 +44,7 @@ func TestHelmTemplateLeavesForeignAPIService(t *testing.T) {
 	if err := s.WaitForNamespace(ctx, adapterNS); err != nil {
 		t.Fatal(err)
 	}
-	ac, err := aggregator.NewForConfig(s.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiService := func() *apiregv1.APIService {
-		t.Helper()
-		a, err := ac.ApiregistrationV1().APIServices().Get(ctx, externalMetricsAPIService, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	ac, apiService := externalMetricsAPIServiceOf(ctx, t, s.Config)
 	if _, err := s.StartKEDA(ctx, kedaBinDir(t, s), stack.KEDAOptions{}); err != nil {
 		t.Fatalf("starting KEDA: %v", err)
 	}
