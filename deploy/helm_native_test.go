@@ -4,6 +4,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -13,10 +14,10 @@ import (
 )
 
 // TestHelmNativeMode: extender.mode=native renders deploy/native's RBAC,
-// scheduler profile and release finalizer policies, and turns the publisher
-// on in the extender sidecar.
+// scheduler profile and (with extender.releaseFinalizer) release finalizer
+// policies, and turns the publisher on in the extender sidecar.
 func TestHelmNativeMode(t *testing.T) {
-	r, err := helmTemplate(t, "--set", "extender.mode=native")
+	r, err := helmTemplate(t, "--set", "extender.mode=native", "--set", "extender.releaseFinalizer=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,5 +109,33 @@ func TestHelmNativeMode(t *testing.T) {
 	}
 	if _, ok := def[vap]; ok {
 		t.Error("the default mode renders the publisher's node-writes policy")
+	}
+}
+
+// TestHelmReleaseFinalizerOptIn: native mode's release finalizer stays out
+// of a default native install (while no publisher runs it would hold every
+// deleted pod, so `helm uninstall` would leave namespaces Terminating), and
+// so does the publisher's pods patch; asked for outside native mode, the
+// render fails saying why.
+func TestHelmReleaseFinalizerOptIn(t *testing.T) {
+	r, err := helmTemplate(t, "--set", "extender.mode=native")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{objectKey("MutatingAdmissionPolicy", "", "capscale-underlay-ip-release"), objectKey("ValidatingAdmissionPolicy", "", "capscale-extender-pod-writes")} {
+		if _, ok := r[key]; ok {
+			t.Errorf("a default native install renders %s", key)
+		}
+	}
+	for _, rule := range get[*rbacv1.ClusterRole](t, r, objectKey("ClusterRole", "", "capscale:capacity-publisher")).Rules {
+		if slices.Contains(rule.Resources, "pods") {
+			t.Errorf("a default native install lets the publisher %v pods", rule.Verbs)
+		}
+	}
+	for _, mode := range []string{"extender", "plugin"} {
+		_, err := helmTemplate(t, "--set", "extender.mode="+mode, "--set", "extender.releaseFinalizer=true")
+		if err == nil || !strings.Contains(err.Error(), "extender.releaseFinalizer is native mode's") {
+			t.Errorf("%s mode with extender.releaseFinalizer: err %v, want the render to refuse", mode, err)
+		}
 	}
 }
