@@ -4,18 +4,14 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
@@ -99,25 +95,5 @@ func TestCapacitySourceUsed(t *testing.T) {
 // native mode, publishes allocatable.
 func waitUsed(ctx context.Context, t *testing.T, s *stack.Stack, node, used string, allocatable int64) {
 	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		n, err := s.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		v := n.Annotations[names.UnderlayIPSourceUsedAnnotation]
-		last = fmt.Sprintf("used %q, capacity %q", v, n.Annotations[names.UnderlayIPSourceCapacityAnnotation])
-		if v != used {
-			return false, nil
-		}
-		if s.Opts.Native {
-			a := n.Status.Allocatable[corev1.ResourceName(names.UnderlayIPResource)]
-			last += fmt.Sprintf(", allocatable %s want %d", a.String(), allocatable)
-			return a.Value() == allocatable, nil
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("node %s: %s: %v", node, last, err)
-	}
+	waitNodeAnnotation(ctx, t, s, node, names.UnderlayIPSourceUsedAnnotation, func(v string) bool { return v == used }, allocatable)
 }

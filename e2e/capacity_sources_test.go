@@ -256,14 +256,21 @@ func deleteObject(ctx context.Context, t *testing.T, s *stack.Stack, gvr schema.
 // an invalid value, inUse).
 func waitMirrored(ctx context.Context, t *testing.T, s *stack.Stack, node string, ok func(v string) bool, published int64) {
 	t.Helper()
+	waitNodeAnnotation(ctx, t, s, node, names.UnderlayIPSourceCapacityAnnotation, ok, published)
+}
+
+// waitNodeAnnotation waits until node's annotation key satisfies ok and, in
+// native mode, until its allocatable is published.
+func waitNodeAnnotation(ctx context.Context, t *testing.T, s *stack.Stack, node, key string, ok func(v string) bool, published int64) {
+	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		n, err := s.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		v := n.Annotations[names.UnderlayIPSourceCapacityAnnotation]
-		last = fmt.Sprintf("value %q, origin %q", v, n.Annotations[names.UnderlayIPSourceAnnotation])
+		v := n.Annotations[key]
+		last = fmt.Sprintf("%s %q, capacity %q, origin %q", key, v, n.Annotations[names.UnderlayIPSourceCapacityAnnotation], n.Annotations[names.UnderlayIPSourceAnnotation])
 		if !ok(v) {
 			return false, nil
 		}
