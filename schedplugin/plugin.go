@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -33,11 +34,16 @@ type Plugin struct {
 	// holds are force-deleted pods' IPs their nodes may still hold
 	// (holds.go); nil without the handle's informers.
 	holds *holds
+	// pods and nodeInfos are the handle's pod lister and snapshot, which
+	// PostFilter reads (postfilter.go); nil without the handle's informers.
+	pods      corelisters.PodLister
+	nodeInfos nodeInfoGetter
 }
 
 var (
 	_ fwk.PreFilterPlugin   = (*Plugin)(nil)
 	_ fwk.FilterPlugin      = (*Plugin)(nil)
+	_ fwk.PostFilterPlugin  = (*Plugin)(nil)
 	_ fwk.PreScorePlugin    = (*Plugin)(nil)
 	_ fwk.ScorePlugin       = (*Plugin)(nil)
 	_ fwk.ScoreExtensions   = (*Plugin)(nil)
@@ -57,6 +63,7 @@ func New(_ context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, erro
 	if pl.holds, err = newHoldsFor(fh, pl.drawsAll.Load); err != nil {
 		return nil, fmt.Errorf("%s: following pod deletions: %w", Name, err)
 	}
+	pl.postFilterInputs(fh)
 	return pl, nil
 }
 

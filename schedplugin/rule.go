@@ -58,6 +58,13 @@ func fit(need int64, c underlay.Capacity, used int64) verdict {
 	return verdict{code: fwk.Success}
 }
 
+// heldOnly: need would fit the node of capacity c but for the IPs held for
+// force-deleted pods (held), which come back by themselves when their holds
+// end. With an IPAM report the holds are not charged (underlay.Charged).
+func heldOnly(need int64, c underlay.Capacity, pods, held int64) bool {
+	return held > 0 && !c.IPAM.Reported && fit(need, c, underlay.Charged(pods, 0, c.IPAM)).code == fwk.Success
+}
+
 // freeIPs is the node's score before normalisation: the count of IPs left,
 // never negative.
 func freeIPs(c underlay.Capacity, used int64) int64 {
