@@ -31,6 +31,13 @@ func underlayPod(ns, name, group string) *corev1.Pod {
 	}
 }
 
+// gracefulPod is p with the API's default grace: a delete of it is graceful,
+// and its node (kwok, as the kubelet) makes it terminal before it goes.
+func gracefulPod(p *corev1.Pod) *corev1.Pod {
+	p.Spec.TerminationGracePeriodSeconds = nil
+	return p
+}
+
 func createPods(ctx context.Context, t *testing.T, s *stack.Stack, pods ...*corev1.Pod) {
 	t.Helper()
 	var wg sync.WaitGroup
@@ -116,6 +123,11 @@ func waitBoundWithin(ctx context.Context, t *testing.T, s *stack.Stack, ns strin
 // freedIPReuse is issue 19's scenario: two nodes of capacity 2, four bound
 // pods and one waiting; 20 times over, delete a bound pod and expect the
 // waiting one bound within 5 s, then put a new waiting pod back.
+//
+// The deletes are graceful and the pods end as the kubelet ends them
+// (kwok's stages, e2e/tools/kwok/kubelet-delete.yaml): terminal, then gone.
+// That is when an IP is free. A force-deleted pod's IP is held for 7 s
+// (docs/scheduling.md "When is an IP free again"; TestRealNodeForceDelete).
 func freedIPReuse(t *testing.T, s *stack.Stack) {
 	ctx := testContext(t, 6*time.Minute)
 	const ns = "reuse"
@@ -125,7 +137,7 @@ func freedIPReuse(t *testing.T, s *stack.Stack) {
 	capacity := map[string]int{plane.NodeName(0): 2, plane.NodeName(1): 2}
 	var first []*corev1.Pod
 	for i := range 4 {
-		first = append(first, underlayPod(ns, fmt.Sprintf("held-%d", i), "reuse"))
+		first = append(first, gracefulPod(underlayPod(ns, fmt.Sprintf("held-%d", i), "reuse")))
 	}
 	createPods(ctx, t, s, first...)
 	waitBoundWithin(ctx, t, s, ns, capacity, 4, time.Minute)
@@ -134,7 +146,7 @@ func freedIPReuse(t *testing.T, s *stack.Stack) {
 	// it, and must still reach wait-0 at once.
 	createPods(ctx, t, s, underlayPod(ns, "gone", "reuse"))
 	waitRejected(ctx, t, s, ns, "gone")
-	createPods(ctx, t, s, underlayPod(ns, "wait-0", "reuse"))
+	createPods(ctx, t, s, gracefulPod(underlayPod(ns, "wait-0", "reuse")))
 	waitRejected(ctx, t, s, ns, "wait-0")
 	if err := s.Client.CoreV1().Pods(ns).Delete(ctx, "gone", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
@@ -147,13 +159,13 @@ func freedIPReuse(t *testing.T, s *stack.Stack) {
 			t.Fatalf("round %d: bound %v, %v; want 4", round, bound, err)
 		}
 		victim := bound[round%len(bound)]
-		if err := s.Client.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		if err := s.Client.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		took := waitBoundWithin(ctx, t, s, ns, capacity, 4, 5*time.Second)
 		worst = max(worst, took)
 		next := fmt.Sprintf("wait-%d", round+1)
-		createPods(ctx, t, s, underlayPod(ns, next, "reuse"))
+		createPods(ctx, t, s, gracefulPod(underlayPod(ns, next, "reuse")))
 		waitRejected(ctx, t, s, ns, next)
 	}
 	t.Logf("20 freed IPs reused, slowest after %s", worst.Round(time.Millisecond))

@@ -136,16 +136,19 @@ build k8s kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
   kubelet=k8s.io/kubernetes/cmd/kubelet kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
 
 # kwok's standalone binary has no behaviour of its own: give it the "fast"
-# stages its module ships (nodes Ready with lease heartbeats, pods Running).
+# stages its module ships (nodes Ready with lease heartbeats, pods Running),
+# and capscale's for a deleted pod (kwok/kubelet-delete.yaml says why).
 if wanted kwok; then
   kwokdir=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
   stages="$out/kwok-stages.yaml.tmp"
   : >"$stages"
   for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
-           pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+           pod/fast/pod-ready pod/fast/pod-complete; do
     cat "$kwokdir/kustomize/stage/$f.yaml" >>"$stages"
     printf '\n---\n' >>"$stages"
   done
+  # A deleted pod ends as the kubelet ends it: terminal first, then gone.
+  cat "$here/kwok/kubelet-delete.yaml" >>"$stages"
   mv "$stages" "$out/kwok-stages.yaml"
 fi
 echo "${tools[*]} ready in $out" >&2
