@@ -33,17 +33,7 @@ func TestModeSwitch(t *testing.T) {
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	scale := func(n int32) {
-		t.Helper()
-		sc, err := s.Client.AppsV1().Deployments(ns).GetScale(ctx, "app", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc.Spec.Replicas = n
-		if _, err := s.Client.AppsV1().Deployments(ns).UpdateScale(ctx, "app", sc, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scale := func(n int32) { t.Helper(); scaleDeployment(ctx, t, s, ns, "app", n) }
 	// Extender mode: 20 pods on 18 IPs.
 	if _, err := s.Client.AppsV1().Deployments(ns).Create(ctx, SimpleDeployment(ns, "app", 20, underlayRequest(1)), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -132,22 +122,7 @@ func TestModeSwitchPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	watch := watchOverCommit(ctx, s, ns, capacity)
-	// The Deployment controller writes the object too: retry a conflict.
-	scale := func(n int32) {
-		t.Helper()
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			sc, err := s.Client.AppsV1().Deployments(ns).GetScale(ctx, "app", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			sc.Spec.Replicas = n
-			_, err = s.Client.AppsV1().Deployments(ns).UpdateScale(ctx, "app", sc, metav1.UpdateOptions{})
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	scale := func(n int32) { t.Helper(); scaleDeployment(ctx, t, s, ns, "app", n) }
 	read := func(rel string) string {
 		t.Helper()
 		b, err := os.ReadFile(stack.DeployFile(rel))
@@ -216,4 +191,22 @@ func TestModeSwitchPlugin(t *testing.T) {
 	waitUnderlay(ctx, t, s, ns, capacity, 18, 2)
 	assertNeverOver(ctx, t, s, ns, capacity, 3*time.Second)
 	watch.check(t)
+}
+
+// scaleDeployment sets ns/name's replicas through its scale subresource.
+// The Deployment controller writes the object too: a conflict is retried.
+func scaleDeployment(ctx context.Context, t *testing.T, s *stack.Stack, ns, name string, n int32) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sc, err := s.Client.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		sc.Spec.Replicas = n
+		_, err = s.Client.AppsV1().Deployments(ns).UpdateScale(ctx, name, sc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("scaling %s/%s to %d: %v", ns, name, n, err)
+	}
 }
