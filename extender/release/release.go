@@ -40,6 +40,10 @@ import (
 // Finalizer is the finalizer the releaser removes.
 const Finalizer = names.UnderlayIPReleaseFinalizer
 
+// Policy names the MutatingAdmissionPolicy that puts Finalizer on pods,
+// and its binding (deploy/native/release.yaml).
+const Policy = "capscale-underlay-ip-release"
+
 // ReadyRecheck is how often a pod held past its hold on a node that
 // answers is looked at again: the node may stop answering meanwhile, and
 // its Ready condition is read from the API, not watched.
