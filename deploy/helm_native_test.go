@@ -128,7 +128,9 @@ func TestHelmReleaseFinalizerAuto(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var values struct{ Extender struct{ ReleaseFinalizer any } }
+	var values struct {
+		Extender struct{ ReleaseFinalizer any }
+	}
 	if err := yaml.Unmarshal(b, &values); err != nil {
 		t.Fatal(err)
 	}
