@@ -48,7 +48,8 @@ func TestHelmReleaseCleanup(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	helm := helmCommand(ctx, t, p)
 	chart := filepath.Join("deploy", "helm", "capscale")
-	if out, err := helm("install", "capscale", chart, "--set", "extender.mode=native", "--set-string", "extender.nodeSelector.e2e/hook=none"); err != nil {
+	install := []string{chart, "--set", "extender.mode=native", "--set-string", "extender.nodeSelector.e2e/hook=none"}
+	if out, err := helm(append([]string{"install", "capscale"}, install...)...); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
 	checkCleanupHook(ctx, t, helm)
@@ -73,15 +74,45 @@ func TestHelmReleaseCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a default native install never gave a pod asking for an underlay IP the release finalizer: %v", err)
 	}
-	for _, q := range []*corev1.Pod{pod("asks-0", 1), pod("asks-1", 2), pod("kept", 1, "e2e/keep"), pod("force", 1), pod("no-ip", 0)} {
-		got, err := p.Client.CoreV1().Pods(ns).Create(ctx, q, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if has := slices.Contains(got.Finalizers, names.UnderlayIPReleaseFinalizer); has != (q.Name != "no-ip") {
-			t.Errorf("pod %s: finalizers %v", q.Name, got.Finalizers)
+	create := func(pods ...*corev1.Pod) {
+		t.Helper()
+		for _, q := range pods {
+			got, err := p.Client.CoreV1().Pods(ns).Create(ctx, q, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if has := slices.Contains(got.Finalizers, names.UnderlayIPReleaseFinalizer); has != (q.Name != "no-ip") {
+				t.Errorf("pod %s: finalizers %v", q.Name, got.Finalizers)
+			}
 		}
 	}
+	create(pod("up-0", 1))
+
+	// An upgrade that turns it off strips it first (pre-upgrade), and
+	// one back to the default turns it on again.
+	upgraded := make(chan error, 1)
+	go func() { upgraded <- helmUpgrade(helm, append(install, "--set", "extender.releaseFinalizer=false")) }()
+	runCleanupHook(ctx, t, p, "pre-upgrade")
+	if err := <-upgraded; err != nil {
+		t.Fatal(err)
+	}
+	if left := podsWithReleaseFinalizer(ctx, t, p, metav1.NamespaceAll); len(left) > 0 {
+		t.Errorf("after the upgrade that turned it off pods %v carry the release finalizer", left)
+	}
+	if _, err := p.Client.AdmissionregistrationV1().MutatingAdmissionPolicies().Get(ctx, "capscale-underlay-ip-release", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after the upgrade that turned it off the release policy: %v, want it gone", err)
+	}
+	if err := helmUpgrade(helm, install); err != nil {
+		t.Fatal(err)
+	}
+	checkCleanupHook(ctx, t, helm)
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		probe, err := p.Client.CoreV1().Pods(ns).Create(ctx, pod("probe", 1), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && slices.Contains(probe.Finalizers, names.UnderlayIPReleaseFinalizer), nil
+	}); err != nil {
+		t.Fatalf("the upgrade back to the default did not turn the release finalizer on again: %v", err)
+	}
+	create(pod("asks-0", 1), pod("asks-1", 2), pod("kept", 1, "e2e/keep"), pod("force", 1), pod("no-ip", 0))
 	// Terminating when the hook runs: nothing removes the finalizer on kwok
 	// (no publisher runs), and kwok's kubelet ends it Failed.
 	if err := p.Client.CoreV1().Pods(ns).Delete(ctx, "force", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
@@ -115,7 +146,7 @@ func TestHelmReleaseCleanup(t *testing.T) {
 		}
 		uninstalled <- err
 	}()
-	runCleanupHook(ctx, t, p)
+	runCleanupHook(ctx, t, p, "pre-delete")
 	if err := <-uninstalled; err != nil {
 		t.Fatalf("helm uninstall: %v", err)
 	}
@@ -191,15 +222,38 @@ func checkCleanupHook(ctx context.Context, t *testing.T, helm func(...string) (s
 	}
 }
 
+// helmUpgrade upgrades the release capscale with args.
+func helmUpgrade(helm func(...string) (string, error), args []string) error {
+	if out, err := helm(append([]string{"upgrade", "capscale"}, args...)...); err != nil {
+		return fmt.Errorf("helm upgrade %v: %w\n%s", args, err, out)
+	}
+	return nil
+}
+
 // runCleanupHook does what the hook's pod would: once helm created it,
 // `extender release-cleanup` with the hook ServiceAccount's token, then
-// the pod's end.
-func runCleanupHook(ctx context.Context, t *testing.T, p *plane.Plane) {
+// the pod's end. The Job must be the hook of type hook.
+func runCleanupHook(ctx context.Context, t *testing.T, p *plane.Plane, hook string) {
 	t.Helper()
 	const sysNS = "capscale-system"
-	var jobPod *corev1.Pod
+	var job *batchv1.Job
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := p.Client.CoreV1().Pods(sysNS).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=capscale-release-cleanup"})
+		var err error
+		if job, err = p.Client.BatchV1().Jobs(sysNS).Get(ctx, "capscale-release-cleanup", metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		if got := job.Annotations["helm.sh/hook"]; got != hook {
+			return false, fmt.Errorf("the cleanup Job is a %q hook, want %s", got, hook)
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("helm made no %s cleanup Job: %v", hook, err)
+	}
+	var jobPod *corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		// The Job's own pod: an earlier hook's may still be there.
+		l, err := p.Client.CoreV1().Pods(sysNS).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/controller-uid=" + string(job.UID)})
 		if err != nil || len(l.Items) == 0 {
 			return false, nil
 		}
