@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
@@ -112,30 +113,126 @@ func TestHelmNativeMode(t *testing.T) {
 	}
 }
 
-// TestHelmReleaseFinalizerOptIn: native mode's release finalizer stays out
-// of a default native install (while no publisher runs it would hold every
-// deleted pod, so `helm uninstall` would leave namespaces Terminating), and
-// so does the publisher's pods patch; asked for outside native mode, the
-// render fails saying why.
-func TestHelmReleaseFinalizerOptIn(t *testing.T) {
-	r, err := helmTemplate(t, "--set", "extender.mode=native")
+// TestHelmReleaseFinalizerAuto: native mode's release finalizer is on by
+// default (auto) only where its uninstall hook renders too, which a render
+// that cannot see the cluster (helm template, Argo CD) never does: there a
+// default native install has neither the policies nor the publisher's pods
+// patch, while the pods it would leave Terminating after an uninstall have
+// nobody to strip them. Asked for (true) it renders without the hook, for
+// deploy/native/release-cleanup.yaml to strip them; outside native mode,
+// or where the policy kind is not served, auto renders it off and true
+// fails saying why. (e2e TestHelmReleaseCleanup: helm install, which sees
+// the cluster, turns it on with its hook.)
+func TestHelmReleaseFinalizerAuto(t *testing.T) {
+	b, err := os.ReadFile(chartDir(t) + "/values.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{objectKey("MutatingAdmissionPolicy", "", "capscale-underlay-ip-release"), objectKey("ValidatingAdmissionPolicy", "", "capscale-extender-pod-writes")} {
-		if _, ok := r[key]; ok {
-			t.Errorf("a default native install renders %s", key)
-		}
+	var values struct {
+		Extender struct{ ReleaseFinalizer any }
 	}
-	for _, rule := range get[*rbacv1.ClusterRole](t, r, objectKey("ClusterRole", "", "capscale:capacity-publisher")).Rules {
-		if slices.Contains(rule.Resources, "pods") {
-			t.Errorf("a default native install lets the publisher %v pods", rule.Verbs)
-		}
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
 	}
-	for _, mode := range []string{"extender", "plugin"} {
-		_, err := helmTemplate(t, "--set", "extender.mode="+mode, "--set", "extender.releaseFinalizer=true")
-		if err == nil || !strings.Contains(err.Error(), "extender.releaseFinalizer is native mode's") {
-			t.Errorf("%s mode with extender.releaseFinalizer: err %v, want the render to refuse", mode, err)
+	if values.Extender.ReleaseFinalizer != "auto" {
+		t.Errorf("extender.releaseFinalizer defaults to %v, want auto", values.Extender.ReleaseFinalizer)
+	}
+	policies := []string{objectKey("MutatingAdmissionPolicy", "", "capscale-underlay-ip-release"), objectKey("ValidatingAdmissionPolicy", "", "capscale-extender-pod-writes")}
+	hook := []string{objectKey("Job", "capscale-system", "capscale-release-cleanup"), objectKey("ClusterRole", "", "capscale:release-cleanup"),
+		objectKey("ServiceAccount", "capscale-system", "capscale-release-cleanup")}
+	podsPatch := func(r rendered) bool {
+		for _, rule := range get[*rbacv1.ClusterRole](t, r, objectKey("ClusterRole", "", "capscale:capacity-publisher")).Rules {
+			if slices.Contains(rule.Resources, "pods") {
+				return true
+			}
 		}
+		return false
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		on   bool
+		err  string
+	}{
+		{name: "native, blind render: off", args: []string{"--set", "extender.mode=native"}},
+		{name: "native, asked for, blind render: on, no hook", args: []string{"--set", "extender.mode=native", "--set", "extender.releaseFinalizer=true"}, on: true},
+		{name: "native, off", args: []string{"--set", "extender.mode=native", "--set", "extender.releaseFinalizer=false"}},
+		{name: "native on v1.35, auto: off, not a failure", args: []string{"--kube-version", "1.35.0", "--set", "extender.mode=native"}},
+		{name: "native on v1.35, asked for", args: []string{"--kube-version", "1.35.0", "--set", "extender.mode=native", "--set", "extender.releaseFinalizer=true"},
+			err: "extender.releaseFinalizer needs the cluster to serve MutatingAdmissionPolicy"},
+		{name: "extender mode, auto", args: []string{"--set", "extender.mode=extender"}},
+		{name: "plugin mode, auto", args: []string{"--set", "extender.mode=plugin"}},
+		{name: "extender mode, asked for", args: []string{"--set", "extender.mode=extender", "--set", "extender.releaseFinalizer=true"}, err: "extender.releaseFinalizer is native mode's"},
+		{name: "plugin mode, asked for", args: []string{"--set", "extender.mode=plugin", "--set", "extender.releaseFinalizer=true"}, err: "extender.releaseFinalizer is native mode's"},
+		{name: "not a choice", args: []string{"--set", "extender.mode=native", "--set", "extender.releaseFinalizer=yes"}, err: "releaseFinalizer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := helmTemplate(t, tc.args...)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Errorf("err %v, want the render to refuse with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range policies {
+				if _, ok := r[key]; ok != tc.on {
+					t.Errorf("%s rendered: %v, want %v", key, ok, tc.on)
+				}
+			}
+			for _, key := range hook {
+				if _, ok := r[key]; ok {
+					t.Errorf("a render that cannot see the cluster renders the uninstall hook's %s", key)
+				}
+			}
+			if _, native := r[objectKey("ClusterRole", "", "capscale:capacity-publisher")]; native && podsPatch(r) != tc.on {
+				t.Errorf("the publisher may patch pods: %v, want %v", podsPatch(r), tc.on)
+			}
+		})
+	}
+}
+
+// TestReleaseCleanupManifest: deploy/native/release-cleanup.yaml, for
+// installs that run no Helm hook, runs `extender release-cleanup` as its
+// own ServiceAccount, which may delete only the release policy and its
+// binding and patch pods, and which release.yaml's ValidatingAdmissionPolicy
+// holds to removing the finalizer (e2e TestNativeReleasePolicies and
+// TestHelmReleaseCleanup run them on kube-apiserver).
+func TestReleaseCleanupManifest(t *testing.T) {
+	b, err := os.ReadFile("native/release-cleanup.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := decodeRender(t, string(b))
+	job := get[*batchv1.Job](t, r, objectKey("Job", "capscale-system", "capscale-release-cleanup"))
+	spec := job.Spec.Template.Spec
+	if c := spec.Containers[0]; !slices.Equal(c.Command, []string{"/extender", "release-cleanup", "--wait=90s"}) || spec.ServiceAccountName != "capscale-release-cleanup" {
+		t.Errorf("the Job runs %v as %s", c.Command, spec.ServiceAccountName)
+	}
+	if d := job.Spec.ActiveDeadlineSeconds; d == nil || *d <= 90 {
+		t.Errorf("activeDeadlineSeconds %v: want more than the command's --wait", d)
+	}
+	role := get[*rbacv1.ClusterRole](t, r, objectKey("ClusterRole", "", "capscale:release-cleanup"))
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"},
+			ResourceNames: []string{"capscale-underlay-ip-release"}, Verbs: []string{"delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+	}
+	if !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("capscale:release-cleanup rules %+v, want %+v", role.Rules, want)
+	}
+	crb := get[*rbacv1.ClusterRoleBinding](t, r, objectKey("ClusterRoleBinding", "", "capscale:release-cleanup"))
+	if len(crb.Subjects) != 1 || crb.Subjects[0].Name != "capscale-release-cleanup" || crb.RoleRef.Name != role.Name {
+		t.Errorf("capscale:release-cleanup binds %+v to %+v", crb.RoleRef, crb.Subjects)
+	}
+	rb, err := os.ReadFile("native/release.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(rb), "'system:serviceaccount:capscale-system:capscale-release-cleanup'") {
+		t.Error("release.yaml's ValidatingAdmissionPolicy does not hold capscale-release-cleanup's pod writes")
 	}
 }

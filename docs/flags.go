@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -47,7 +48,8 @@ func loggingFlags() map[string]bool {
 
 // Binaries returns every binary's flags, from each cmd/<bin>/app's
 // NewOptions().Flags(), leaving out the logging flags; and the flags of
-// `metrics-adapter preflight`, from its cobra command.
+// `extender release-cleanup` and `metrics-adapter preflight`, from their
+// cobra commands.
 func Binaries() ([]Binary, error) {
 	skip := loggingFlags()
 	fromSets := func(name string, order []string, sets map[string]*pflag.FlagSet) Binary {
@@ -65,24 +67,16 @@ func Binaries() ([]Binary, error) {
 	var out []Binary
 	fss := extender.NewOptions().Flags()
 	out = append(out, fromSets("extender", fss.Order, fss.FlagSets))
+	cleanup, err := subcommand(extender.NewCommand(context.Background()), "extender", "release-cleanup", skip)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, cleanup)
 	fss = adapter.NewOptions().Flags()
 	out = append(out, fromSets("metrics-adapter", fss.Order, fss.FlagSets))
-
-	// preflight is a subcommand with flags of its own.
-	cmd := adapter.NewCommand(context.Background())
-	var pre Binary
-	for _, c := range cmd.Commands() {
-		if c.Name() == "preflight" {
-			pre.Name = "metrics-adapter-preflight"
-			c.LocalFlags().VisitAll(func(f *pflag.Flag) {
-				if !skip[f.Name] {
-					pre.Flags = append(pre.Flags, flagOf("preflight", f))
-				}
-			})
-		}
-	}
-	if pre.Name == "" {
-		return nil, fmt.Errorf("metrics-adapter has no preflight subcommand")
+	pre, err := subcommand(adapter.NewCommand(context.Background()), "metrics-adapter", "preflight", skip)
+	if err != nil {
+		return nil, err
 	}
 	out = append(out, pre)
 
@@ -91,6 +85,24 @@ func Binaries() ([]Binary, error) {
 	fss = controller.NewOptions().Flags()
 	out = append(out, fromSets("controller", fss.Order, fss.FlagSets))
 	return append(out, kubectlPlugin()...), nil
+}
+
+// subcommand is the flags of bin's subcommand name (its own, a
+// Binary named bin-name), leaving out those in skip.
+func subcommand(cmd *cobra.Command, bin, name string, skip map[string]bool) (Binary, error) {
+	for _, c := range cmd.Commands() {
+		if c.Name() != name {
+			continue
+		}
+		b := Binary{Name: bin + "-" + name}
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if !skip[f.Name] {
+				b.Flags = append(b.Flags, flagOf(name, f))
+			}
+		})
+		return b, nil
+	}
+	return Binary{}, fmt.Errorf("%s has no %s subcommand", bin, name)
 }
 
 // kubectlPlugin is kubectl-capscale's own flags, one binary per subcommand

@@ -5,7 +5,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,8 +29,9 @@ import (
 // asks for an underlay IP, also when the marked-namespace policy gave it
 // the request (reinvocation), and on no other pod; a pod that carries it
 // and is deleted with grace 0 stays, Terminating, until it is removed.
-// Its ValidatingAdmissionPolicy lets capscale-extender (impersonated, with
-// deploy/'s RBAC) remove that finalizer and change nothing else.
+// Its ValidatingAdmissionPolicy lets capscale-extender and the uninstall's
+// capscale-release-cleanup (impersonated, with deploy/'s RBAC) remove that
+// finalizer and change nothing else.
 func TestNativeReleasePolicies(t *testing.T) {
 	p := startPlane(t, plane.Options{Nodes: 1})
 	ctx := testContext(t, 3*time.Minute)
@@ -106,6 +110,14 @@ func TestNativeReleasePolicies(t *testing.T) {
 		_, err := ext.CoreV1().Pods("plain").Patch(ctx, name, pt, []byte(body), o)
 		return err
 	}
+	// The uninstall's release-cleanup (deploy/native/release-cleanup.yaml's
+	// RBAC, not its Job) is held the same way.
+	applyWithoutJob(ctx, t, p, "native/release-cleanup.yaml")
+	cleanup := asServiceAccount(t, p, "capscale-release-cleanup")
+	cleanupPatch := func(name string, pt types.PatchType, body string) error {
+		_, err := cleanup.CoreV1().Pods("plain").Patch(ctx, name, pt, []byte(body), metav1.PatchOptions{})
+		return err
+	}
 	remove := func(at int, value string) string {
 		return fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`, at, value, at)
 	}
@@ -130,9 +142,15 @@ func TestNativeReleasePolicies(t *testing.T) {
 		if err := patch(tc.pod, pt, tc.body, false); !refusedBy(err, policy) {
 			t.Errorf("%s by capscale-extender: %v, want the policy's refusal", tc.name, err)
 		}
+		if err := cleanupPatch(tc.pod, pt, tc.body); !refusedBy(err, policy) {
+			t.Errorf("%s by capscale-release-cleanup: %v, want the policy's refusal", tc.name, err)
+		}
 	}
-	if err := patch("asks-kept", types.JSONPatchType, remove(1, names.UnderlayIPReleaseFinalizer), false); err != nil {
+	if err := patch("asks-kept", types.JSONPatchType, remove(1, names.UnderlayIPReleaseFinalizer), true); err != nil {
 		t.Errorf("capscale-extender removing the release finalizer: %v", err)
+	}
+	if err := cleanupPatch("asks-kept", types.JSONPatchType, remove(1, names.UnderlayIPReleaseFinalizer)); err != nil {
+		t.Errorf("capscale-release-cleanup removing the release finalizer: %v", err)
 	}
 	if got, err := finalizers("plain", "asks-kept"); err != nil || !slices.Equal(got, []string{"e2e/keep"}) {
 		t.Errorf("pod asks-kept after the release: finalizers %v (%v), want [e2e/keep]", got, err)
@@ -151,5 +169,28 @@ func TestNativeReleasePolicies(t *testing.T) {
 	}
 	if _, err := p.Client.CoreV1().Pods("plain").Get(ctx, "asks", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("pod asks after its finalizer went: %v, want it gone", err)
+	}
+}
+
+// applyWithoutJob applies deploy/'s file f without its Jobs: kwok would
+// end their pods at once without running anything.
+func applyWithoutJob(ctx context.Context, t *testing.T, p *plane.Plane, f string) {
+	t.Helper()
+	b, err := os.ReadFile(stack.DeployFile(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		if !strings.Contains(doc, "\nkind: Job\n") {
+			keep = append(keep, doc)
+		}
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(f))
+	if err := os.WriteFile(out, []byte(strings.Join(keep, "\n---\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := p.Kubectl(ctx, "apply", "-f", out); err != nil {
+		t.Fatalf("applying %s: %v\n%s", f, err, o)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,10 @@ const underlayPoolTaint = "e2e.capscale.io/underlay-pool"
 //   - `helm upgrade` to a second version, while the HPA reads and an IP is
 //     freed and taken: no failed HPA read, no over-commit, every pod of
 //     the new image;
-//   - `helm uninstall --wait` removes it all, the APIService included.
+//   - `helm uninstall --wait` removes it all, the APIService included; in
+//     native mode the release finalizer (on by default) was on every burst
+//     pod and its pre-delete hook (`extender release-cleanup`, a Job on the
+//     system node) leaves it on none, so the namespaces' deletion completes.
 //
 // Then, with another adapter owning the APIService (custom-metrics-apiserver's
 // test-adapter as a pod), `--set apiService.delegate=true`: capscale serves
@@ -147,6 +151,11 @@ func TestRealNodeHelmInstall(t *testing.T) {
 				}
 			}
 			checkRunningIPs(t, underlay, st)
+			// Native mode's release finalizer is on by default where helm
+			// sees the cluster (extender.releaseFinalizer auto).
+			if got, want := len(podsWithReleaseFinalizer(ctx, t, p, burstNS)), map[bool]int{true: 25}[mode == "native"]; got != want {
+				t.Errorf("%d pods carry %s, want %d", got, names.UnderlayIPReleaseFinalizer, want)
+			}
 			checkPendingReason(ctx, t, s, burstNS, st.pending, realExhausted[mode])
 			waitIPAMSettled(ctx, t, watch, 10)
 
@@ -203,6 +212,11 @@ func TestRealNodeHelmInstall(t *testing.T) {
 				t.Fatalf("helm uninstall: %v\n%s", err, out)
 			}
 			checkUninstalled(ctx, t, p)
+			// Its uninstall hook stripped it: the namespaces' deletion
+			// below completes.
+			if left := podsWithReleaseFinalizer(ctx, t, p, metav1.NamespaceAll); len(left) > 0 {
+				t.Errorf("after helm uninstall pods %v carry %s", left, names.UnderlayIPReleaseFinalizer)
+			}
 			for _, ns := range []string{burstNS, hpaNS} {
 				if err := p.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)
@@ -244,4 +258,21 @@ func patchNode(ctx context.Context, t *testing.T, p *plane.Plane, name string, p
 	if _, err := p.Client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, b, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("patching node %s: %v", name, err)
 	}
+}
+
+// podsWithReleaseFinalizer names the pods of ns that carry native mode's
+// release finalizer.
+func podsWithReleaseFinalizer(ctx context.Context, t *testing.T, p *plane.Plane, ns string) []string {
+	t.Helper()
+	pods, err := p.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, q := range pods.Items {
+		if slices.Contains(q.Finalizers, names.UnderlayIPReleaseFinalizer) {
+			out = append(out, q.Namespace+"/"+q.Name)
+		}
+	}
+	return out
 }

@@ -40,6 +40,10 @@ import (
 // Finalizer is the finalizer the releaser removes.
 const Finalizer = names.UnderlayIPReleaseFinalizer
 
+// Policy names the MutatingAdmissionPolicy that puts Finalizer on pods,
+// and its binding (deploy/native/release.yaml).
+const Policy = "capscale-underlay-ip-release"
+
 // ReadyRecheck is how often a pod held past its hold on a node that
 // answers is looked at again: the node may stop answering meanwhile, and
 // its Ready condition is read from the API, not watched.
@@ -56,6 +60,9 @@ type Releaser struct {
 	clock  clock.Clock
 	// podInformer makes each term's pod informer.
 	podInformer func() cache.SharedIndexInformer
+
+	// decide is underlay.Release, or underlay.Cleanup at uninstall.
+	decide func(underlay.Releasing, time.Time) (string, time.Duration)
 
 	term     atomic.Pointer[term]
 	removals *prometheus.CounterVec
@@ -74,6 +81,7 @@ type term struct {
 func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, reg prometheus.Registerer) (*Releaser, error) {
 	r := &Releaser{
 		client: client,
+		decide: underlay.Release,
 		nodes:  nodes.Lister(),
 		synced: nodes.Informer().HasSynced,
 		clock:  clock.RealClock{},
@@ -94,6 +102,37 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, reg prom
 		return nil, fmt.Errorf("adding the releaser's node event handler: %w", err)
 	}
 	return r, nil
+}
+
+// NewCleanup returns a releaser for the uninstall (`extender
+// release-cleanup`): it removes the finalizer from every pod as
+// underlay.Cleanup says, by deadline at the latest, and registers no metric.
+func NewCleanup(client kubernetes.Interface, nodes coreinformers.NodeInformer, deadline time.Time) (*Releaser, error) {
+	r, err := New(client, nodes, nil)
+	if err != nil {
+		return nil, err
+	}
+	r.decide = func(rel underlay.Releasing, now time.Time) (string, time.Duration) {
+		return underlay.Cleanup(rel, now, deadline)
+	}
+	return r, nil
+}
+
+// Carrying returns the pods (namespace/name) that still carry the
+// finalizer in the running term's cache; synced is false while no term
+// has synced it, when the list means nothing.
+func (r *Releaser) Carrying() (pods []string, synced bool) {
+	t := r.term.Load()
+	if t == nil {
+		return nil, false
+	}
+	for _, obj := range t.pods.List() {
+		if p, ok := obj.(*extender.CachedPod); ok && slices.Contains(p.Finalizers, Finalizer) {
+			pods = append(pods, p.Namespace+"/"+p.Name)
+		}
+	}
+	slices.Sort(pods)
+	return pods, true
 }
 
 // PodInformer follows every pod, bound or not, terminal or not (a pod that
@@ -178,7 +217,7 @@ func (r *Releaser) Run(ctx context.Context) {
 	}
 }
 
-// sync removes key's finalizer if underlay.Release says so, and returns
+// sync removes key's finalizer if r.decide says so, and returns
 // when to look again otherwise.
 func (r *Releaser) sync(ctx context.Context, t *term, key string) (time.Duration, error) {
 	obj, exists, err := t.pods.GetByKey(key)
@@ -210,7 +249,7 @@ func (r *Releaser) sync(ctx context.Context, t *term, key string) (time.Duration
 			}
 		}
 	}
-	why, after := underlay.Release(rel, now)
+	why, after := r.decide(rel, now)
 	if why == "" {
 		if rel.Deleting != nil && !now.Before(underlay.HeldUntil(rel)) {
 			after = min(after, ReadyRecheck)

@@ -131,3 +131,71 @@ func TestReleaser(t *testing.T) {
 		t.Errorf("pod force-running Failed: finalizers %v, want none", finalizers("force-running"))
 	}
 }
+
+// TestCleanupReleaser: at uninstall every pod loses the finalizer, and
+// only it, except one being deleted whose node may still hold its IP; at
+// the cleanup's deadline that one too, so that none stays Terminating.
+func TestCleanupReleaser(t *testing.T) {
+	ago := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
+	for _, tc := range []struct {
+		name     string
+		deadline time.Time
+		kept     []string
+	}{
+		{name: "before the deadline", deadline: now.Add(time.Hour), kept: []string{"ns/force-running"}},
+		{name: "at the deadline", deadline: now},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(node("ready", v1.ConditionTrue))
+			for _, p := range []*v1.Pod{
+				pod("running", "ready", v1.PodRunning, nil, "example.com/other", Finalizer),
+				pod("pending", "", v1.PodPending, nil, Finalizer),
+				pod("force-running", "ready", v1.PodRunning, ago(time.Second), Finalizer),
+				pod("force-finished", "ready", v1.PodFailed, ago(time.Second), Finalizer),
+				pod("foreign", "ready", v1.PodRunning, nil, "example.com/other"),
+			} {
+				if _, err := cs.CoreV1().Pods("ns").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			factory := kube.InformerFactory(cs)
+			if _, err := extender.NodeInformer(factory); err != nil {
+				t.Fatal(err)
+			}
+			r, err := NewCleanup(cs, factory.Core().V1().Nodes(), tc.deadline)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.clock = clocktesting.NewFakeClock(now)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			t.Cleanup(func() { cancel(); <-done; factory.Shutdown() })
+			factory.Start(ctx.Done())
+			go func() { defer close(done); r.Run(ctx) }()
+
+			var carrying []string
+			err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				var synced bool
+				carrying, synced = r.Carrying()
+				return synced && slices.Equal(carrying, tc.kept), nil
+			})
+			if err != nil {
+				t.Errorf("pods carrying the finalizer: %v, want %v", carrying, tc.kept)
+			}
+			want := map[string][]string{"running": {"example.com/other"}, "foreign": {"example.com/other"}}
+			for _, name := range []string{"running", "pending", "force-running", "force-finished", "foreign"} {
+				p, err := cs.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				w := want[name]
+				if slices.Contains(tc.kept, "ns/"+name) {
+					w = []string{Finalizer}
+				}
+				if !slices.Equal(p.Finalizers, w) {
+					t.Errorf("pod %s: finalizers %v, want %v", name, p.Finalizers, w)
+				}
+			}
+		})
+	}
+}

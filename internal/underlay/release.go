@@ -106,3 +106,33 @@ func HeldUntil(r Releasing) time.Time {
 	deleted := r.Deleting.Add(-time.Duration(grace) * time.Second)
 	return deleted.Add(HoldAfterDelete(Deleted{Need: 1, NodeName: r.NodeName, Phase: r.Phase, DeletionGrace: &grace, Tombstone: true}))
 }
+
+// Why Cleanup lets the finalizer go when capscale is uninstalled (a
+// metric label beside Release's).
+const (
+	ReleaseUninstall = "uninstall"          // not being deleted: nothing holds its IPs back yet
+	ReleaseDeadline  = "uninstall_deadline" // being deleted, and the cleanup's time is up
+)
+
+// Cleanup is Release for the uninstall (`extender release-cleanup`): after
+// it nothing removes the finalizer, and a pod that keeps it hangs
+// Terminating for good, with its namespace. A pod not being deleted lets
+// it go at once (a later force delete meets the race the finalizer guards
+// against, as without capscale); a pod being deleted keeps it as long as
+// Release says, but only until deadline, the end of the cleanup: a
+// finalizer left for good is worse than one sandbox retry. after is when
+// to look again, never past deadline.
+func Cleanup(r Releasing, now, deadline time.Time) (why string, after time.Duration) {
+	why, after = Release(r, now)
+	switch {
+	case why != "":
+		return why, 0
+	case r.Deleting == nil:
+		return ReleaseUninstall, 0
+	case !now.Before(deadline):
+		return ReleaseDeadline, 0
+	case after == 0 || after > deadline.Sub(now):
+		return "", deadline.Sub(now)
+	}
+	return "", after
+}

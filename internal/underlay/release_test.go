@@ -49,3 +49,40 @@ func TestRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestCleanup: at uninstall the finalizer goes from every pod, a pod being
+// deleted keeps it while Release would, and none keeps it past the
+// cleanup's deadline.
+func TestCleanup(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
+	deadline := t0.Add(90 * time.Second)
+	force := func(phase v1.PodPhase, ready bool) Releasing {
+		return Releasing{Deleting: &t0, DeletionGrace: ptr.To[int64](0), NodeName: "n", Phase: phase, NodeReady: ready}
+	}
+	for _, tc := range []struct {
+		name      string
+		r         Releasing
+		at        time.Duration // after t0
+		release   string
+		wantAfter time.Duration
+	}{
+		{name: "running, not deleted: released now (Release keeps it)", r: Releasing{NodeName: "n", Phase: v1.PodRunning, NodeReady: true}, release: ReleaseUninstall},
+		{name: "pending, not deleted: released now", r: Releasing{Phase: v1.PodPending}, release: ReleaseUninstall},
+		{name: "finished, not deleted: Release's reason", r: Releasing{NodeName: "n", Phase: v1.PodSucceeded}, release: ReleaseFinished},
+		{name: "force-deleted, in its hold: kept as Release keeps it", r: force(v1.PodRunning, true), at: time.Second, wantAfter: 6 * time.Second},
+		{name: "force-deleted, the kubelet finished it: released", r: force(v1.PodFailed, true), at: time.Second, release: ReleaseFinished},
+		{name: "force-deleted on a silent node, hold over: released", r: force(v1.PodRunning, false), at: 7 * time.Second, release: ReleaseHoldOver},
+		{name: "force-deleted, MaxReleaseWait over: released", r: force(v1.PodRunning, true), at: 67 * time.Second, release: ReleaseWaitExceeded},
+		{name: "graceful, its wait ends after the deadline: looked at again at the deadline", r: Releasing{Deleting: ptr.To(t0.Add(60 * time.Second)), DeletionGrace: ptr.To[int64](60), NodeName: "n", Phase: v1.PodRunning, NodeReady: true},
+			at: 80 * time.Second, wantAfter: 10 * time.Second},
+		{name: "graceful, at the deadline: released, never stuck after the uninstall", r: Releasing{Deleting: ptr.To(t0.Add(60 * time.Second)), DeletionGrace: ptr.To[int64](60), NodeName: "n", Phase: v1.PodRunning, NodeReady: true},
+			at: 90 * time.Second, release: ReleaseDeadline},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			why, after := Cleanup(tc.r, t0.Add(tc.at), deadline)
+			if why != tc.release || after != tc.wantAfter {
+				t.Errorf("Cleanup = %q, %v; want %q, %v", why, after, tc.release, tc.wantAfter)
+			}
+		})
+	}
+}

@@ -379,3 +379,51 @@ spec:
   - {{- toYaml (merge (deepCopy .) (dict "path" "/metrics" "interval" $sm.interval)) | nindent 4 }}
   {{- end }}
 {{- end }}
+
+{{/*
+"true" when native mode's release finalizer is on (templates/native-release.yaml).
+extender.releaseFinalizer "auto" (the default) turns it on in native mode
+where the cluster serves MutatingAdmissionPolicy v1 and the render sees the
+cluster (helm install and upgrade), so that the uninstall hook that strips
+the finalizer (templates/native-release-cleanup.yaml) is rendered with it;
+a render that cannot see the cluster (helm template, Argo CD) runs no hook
+and leaves it off. true asks for it: native mode and the policy kind or the
+render fails; false turns it off.
+*/}}
+{{- define "capscale.releaseFinalizer" -}}
+{{- $v := .Values.extender.releaseFinalizer -}}
+{{- if eq (toString $v) "auto" -}}
+{{- if and (eq .Values.extender.mode "native") (include "capscale.admissionServed" .) (include "capscale.clusterSeen" .) }}true{{ end -}}
+{{- else if eq (toString $v) "true" -}}
+{{- if ne .Values.extender.mode "native" }}
+{{- fail "extender.releaseFinalizer is native mode's: plugin and extender mode hold a force-deleted pod's IPs themselves; set it only with extender.mode=native (or leave it auto)" }}
+{{- end }}
+{{- if not (include "capscale.admissionServed" .) }}
+{{- fail "extender.releaseFinalizer needs the cluster to serve MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes 1.36+); leave it auto to turn it on only there" }}
+{{- end -}}
+true
+{{- else if ne (toString $v) "false" -}}
+{{- fail (printf "extender.releaseFinalizer %v: want auto, true or false" $v) }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The helm hook that runs `extender release-cleanup`, or "" for none:
+pre-delete while the release finalizer is on, so that helm uninstall
+strips it before the publisher goes; pre-upgrade when an upgrade turns it
+off (or leaves native mode) while this release's policy is still in the
+cluster. A render that cannot see the cluster renders no hook: applied as
+plain objects it would strip the finalizer at install.
+*/}}
+{{- define "capscale.releaseCleanupHook" -}}
+{{- if include "capscale.clusterSeen" . -}}
+{{- if include "capscale.releaseFinalizer" . -}}
+pre-delete
+{{- else if .Release.IsUpgrade -}}
+{{- $map := lookup "admissionregistration.k8s.io/v1" "MutatingAdmissionPolicy" "" "capscale-underlay-ip-release" -}}
+{{- if and $map (eq (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $map) .Release.Name) -}}
+pre-upgrade
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
