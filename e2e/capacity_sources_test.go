@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
 
 	"github.com/capscale/capscale/controller/capacitysource/ipamtest"
 	"github.com/capscale/capscale/e2e/ipamcrd"
@@ -38,9 +39,10 @@ import (
 // ipamSource is one capacity source under test.
 type ipamSource struct {
 	name string
-	// file is the --capacity-sources file; its source covers every kwok
-	// node, so a node without an object is invalid, never the default.
-	file string
+	// source is its entry of the --capacity-sources file, less the
+	// nodeSelector: it covers its own two nodes (sourcesFile), so a node
+	// of them without an object is invalid, never the default.
+	source map[string]any
 	// resource names it in the invalid reason: resource.group.
 	resource string
 	gvr      schema.GroupVersionResource
@@ -123,8 +125,8 @@ spec:
 var capacitySources = []ipamSource{
 	{
 		name: "cilium-eni", resource: "ciliumnodes.cilium.io", gvr: schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnodes"},
-		file: "sources: [{name: cilium-eni, preset: cilium-eni, nodeSelector: {matchLabels: {type: kwok}}}]",
-		crd:  upstreamCRD(ipamcrd.CiliumNode),
+		source: map[string]any{"name": "cilium-eni", "preset": "cilium-eni"},
+		crd:    upstreamCRD(ipamcrd.CiliumNode),
 		// The agent's router and health IPs come out of the pool.
 		object: func(node string, uid types.UID, c int) *unstructured.Unstructured {
 			return ipamtest.CiliumNodeENI(node, uid, c+2, nil)
@@ -144,8 +146,8 @@ var capacitySources = []ipamSource{
 	},
 	{
 		name: "cilium-azure", resource: "ciliumnodes.cilium.io", gvr: schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnodes"},
-		file: "sources: [{name: cilium-azure, preset: cilium-azure, nodeSelector: {matchLabels: {type: kwok}}}]",
-		crd:  upstreamCRD(ipamcrd.CiliumNode),
+		source: map[string]any{"name": "cilium-azure", "preset": "cilium-azure"},
+		crd:    upstreamCRD(ipamcrd.CiliumNode),
 		object: func(node string, uid types.UID, c int) *unstructured.Unstructured {
 			return ipamtest.CiliumNodeAzure(node, uid, c+2, nil)
 		},
@@ -158,8 +160,8 @@ var capacitySources = []ipamSource{
 	},
 	{
 		name: "cilium-multi-pool", resource: "ciliumnodes.cilium.io", gvr: schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnodes"},
-		file: "sources: [{name: cilium-multi-pool, preset: cilium-multi-pool, nodeSelector: {matchLabels: {type: kwok}}}]",
-		crd:  upstreamCRD(ipamcrd.CiliumNode),
+		source: map[string]any{"name": "cilium-multi-pool", "preset": "cilium-multi-pool"},
+		crd:    upstreamCRD(ipamcrd.CiliumNode),
 		// c addresses as delegated prefixes (every address usable):
 		// /32s and a /31 per pair.
 		object: func(node string, uid types.UID, c int) *unstructured.Unstructured {
@@ -181,8 +183,8 @@ var capacitySources = []ipamSource{
 	},
 	{
 		name: "azure-cns", resource: "nodenetworkconfigs.acn.azure.com", gvr: schema.GroupVersionResource{Group: "acn.azure.com", Version: "v1alpha", Resource: "nodenetworkconfigs"},
-		file: "sources: [{name: azure-cns, preset: azure-cns, nodeSelector: {matchLabels: {type: kwok}}}]",
-		crd:  upstreamCRD(ipamcrd.NodeNetworkConfig),
+		source: map[string]any{"name": "azure-cns", "preset": "azure-cns"},
+		crd:    upstreamCRD(ipamcrd.NodeNetworkConfig),
 		// As CNS v2 leaves it after a scale-down: three names in
 		// ipsNotInUse already gone from the assignments, which must not
 		// lower the count (issue 49). No malformed object: the preset
@@ -194,13 +196,9 @@ var capacitySources = []ipamSource{
 	},
 	{
 		name: "own-ipam", resource: "nodeippools.ipam.example.com", gvr: schema.GroupVersionResource{Group: "ipam.example.com", Version: "v1", Resource: "nodeippools"},
-		file: `sources:
-- name: own-ipam
-  resource: {group: ipam.example.com, version: v1, resource: nodeippools}
-  node: object.spec.nodeName
-  capacity: object.status.allocatable
-  draws: marked
-  nodeSelector: {matchLabels: {type: kwok}}`,
+		source: map[string]any{"name": "own-ipam",
+			"resource": map[string]any{"group": "ipam.example.com", "version": "v1", "resource": "nodeippools"},
+			"node":     "object.spec.nodeName", "capacity": "object.status.allocatable", "draws": "marked"},
 		crd: func(ctx context.Context, s *stack.Stack) error {
 			f := filepath.Join(s.Dir, "nodeippools.yaml")
 			if err := os.WriteFile(f, []byte(ownIPAMCRD), 0o600); err != nil {
@@ -288,8 +286,31 @@ func waitNodeAnnotation(ctx context.Context, t *testing.T, s *stack.Stack, node,
 
 func is(n int) func(string) bool { return func(v string) bool { return v == strconv.Itoa(n) } }
 
-// TestCapacitySources: for each source and mode, on two nodes whose objects
-// say 3 and 2 IPs:
+// sourceLabel puts each source's two nodes apart: the source selects them,
+// and the scenario's pods ask for them.
+const sourceLabel = "capscale.test/source"
+
+// sourcesFile is the --capacity-sources file of every source, each covering
+// the two nodes labelled with its name.
+func sourcesFile(t *testing.T) string {
+	t.Helper()
+	var list []map[string]any
+	for _, src := range capacitySources {
+		e := map[string]any{"nodeSelector": map[string]any{"matchLabels": map[string]any{sourceLabel: src.name}}}
+		for k, v := range src.source {
+			e[k] = v
+		}
+		list = append(list, e)
+	}
+	b, err := yaml.Marshal(map[string]any{"sources": list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestCapacitySources: for each mode, every source at once on one plane,
+// each on its own two nodes, whose objects say 3 and 2 IPs:
 //   - a burst of 8 underlay pods binds exactly 5, never a node over;
 //   - node 0's object raised to 5 while 3 pods wait: 2 bound within 5 s;
 //   - lowered to 1 under 5 running pods: none evicted, and with one of them
@@ -299,21 +320,35 @@ func is(n int) func(string) bool { return func(v string) bool { return v == strc
 //   - a malformed object (the CRD accepts it, the expression refuses it):
 //     invalid with the expression's reason, for each source that has one;
 //   - the object fixed (6): the waiting pod bound within 5 s.
+//
+// One plane per mode rather than per source and mode: starting a plane
+// was most of each scenario's time (issue 52's CI budget).
 func TestCapacitySources(t *testing.T) {
-	for _, src := range capacitySources {
-		t.Run(src.name, func(t *testing.T) {
-			forEachMode(t, func(t *testing.T, m schedulingMode) { capacitySourceScenario(t, m, src) })
-		})
-	}
+	forEachMode(t, func(t *testing.T, m schedulingMode) {
+		o := m.stack(plane.Options{Nodes: 2 * len(capacitySources), Logf: t.Logf, Node: func(i int, n *corev1.Node) {
+			n.Labels[sourceLabel] = capacitySources[i/2].name
+		}})
+		o.CapacitySources = sourcesFile(t)
+		o.Prepare = func(ctx context.Context, s *stack.Stack) error {
+			for _, src := range capacitySources {
+				if err := src.crd(ctx, s); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		s := startStack(t, o)
+		for i, src := range capacitySources {
+			t.Run(src.name, func(t *testing.T) {
+				t.Parallel()
+				capacitySourceScenario(t, s, m, src, plane.NodeName(2*i), plane.NodeName(2*i+1))
+			})
+		}
+	})
 }
 
-func capacitySourceScenario(t *testing.T, m schedulingMode, src ipamSource) {
-	o := m.stack(plane.Options{Nodes: 2, Logf: t.Logf})
-	o.CapacitySources = src.file
-	o.Prepare = func(ctx context.Context, s *stack.Stack) error { return src.crd(ctx, s) }
-	s := startStack(t, o)
+func capacitySourceScenario(t *testing.T, s *stack.Stack, m schedulingMode, src ipamSource, n0, n1 string) {
 	ctx := testContext(t, 5*time.Minute)
-	n0, n1 := plane.NodeName(0), plane.NodeName(1)
 	uid := map[string]types.UID{}
 	for _, n := range []string{n0, n1} {
 		node, err := s.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
@@ -332,13 +367,15 @@ func capacitySourceScenario(t *testing.T, m schedulingMode, src ipamSource) {
 	waitMirrored(ctx, t, s, n0, is(3), 3)
 	waitMirrored(ctx, t, s, n1, is(2), 2)
 
-	const ns = "ipam"
+	ns := "ipam-" + src.name
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
 	var burst []*corev1.Pod
 	for i := range 8 {
-		burst = append(burst, underlayPod(ns, fmt.Sprintf("p-%d", i), "p"))
+		p := underlayPod(ns, fmt.Sprintf("p-%d", i), "p")
+		p.Spec.NodeSelector = map[string]string{sourceLabel: src.name}
+		burst = append(burst, p)
 	}
 	createPods(ctx, t, s, burst...)
 	capacity := map[string]int{n0: 3, n1: 2}
