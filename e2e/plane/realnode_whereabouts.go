@@ -182,9 +182,6 @@ func (p *Plane) setupWhereabouts(ctx context.Context, name string, rng netip.Pre
 	if err := os.WriteFile(wb.flatFile, flat, 0o600); err != nil {
 		return nil, err
 	}
-	if err := wb.makeBinDir(p.bin("whereabouts")); err != nil {
-		return nil, err
-	}
 	// The network: the node-slice controller reads range and
 	// node_slice_size from a NetworkAttachmentDefinition's config
 	// (pkg/node-controller/controller.go:339-380).
