@@ -186,6 +186,8 @@ func (w *growthWatch) timeout() time.Duration {
 type growth struct {
 	launched int
 	took     time.Duration
+	// bound is when all were seen bound.
+	bound time.Time
 }
 
 // poll is one look: the bound and pending pods of deployment app (all of
@@ -271,7 +273,8 @@ func (w *growthWatch) grow(ctx context.Context, t *testing.T, app string, replic
 	if first.IsZero() {
 		t.Fatalf("%s: no pod was seen Pending with %q: the burst did not run out of what it should", app, reason)
 	}
-	g.took = time.Since(first)
+	g.bound = time.Now()
+	g.took = g.bound.Sub(first)
 	// A node launched late (a second batch) would show within Karpenter's
 	// 10s batch window.
 	var claims int

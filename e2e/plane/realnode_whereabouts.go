@@ -70,6 +70,8 @@ type whereaboutsNet struct {
 	// (pkg/config/config.go GetFlatIPAM); binDir the CNI plugins' dir.
 	kubeconfig, flatFile, binDir string
 	dynamic                      dynamic.Interface
+	// controller is the node-slice controller's process.
+	controller *Process
 }
 
 // whereabouts is the node's whereabouts network, nil with host-local (or
@@ -202,6 +204,7 @@ spec:
 	if err != nil {
 		return nil, err
 	}
+	wb.controller = ctrl
 	// Ready once it has made the network's NodeSlicePool.
 	err = p.waitUntil(ctx, ctrl, time.Minute, "whereabouts' NodeSlicePool "+name, func(ctx context.Context) (bool, error) {
 		_, err := dyn.Resource(NodeSlicePoolsResource).Namespace(WhereaboutsNamespace).Get(ctx, name, metav1.GetOptions{})

@@ -16,22 +16,21 @@ var whereaboutsSlicesRange = netip.MustParsePrefix("198.51.100.0/24")
 // on a plane without real nodes: the controller needs only the API, and
 // gives every Node a slice as it joins, the ones a node autoscaler
 // launches too. It returns the network's NodeSlicePool, in
-// WhereaboutsNamespace, once the controller has made it. A plane with
-// IPAM whereabouts has its own network; this is for kwok nodes alone.
-func (p *Plane) StartWhereaboutsSlices(ctx context.Context, capacity int) (string, error) {
+// WhereaboutsNamespace, once the controller has made it, and the
+// controller's process. A plane with IPAM whereabouts has its own network;
+// this is for kwok nodes alone.
+func (p *Plane) StartWhereaboutsSlices(ctx context.Context, capacity int) (string, *Process, error) {
 	if p.wb != nil || p.Opts.RealNodes > 0 {
-		return "", errors.New("StartWhereaboutsSlices is for a plane of kwok nodes alone (real nodes use Options.IPAM)")
+		return "", nil, errors.New("StartWhereaboutsSlices is for a plane of kwok nodes alone (real nodes use Options.IPAM)")
 	}
 	bits, err := whereaboutsSliceBits(capacity)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	wb, err := p.setupWhereabouts(ctx, "capscale-slices", whereaboutsSlicesRange, bits)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	p.mu.Lock()
 	p.wb = wb
-	p.mu.Unlock()
-	return wb.Name, nil
+	return wb.Name, wb.controller, nil
 }
