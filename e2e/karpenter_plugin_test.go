@@ -19,9 +19,9 @@ import (
 // minimum and no node goes over; but the new Nodes advertise the resource
 // only because the KWOK provider copies the launching pods' requests into
 // their status (kwok/cloudprovider/cloudprovider.go, toNode): 12 of the 16
-// IPs the label gives them. A real kubelet writes nothing of the kind, so
-// this does not show plugin mode growing a real cluster
-// (docs/scheduling.md "Growing the cluster").
+// IPs the label gives them. A real kubelet writes nothing of the kind:
+// TestKarpenterRuleModes runs plugin mode on Nodes as a kubelet registers
+// them (docs/scheduling.md "Growing the cluster").
 func TestKarpenterPlugin(t *testing.T) {
 	ctx, w := startKarpenterStack(t, stack.Options{Plugin: true}, `[{"op":"remove","path":"/spec/template/spec/startupTaints"}]`)
 	w.limit = 2 * time.Minute

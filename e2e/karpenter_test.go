@@ -111,10 +111,13 @@ func podNeeds(ips int64, cpu string) corev1.ResourceList {
 func startKarpenterStack(t *testing.T, o stack.Options, nodePoolPatch string) (context.Context, *growthWatch) {
 	t.Helper()
 	o.Plane = plane.Options{Nodes: karpenterStaticNodes, Karpenter: true, Logf: t.Logf,
-		NodeShape: plane.NodeShape{CPU: karpenterStaticCPU, Memory: "32Gi", Pods: "110"},
-		Node: func(_ int, n *corev1.Node) {
+		NodeShape: plane.NodeShape{CPU: karpenterStaticCPU, Memory: "32Gi", Pods: "110"}}
+	// With a capacity source, the plane's nodes take theirs from it too.
+	if o.CapacitySources == "" {
+		o.Plane.Node = func(_ int, n *corev1.Node) {
 			n.Annotations[names.UnderlayIPCapacityAnnotation] = fmt.Sprint(karpenterStaticIPs)
-		}}
+		}
+	}
 	s := startStack(t, o)
 	ctx := testContext(t, 15*time.Minute)
 	dyn, err := dynamic.NewForConfig(s.Config)
@@ -155,6 +158,22 @@ type growthWatch struct {
 	ns  string
 	// limit bounds each wait; 4 minutes when 0.
 	limit time.Duration
+	// capacity, when set, is what each node may hold; the rule's
+	// annotation and label otherwise.
+	capacity func(ctx context.Context, nodes []corev1.Node) (map[string]int, error)
+}
+
+// capacities is what each of nodes may hold: by default the rule itself
+// (annotation, label), whatever is published.
+func (w *growthWatch) capacities(ctx context.Context, nodes []corev1.Node) (map[string]int, error) {
+	if w.capacity != nil {
+		return w.capacity(ctx, nodes)
+	}
+	out := map[string]int{}
+	for _, n := range nodes {
+		out[n.Name] = int(underlay.Rule{Default: 0}.Capacity(n.Annotations, n.Labels).IPs)
+	}
+	return out, nil
 }
 
 func (w *growthWatch) timeout() time.Duration {
@@ -167,29 +186,33 @@ func (w *growthWatch) timeout() time.Duration {
 type growth struct {
 	launched int
 	took     time.Duration
+	// bound is when all were seen bound.
+	bound time.Time
 }
 
 // poll is one look: the bound and pending pods of deployment app (all of
 // ns when app is ""), whether one is Pending with reason, and the
 // NodeClaims.
 func (w *growthWatch) poll(ctx context.Context, app, reason string) (bound, pending int, withReason bool, claims int, err error) {
+	// Pods first, then the nodes: a pod seen bound was bound before the
+	// nodes are read, so a capacity the nodes show not yet was not there
+	// at its binding either.
+	pods, err := w.s.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, false, 0, err
+	}
 	nodes, err := w.s.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0, 0, false, 0, err
 	}
-	capacity := map[string]int{}
-	for _, n := range nodes.Items {
-		// The rule itself (annotation, label): what the node may hold,
-		// whatever is published.
-		capacity[n.Name] = int(underlay.Rule{Default: 0}.Capacity(n.Annotations, n.Labels).IPs)
-	}
-	pods, err := w.s.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
+	capacity, err := w.capacities(ctx, nodes.Items)
 	if err != nil {
 		return 0, 0, false, 0, err
 	}
 	perNode := map[string]int{}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName != "" {
+		// A node removed since (consolidation) is no longer judged.
+		if _, ok := capacity[p.Spec.NodeName]; ok {
 			q := p.Spec.Containers[0].Resources.Limits[names.UnderlayIPResource]
 			perNode[p.Spec.NodeName] += int(q.Value())
 		}
@@ -250,7 +273,8 @@ func (w *growthWatch) grow(ctx context.Context, t *testing.T, app string, replic
 	if first.IsZero() {
 		t.Fatalf("%s: no pod was seen Pending with %q: the burst did not run out of what it should", app, reason)
 	}
-	g.took = time.Since(first)
+	g.bound = time.Now()
+	g.took = g.bound.Sub(first)
 	// A node launched late (a second batch) would show within Karpenter's
 	// 10s batch window.
 	var claims int

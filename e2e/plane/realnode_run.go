@@ -103,6 +103,9 @@ func (p *Plane) startRealNodes(ctx context.Context) error {
 		if p.wb, err = p.setupWhereabouts(ctx, "capscale-"+fp.RunID, subnets[0], sliceBits); err != nil {
 			return err
 		}
+		if err := p.wb.makeBinDir(p.bin("whereabouts")); err != nil {
+			return err
+		}
 	}
 	images = append(images, o.RealNodeImages...)
 	for i := range o.RealNodes {

@@ -70,6 +70,8 @@ type whereaboutsNet struct {
 	// (pkg/config/config.go GetFlatIPAM); binDir the CNI plugins' dir.
 	kubeconfig, flatFile, binDir string
 	dynamic                      dynamic.Interface
+	// controller is the node-slice controller's process.
+	controller *Process
 }
 
 // whereabouts is the node's whereabouts network, nil with host-local (or
@@ -182,9 +184,6 @@ func (p *Plane) setupWhereabouts(ctx context.Context, name string, rng netip.Pre
 	if err := os.WriteFile(wb.flatFile, flat, 0o600); err != nil {
 		return nil, err
 	}
-	if err := wb.makeBinDir(p.bin("whereabouts")); err != nil {
-		return nil, err
-	}
 	// The network: the node-slice controller reads range and
 	// node_slice_size from a NetworkAttachmentDefinition's config
 	// (pkg/node-controller/controller.go:339-380).
@@ -205,6 +204,7 @@ spec:
 	if err != nil {
 		return nil, err
 	}
+	wb.controller = ctrl
 	// Ready once it has made the network's NodeSlicePool.
 	err = p.waitUntil(ctx, ctrl, time.Minute, "whereabouts' NodeSlicePool "+name, func(ctx context.Context) (bool, error) {
 		_, err := dyn.Resource(NodeSlicePoolsResource).Namespace(WhereaboutsNamespace).Get(ctx, name, metav1.GetOptions{})

@@ -1,0 +1,193 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/capscale/capscale/e2e/stack"
+	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+// kubeletRegistering is the NodePool's startup taint in
+// TestKarpenterRuleModes: it keeps pods off a launched node until the
+// test, standing in for the node's kubelet, has given the Node the status
+// a kubelet would.
+const kubeletRegistering = "e2e.capscale.io/kubelet-registering"
+
+// TestKarpenterRuleModes: what Karpenter does in the modes where capscale
+// publishes nothing (extender: the extender's ledger; plugin:
+// capscale-scheduler's UnderlayIP), on Nodes as a kubelet registers them.
+// The KWOK provider copies the launching pods' requests into a new Node's
+// status (kwok/cloudprovider/cloudprovider.go, toNode); a kubelet
+// advertises no capscale.io/underlay-ip, so the test removes it from each
+// launched Node before lifting the NodePool's startup taint. Both modes
+// tell kube-scheduler's fit to ignore the resource (the extender's
+// managedResources ignoredByScheduler, the plugin's NodeResourcesFit
+// ignoredResources), and a kubelet admits a pod whose extended resource
+// its node lacks (pkg/kubelet/lifecycle/predicate.go,
+// removeMissingExtendedResources, v1.37.2). Karpenter provisions for the
+// pods the rule leaves unschedulable by the NodeOverlay: it launches the
+// minimum, every pod binds, no node goes over its label's capacity. But
+// the NodeClaims are never initialized (the requested resource is not
+// registered, pkg/controllers/nodeclaim/lifecycle/initialization.go
+// RequestedResourcesRegistered, v1.14.1), and Karpenter disrupts no
+// uninitialized node (pkg/controllers/state/statenode.go
+// ValidateNodeDisruptable): the cluster grows and never consolidates.
+func TestKarpenterRuleModes(t *testing.T) {
+	taint := fmt.Sprintf(`[{"op":"replace","path":"/spec/template/spec/startupTaints","value":[{"key":%q,"effect":"NoSchedule"}]}]`, kubeletRegistering)
+	for _, m := range []struct {
+		name string
+		o    stack.Options
+	}{{"extender", stack.Options{Extender: true}}, {"plugin", stack.Options{Plugin: true}}} {
+		t.Run(m.name, func(t *testing.T) {
+			ctx, w := startKarpenterStack(t, m.o, taint)
+			w.limit = 2 * time.Minute
+			stop := actAsKubelet(ctx, t, w)
+			const pending = 20 - karpenterStaticNodes*karpenterStaticIPs
+			ips := w.grow(ctx, t, "ips", 20, podNeeds(1, "100m"), "underlay IPs exhausted")
+			stripped := stop()
+			if want := minNodes(pending, karpenterNodeIPs); ips.launched != want {
+				t.Errorf("%s mode: %d nodes launched, the IPs need %d", m.name, ips.launched, want)
+			}
+			if stripped != ips.launched {
+				t.Errorf("the test registered %d launched nodes as a kubelet would, of %d", stripped, ips.launched)
+			}
+			for _, n := range w.launchedNodes(ctx, t) {
+				if q, ok := n.Status.Allocatable[underlay.Resource]; ok {
+					t.Errorf("node %s advertises %s=%s; a kubelet's does not", n.Name, names.UnderlayIPResource, q.String())
+				}
+			}
+			reasons := waitUninitialized(ctx, t, w)
+			t.Logf("karpenter-growth mode=%s round=ips launched=%d minimum=%d pending-to-bound=%.1fs nodeclaims-initialized=none (%v)",
+				m.name, ips.launched, minNodes(pending, karpenterNodeIPs), ips.took.Seconds(), reasons)
+		})
+	}
+}
+
+// actAsKubelet, until the returned stop is called, does to every node
+// Karpenter launches what its kubelet's registration would: no
+// capscale.io/underlay-ip in its status, then the NodePool's startup taint
+// lifted. stop returns how many nodes it did so.
+func actAsKubelet(ctx context.Context, t *testing.T, w *growthWatch) (stop func() int) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan int)
+	go func() {
+		registered := map[string]bool{}
+		_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			nodes, err := w.s.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "karpenter.sh/nodepool"})
+			if err != nil {
+				return false, nil
+			}
+			for i := range nodes.Items {
+				if err := registerAsKubelet(ctx, w, &nodes.Items[i]); err != nil {
+					t.Logf("registering %s as a kubelet would: %v (retried)", nodes.Items[i].Name, err)
+				} else {
+					registered[nodes.Items[i].Name] = true
+				}
+			}
+			return false, nil
+		})
+		done <- len(registered)
+	}()
+	stop = sync.OnceValue(func() int {
+		cancel()
+		return <-done
+	})
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// registerAsKubelet removes the resource from n's status, then the startup
+// taint; a node already without both is left alone.
+func registerAsKubelet(ctx context.Context, w *growthWatch, n *corev1.Node) error {
+	key := "capscale.io~1underlay-ip" // the resource as a JSON pointer token
+	var ops []map[string]any
+	if _, ok := n.Status.Capacity[underlay.Resource]; ok {
+		ops = append(ops, map[string]any{"op": "remove", "path": "/status/capacity/" + key})
+	}
+	if _, ok := n.Status.Allocatable[underlay.Resource]; ok {
+		ops = append(ops, map[string]any{"op": "remove", "path": "/status/allocatable/" + key})
+	}
+	if len(ops) > 0 {
+		patch, err := json.Marshal(ops)
+		if err != nil {
+			return err
+		}
+		if _, err := w.s.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			return fmt.Errorf("removing %s from the status: %w", names.UnderlayIPResource, err)
+		}
+	}
+	var keep []corev1.Taint
+	for _, tt := range n.Spec.Taints {
+		if tt.Key != kubeletRegistering {
+			keep = append(keep, tt)
+		}
+	}
+	if len(keep) == len(n.Spec.Taints) {
+		return nil
+	}
+	// The taints as read must still be there: Karpenter's registration
+	// writes them too.
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/spec/taints", "value": n.Spec.Taints},
+		{"op": "replace", "path": "/spec/taints", "value": keep},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := w.s.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("lifting %s: %w", kubeletRegistering, err)
+	}
+	return nil
+}
+
+// waitUninitialized waits until Karpenter says of every NodeClaim that it
+// is not initialized for the unregistered resource alone, fails if one is
+// initialized, and returns the reasons.
+func waitUninitialized(ctx context.Context, t *testing.T, w *growthWatch) map[string]string {
+	t.Helper()
+	want := fmt.Sprintf("ResourceNotRegistered: Resource %q was requested but not registered", names.UnderlayIPResource)
+	var reasons map[string]string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := w.dyn.Resource(nodeClaims).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		reasons = map[string]string{}
+		for _, c := range list.Items {
+			conds, _, _ := unstructured.NestedSlice(c.Object, "status", "conditions")
+			for _, x := range conds {
+				m, _ := x.(map[string]any)
+				if m["type"] == "Initialized" {
+					if m["status"] == "True" {
+						return false, fmt.Errorf("NodeClaim %s is initialized", c.GetName())
+					}
+					reasons[c.GetName()] = fmt.Sprint(m["reason"], ": ", m["message"])
+				}
+			}
+		}
+		for _, r := range reasons {
+			if r != want {
+				return false, nil
+			}
+		}
+		return len(reasons) == len(list.Items), nil
+	})
+	if err != nil {
+		t.Fatalf("NodeClaims' initialization: %v; want each %q, have %v", err, want, reasons)
+	}
+	return reasons
+}
