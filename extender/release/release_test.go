@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -41,6 +43,27 @@ func pod(name, node string, phase v1.PodPhase, deleted *time.Time, finalizers ..
 
 // TestReleaser: the finalizer goes once the pod's node gave its IPs back,
 // and only then; only capscale's finalizer goes.
+// runReleaser starts the Releaser build makes, on cs's informers and a
+// fake clock at now, until the test ends; ctx ends with the test.
+func runReleaser(t *testing.T, cs kubernetes.Interface, now time.Time, build func(coreinformers.NodeInformer) (*Releaser, error)) (*Releaser, context.Context) {
+	t.Helper()
+	factory := kube.InformerFactory(cs)
+	if _, err := extender.NodeInformer(factory); err != nil {
+		t.Fatal(err)
+	}
+	r, err := build(factory.Core().V1().Nodes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.clock = clocktesting.NewFakeClock(now)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done; factory.Shutdown() })
+	factory.Start(ctx.Done())
+	go func() { defer close(done); r.Run(ctx) }()
+	return r, ctx
+}
+
 func TestReleaser(t *testing.T) {
 	ago := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
 	objs := []*v1.Pod{
@@ -60,21 +83,8 @@ func TestReleaser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	factory := kube.InformerFactory(cs)
-	if _, err := extender.NodeInformer(factory); err != nil {
-		t.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
-	r, err := New(cs, factory.Core().V1().Nodes(), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.clock = clocktesting.NewFakeClock(now)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done; factory.Shutdown() })
-	factory.Start(ctx.Done())
-	go func() { defer close(done); r.Run(ctx) }()
+	r, ctx := runReleaser(t, cs, now, func(nodes coreinformers.NodeInformer) (*Releaser, error) { return New(cs, nodes, reg) })
 
 	released := map[string][]string{
 		"force-finished":       {"example.com/other"},
@@ -90,7 +100,7 @@ func TestReleaser(t *testing.T) {
 		}
 		return p.Finalizers
 	}
-	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		for name, want := range released {
 			if !slices.Equal(finalizers(name), want) {
 				return false, nil
@@ -158,23 +168,10 @@ func TestCleanupReleaser(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			factory := kube.InformerFactory(cs)
-			if _, err := extender.NodeInformer(factory); err != nil {
-				t.Fatal(err)
-			}
-			r, err := NewCleanup(cs, factory.Core().V1().Nodes(), tc.deadline)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.clock = clocktesting.NewFakeClock(now)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			t.Cleanup(func() { cancel(); <-done; factory.Shutdown() })
-			factory.Start(ctx.Done())
-			go func() { defer close(done); r.Run(ctx) }()
+			r, ctx := runReleaser(t, cs, now, func(nodes coreinformers.NodeInformer) (*Releaser, error) { return NewCleanup(cs, nodes, tc.deadline) })
 
 			var carrying []string
-			err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 				var synced bool
 				carrying, synced = r.Carrying()
 				return synced && slices.Equal(carrying, tc.kept), nil

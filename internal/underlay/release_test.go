@@ -9,12 +9,18 @@ import (
 )
 
 // TestRelease: the release finalizer stays while the pod's node may still
+
+// t0 is when the pods of these tests were deleted.
+var t0 = time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
+
+// force is a pod force-deleted at t0 on node, in phase, its node answering
+// or not.
+func force(node string, phase v1.PodPhase, ready bool) Releasing {
+	return Releasing{Deleting: &t0, DeletionGrace: ptr.To[int64](0), NodeName: node, Phase: phase, NodeReady: ready}
+}
+
 // hold its IP, and never for good.
 func TestRelease(t *testing.T) {
-	t0 := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
-	force := func(node string, phase v1.PodPhase, ready bool) Releasing {
-		return Releasing{Deleting: &t0, DeletionGrace: ptr.To[int64](0), NodeName: node, Phase: phase, NodeReady: ready}
-	}
 	graceEnd := t0.Add(30 * time.Second)
 	for _, tc := range []struct {
 		name      string
@@ -54,11 +60,7 @@ func TestRelease(t *testing.T) {
 // deleted keeps it while Release would, and none keeps it past the
 // cleanup's deadline.
 func TestCleanup(t *testing.T) {
-	t0 := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
 	deadline := t0.Add(90 * time.Second)
-	force := func(phase v1.PodPhase, ready bool) Releasing {
-		return Releasing{Deleting: &t0, DeletionGrace: ptr.To[int64](0), NodeName: "n", Phase: phase, NodeReady: ready}
-	}
 	for _, tc := range []struct {
 		name      string
 		r         Releasing
@@ -69,10 +71,10 @@ func TestCleanup(t *testing.T) {
 		{name: "running, not deleted: released now (Release keeps it)", r: Releasing{NodeName: "n", Phase: v1.PodRunning, NodeReady: true}, release: ReleaseUninstall},
 		{name: "pending, not deleted: released now", r: Releasing{Phase: v1.PodPending}, release: ReleaseUninstall},
 		{name: "finished, not deleted: Release's reason", r: Releasing{NodeName: "n", Phase: v1.PodSucceeded}, release: ReleaseFinished},
-		{name: "force-deleted, in its hold: kept as Release keeps it", r: force(v1.PodRunning, true), at: time.Second, wantAfter: 6 * time.Second},
-		{name: "force-deleted, the kubelet finished it: released", r: force(v1.PodFailed, true), at: time.Second, release: ReleaseFinished},
-		{name: "force-deleted on a silent node, hold over: released", r: force(v1.PodRunning, false), at: 7 * time.Second, release: ReleaseHoldOver},
-		{name: "force-deleted, MaxReleaseWait over: released", r: force(v1.PodRunning, true), at: 67 * time.Second, release: ReleaseWaitExceeded},
+		{name: "force-deleted, in its hold: kept as Release keeps it", r: force("n", v1.PodRunning, true), at: time.Second, wantAfter: 6 * time.Second},
+		{name: "force-deleted, the kubelet finished it: released", r: force("n", v1.PodFailed, true), at: time.Second, release: ReleaseFinished},
+		{name: "force-deleted on a silent node, hold over: released", r: force("n", v1.PodRunning, false), at: 7 * time.Second, release: ReleaseHoldOver},
+		{name: "force-deleted, MaxReleaseWait over: released", r: force("n", v1.PodRunning, true), at: 67 * time.Second, release: ReleaseWaitExceeded},
 		{name: "graceful, its wait ends after the deadline: looked at again at the deadline", r: Releasing{Deleting: ptr.To(t0.Add(60 * time.Second)), DeletionGrace: ptr.To[int64](60), NodeName: "n", Phase: v1.PodRunning, NodeReady: true},
 			at: 80 * time.Second, wantAfter: 10 * time.Second},
 		{name: "graceful, at the deadline: released, never stuck after the uninstall", r: Releasing{Deleting: ptr.To(t0.Add(60 * time.Second)), DeletionGrace: ptr.To[int64](60), NodeName: "n", Phase: v1.PodRunning, NodeReady: true},
