@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -271,18 +272,39 @@ func runCleanupHook(ctx context.Context, t *testing.T, p *plane.Plane, hook stri
 	if len(c.Command) < 2 || c.Command[0] != "/extender" {
 		t.Fatalf("the hook's command %v", c.Command)
 	}
+	// As the Job would: a failed run is retried up to its backoffLimit
+	// (the hook's RBAC, created just before it, may reach the apiserver's
+	// authorizer a moment after its pod starts).
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "extender"), append(c.Command[1:], "--kubeconfig="+kc)...)
-	out, err := cmd.CombinedOutput()
-	t.Logf("extender %s (%.1fs):\n%s", strings.Join(c.Command[1:], " "), time.Since(start).Seconds(), out)
-	if err != nil {
-		t.Fatalf("the cleanup hook failed: %v", err)
+	for attempt := int32(0); ; attempt++ {
+		cmd := exec.CommandContext(ctx, filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "extender"), append(c.Command[1:], "--kubeconfig="+kc)...)
+		out, err := cmd.CombinedOutput()
+		t.Logf("extender %s (%.1fs):\n%s", strings.Join(c.Command[1:], " "), time.Since(start).Seconds(), out)
+		if err == nil {
+			break
+		}
+		if job.Spec.BackoffLimit == nil || attempt >= *job.Spec.BackoffLimit {
+			t.Fatalf("the cleanup hook failed %d times, its Job's backoffLimit: %v", attempt+1, err)
+		}
 	}
-	jobPod.Status.Phase = corev1.PodSucceeded
-	jobPod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image,
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
-			StartedAt: metav1.NewTime(start), FinishedAt: metav1.Now()}}}}
-	if _, err := p.Client.CoreV1().Pods(sysNS).UpdateStatus(ctx, jobPod, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	// The scheduler writes the pod's status too (PodScheduled false): end
+	// it on the pod as it is now.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		q, err := p.Client.CoreV1().Pods(sysNS).Get(ctx, jobPod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if q.ResourceVersion != jobPod.ResourceVersion {
+			t.Logf("the hook's pod changed since it was listed (resourceVersion %s, now %s)", jobPod.ResourceVersion, q.ResourceVersion)
+		}
+		q.Status.Phase = corev1.PodSucceeded
+		q.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
+				StartedAt: metav1.NewTime(start), FinishedAt: metav1.Now()}}}}
+		_, err = p.Client.CoreV1().Pods(sysNS).UpdateStatus(ctx, q, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatalf("ending the hook's pod: %v", err)
 	}
 }
