@@ -20,15 +20,25 @@ import (
 // Issue 49 §2 and §4 on a kwok plane, in each mode, with a capacity source
 // of the test's own (the own-ipam CRD of capacity_sources_test.go).
 
-// ownIPAMSource is own-ipam's source file with the given draws.
+// ownIPAMSource is own-ipam's source file with the given draws, for the
+// kwok nodes.
 func ownIPAMSource(draws string) string {
-	return fmt.Sprintf(`sources:
+	return ownIPAMSourceSelecting(draws, "{matchLabels: {type: kwok}}")
+}
+
+// ownIPAMSourceSelecting is own-ipam's source file with the given draws
+// and nodeSelector ("" for none, as the chart's default source has none).
+func ownIPAMSourceSelecting(draws, selector string) string {
+	s := fmt.Sprintf(`sources:
 - name: own-ipam
   resource: {group: ipam.example.com, version: v1, resource: nodeippools}
   node: object.spec.nodeName
   capacity: object.status.allocatable
-  draws: %s
-  nodeSelector: {matchLabels: {type: kwok}}`, draws)
+  draws: %s`, draws)
+	if selector != "" {
+		s += "\n  nodeSelector: " + selector
+	}
+	return s
 }
 
 // ownIPAM is the own-ipam entry of capacitySources.
@@ -157,11 +167,16 @@ func waitPolicyGivesIP(ctx context.Context, t *testing.T, s *stack.Stack, ns str
 }
 
 // TestNodeWaitsForTheMirror (issue 49 §4): with the components configured
-// as deploy/capacity-sources and the chart configure them, a node
-// re-created while capscale-controller is stopped (a new node's Node has
-// none of the mirror's annotations) takes no underlay pod until the mirror
-// has read its object, and then exactly what the object says. Without
-// the setting the node took the default of 10.
+// as deploy/capacity-sources and the chart configure them, and a source
+// without a nodeSelector as the chart's default one:
+//   - a node re-created while capscale-controller is stopped (a new node's
+//     Node has none of the mirror's annotations) takes no underlay pod
+//     until the mirror has read its object, and then exactly what the
+//     object says (without the setting it took the default of 10);
+//   - a node that joins before its IPAM object exists (the Cilium agent
+//     writes its CiliumNode only once it runs there) takes none until the
+//     object comes, and then exactly what it says (before, the mirror
+//     marked it "no source" and it took the default of 10).
 func TestNodeWaitsForTheMirror(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m schedulingMode) { nodeWaitsForTheMirror(t, m, false) })
 }
@@ -169,7 +184,7 @@ func TestNodeWaitsForTheMirror(t *testing.T) {
 func nodeWaitsForTheMirror(t *testing.T, m schedulingMode, noAwait bool) {
 	src := ownIPAM(t)
 	o := m.stack(plane.Options{Nodes: 2, Logf: t.Logf})
-	o.CapacitySources = ownIPAMSource("marked")
+	o.CapacitySources = ownIPAMSourceSelecting("marked", "")
 	o.NoAwaitCapacitySource = noAwait
 	o.Prepare = func(ctx context.Context, s *stack.Stack) error { return src.crd(ctx, s) }
 	s := startStack(t, o)
@@ -206,6 +221,34 @@ func nodeWaitsForTheMirror(t *testing.T, m schedulingMode, noAwait bool) {
 	waitUnderlay(ctx, t, s, ns, map[string]int{n1: 2}, 2, 1)
 	t.Logf("%s mode: the mirror back to 2 pods bound on the re-created node in %s", m.name, time.Since(start).Round(time.Millisecond))
 	stayBoundPending(ctx, t, s, ns, 2, 1, 2*time.Second)
+	if noAwait {
+		return
+	}
+
+	// A node joins before its IPAM object: n0 again, its object gone.
+	deleteObject(ctx, t, s, src.gvr, src.object(n0, "", 3))
+	recreateNode(ctx, t, s, n0, m.name != "extender")
+	const joined = "joined"
+	if err := s.WaitForNamespace(ctx, joined); err != nil {
+		t.Fatal(err)
+	}
+	pods = pods[:0]
+	for i := range 4 {
+		p := underlayPod(joined, fmt.Sprintf("p-%d", i), "p")
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": n0}
+		pods = append(pods, p)
+	}
+	createPods(ctx, t, s, pods...)
+	stayBoundPending(ctx, t, s, joined, 0, 4, 4*time.Second)
+	if reason := failedSchedulingReasons(ctx, s, joined); !strings.Contains(reason, "no nodeippools.ipam.example.com object maps to this node") &&
+		!strings.Contains(reason, "not read yet") && !strings.Contains(reason, "Insufficient") {
+		t.Errorf("FailedScheduling says %q, want the node awaiting its object", reason)
+	}
+	start = time.Now()
+	putObject(ctx, t, s, src.gvr, src.object(n0, "", 3))
+	waitUnderlay(ctx, t, s, joined, map[string]int{n0: 3}, 3, 1)
+	t.Logf("%s mode: the object to 3 pods bound on the node that joined before it in %s", m.name, time.Since(start).Round(time.Millisecond))
+	stayBoundPending(ctx, t, s, joined, 3, 1, 2*time.Second)
 }
 
 // failedSchedulingReasons joins the FailedScheduling messages of ns.

@@ -119,7 +119,8 @@ type Coverage struct {
 // nodeSelector, exactly the nodes it selects (an object that maps to
 // another node is not this source's business, so two sources may share a
 // resource over disjoint nodes); without one, the nodes its objects map
-// to.
+// to. Want gives a selector-less source also the nodes that nothing else
+// covers (awaiting).
 func (c Coverage) Covers() bool {
 	if c.Selects {
 		return c.Selected
@@ -154,8 +155,9 @@ var Uncovered = Mirror{Origin: names.UnderlayIPSourceNone}
 func (m Mirror) Invalid() bool { return strings.HasPrefix(m.Value, underlay.InvalidPrefix) }
 
 // Want decides a node's mirror from what each source says of it (see
-// Coverage.Covers for which sources cover it). No source: nothing to
-// mirror. Two or more: invalid, since which one
+// Coverage.Covers for which sources cover it). None: the node awaits the
+// object of a source without a nodeSelector (awaiting), or, with no such
+// source, nothing to mirror. Two or more: invalid, since which one
 // holds the truth is the operator's call, not capscale's. One: its one
 // object's capacity; no object, several objects, or an object without a
 // capacity is invalid with the reason — never the label or the default,
@@ -169,7 +171,7 @@ func Want(cov []Coverage) Mirror {
 	}
 	switch len(covering) {
 	case 0:
-		return Mirror{}
+		return awaiting(cov)
 	case 1:
 	default:
 		srcs := make([]string, len(covering))
@@ -199,6 +201,32 @@ func Want(cov []Coverage) Mirror {
 		return Mirror{Value: underlay.InvalidPrefix + o.Err, Origin: origin, Max: maxValue(o), Draws: c.Draws, Used: usedValue(o)}
 	}
 	return Mirror{Value: strconv.FormatInt(o.Capacity, 10), Origin: origin, Max: maxValue(o), Draws: c.Draws, Used: usedValue(o)}
+}
+
+// awaiting is the mirror of a node that no source covers by its selector
+// or its objects: a source without a nodeSelector covers it too, and the
+// node waits, invalid, for that source's object, since an IPAM names a
+// node only some time after it joins (the Cilium agent creates its
+// CiliumNode at start; whereabouts slices a node once it sees it). Taking
+// the label or the default meanwhile is the window issue 49 §4 closes.
+// No selector-less source: nothing to mirror (the mark none).
+func awaiting(cov []Coverage) Mirror {
+	var srcs []Coverage
+	var names []string
+	for _, c := range cov {
+		if !c.Selects {
+			srcs, names = append(srcs, c), append(names, c.Source)
+		}
+	}
+	switch len(srcs) {
+	case 0:
+		return Mirror{}
+	case 1:
+		c := srcs[0]
+		return Mirror{Value: underlay.InvalidPrefix + "no " + c.Resource + " object maps to this node", Origin: c.Source, Draws: c.Draws}
+	}
+	return Mirror{Value: underlay.InvalidPrefix + "no object of the capacity sources " + strings.Join(names, ", ") + " maps to this node",
+		Origin: strings.Join(names, ","), Draws: drawsOf(srcs)}
 }
 
 // drawsOf is what several sources covering one node say of its pods: all

@@ -26,7 +26,16 @@ func TestWant(t *testing.T) {
 		want Mirror
 	}{
 		{name: "no source", want: Mirror{}},
-		{name: "a source without objects for the node", cov: []Coverage{cov("cilium")}, want: Mirror{}},
+		{name: "a source without a selector and without objects for the node: it awaits one, invalid, not the default",
+			cov:  []Coverage{{Source: "cilium", Resource: "ciliumnodes.cilium.io", Draws: "all"}},
+			want: Mirror{Value: underlay.InvalidPrefix + "no ciliumnodes.cilium.io object maps to this node", Origin: "cilium", Draws: "all"}},
+		{name: "two selector-less sources, no object of either: it awaits both",
+			cov:  []Coverage{{Source: "eni", Draws: "marked"}, {Source: "cns", Draws: "all"}, sel("other", false)},
+			want: Mirror{Value: underlay.InvalidPrefix + "no object of the capacity sources eni, cns maps to this node", Origin: "eni,cns", Draws: "all"}},
+		{name: "a selector-less source awaits nothing on a node a selector takes", cov: []Coverage{cov("cilium"), sel("mine", true, obj("ippools.example.com/n1", 4))},
+			want: Mirror{Value: "4", Origin: "mine ippools.example.com/n1"}},
+		{name: "a selector-less source awaits nothing on a node another one's object names", cov: []Coverage{cov("eni"), cov("cns", obj("nodenetworkconfigs.acn.azure.com/n1", 6))},
+			want: Mirror{Value: "6", Origin: "cns nodenetworkconfigs.acn.azure.com/n1"}},
 		{name: "a selector that does not match the node", cov: []Coverage{sel("cilium", false)}, want: Mirror{}},
 		{name: "an object for a node the selector leaves out is ignored", cov: []Coverage{sel("cilium", false, obj("ciliumnodes.cilium.io/n1", 12))}, want: Mirror{}},
 		{name: "one object", cov: []Coverage{cov("cilium", obj("ciliumnodes.cilium.io/n1", 12))},

@@ -157,7 +157,7 @@ func TestMirror(t *testing.T) {
 
 // TestMirrorOneObjectManyNodes: an object whose node expression names a
 // list (whereabouts' NodeSlicePool) gives each node it names its capacity,
-// and a node it stops naming (its slice freed) loses it.
+// and a node it stops naming (its slice freed) is invalid again.
 func TestMirrorOneObjectManyNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -191,12 +191,15 @@ func TestMirrorOneObjectManyNodes(t *testing.T) {
 		}
 	}
 	waitFor("n1 and n2 at 6", func() bool { return capacity("n1") == "6" && capacity("n2") == "6" })
-	// n2's slice freed (its Node deleted, removeUnusedNodes): the object
-	// no longer names it, and no source covers it any more.
+	// n2's slice freed (whereabouts' removeUnusedNodes): the object no
+	// longer names it, so the source, which has no nodeSelector, leaves it
+	// invalid until a slice names it again, never the label or the default.
 	if _, err := dyn.Resource(gvr).Namespace("kube-system").Update(ctx, &unstructured.Unstructured{Object: nodeSlicePool("/29", "n1")}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("n2 without the mirror", func() bool { return capacity("n2") == "" })
+	waitFor("n2 awaiting a slice", func() bool {
+		return capacity("n2") == "invalid: no nodeslicepools.whereabouts.cni.cncf.io object maps to this node"
+	})
 	if got := capacity("n1"); got != "6" {
 		t.Errorf("n1 at %q, want 6", got)
 	}
