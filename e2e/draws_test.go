@@ -15,6 +15,7 @@ import (
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
+	"github.com/capscale/capscale/internal/names"
 )
 
 // Issue 49 §2 and §4 on a kwok plane, in each mode, with a capacity source
@@ -197,18 +198,7 @@ func nodeWaitsForTheMirror(t *testing.T, m schedulingMode, noAwait bool) {
 	s.Controller.Stop(5 * time.Second)
 	recreateNode(ctx, t, s, n1, m.name != "extender")
 	const ns = "fresh"
-	if err := s.WaitForNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	var pods []*corev1.Pod
-	for i := range 3 {
-		p := underlayPod(ns, fmt.Sprintf("p-%d", i), "p")
-		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": n1}
-		pods = append(pods, p)
-	}
-	createPods(ctx, t, s, pods...)
-	stayBoundPending(ctx, t, s, ns, 0, 3, 4*time.Second)
-	if reason := failedSchedulingReasons(ctx, s, ns); !strings.Contains(reason, "not read yet") && !strings.Contains(reason, "Insufficient") {
+	if reason := pinnedPending(ctx, t, s, ns, n1, 3); !strings.Contains(reason, "not read yet") && !strings.Contains(reason, "Insufficient") {
 		t.Errorf("FailedScheduling says %q, want the node not read yet", reason)
 	}
 
@@ -229,26 +219,36 @@ func nodeWaitsForTheMirror(t *testing.T, m schedulingMode, noAwait bool) {
 	deleteObject(ctx, t, s, src.gvr, src.object(n0, "", 3))
 	recreateNode(ctx, t, s, n0, m.name != "extender")
 	const joined = "joined"
-	if err := s.WaitForNamespace(ctx, joined); err != nil {
-		t.Fatal(err)
+	want := "no nodeippools.ipam.example.com object maps to this node"
+	if m.name == "native" {
+		// kube-scheduler's own fit: the publisher published the IPs in use.
+		want = "Insufficient " + names.UnderlayIPResource
 	}
-	pods = pods[:0]
-	for i := range 4 {
-		p := underlayPod(joined, fmt.Sprintf("p-%d", i), "p")
-		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": n0}
-		pods = append(pods, p)
-	}
-	createPods(ctx, t, s, pods...)
-	stayBoundPending(ctx, t, s, joined, 0, 4, 4*time.Second)
-	if reason := failedSchedulingReasons(ctx, s, joined); !strings.Contains(reason, "no nodeippools.ipam.example.com object maps to this node") &&
-		!strings.Contains(reason, "not read yet") && !strings.Contains(reason, "Insufficient") {
-		t.Errorf("FailedScheduling says %q, want the node awaiting its object", reason)
+	if reason := pinnedPending(ctx, t, s, joined, n0, 4); !strings.Contains(reason, want) {
+		t.Errorf("FailedScheduling says %q, want %q", reason, want)
 	}
 	start = time.Now()
 	putObject(ctx, t, s, src.gvr, src.object(n0, "", 3))
 	waitUnderlay(ctx, t, s, joined, map[string]int{n0: 3}, 3, 1)
 	t.Logf("%s mode: the object to 3 pods bound on the node that joined before it in %s", m.name, time.Since(start).Round(time.Millisecond))
 	stayBoundPending(ctx, t, s, joined, 3, 1, 2*time.Second)
+}
+
+// pinnedPending creates n underlay pods in ns pinned to node, checks that
+// none binds for 4 s, and returns their FailedScheduling messages.
+func pinnedPending(ctx context.Context, t *testing.T, s *stack.Stack, ns, node string, n int) string {
+	t.Helper()
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		pods[i] = underlayPod(ns, fmt.Sprintf("p-%d", i), "p")
+		pods[i].Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+	}
+	createPods(ctx, t, s, pods...)
+	stayBoundPending(ctx, t, s, ns, 0, n, 4*time.Second)
+	return failedSchedulingReasons(ctx, s, ns)
 }
 
 // failedSchedulingReasons joins the FailedScheduling messages of ns.
