@@ -215,32 +215,69 @@ func waitUninitialized(ctx context.Context, t *testing.T, w *growthWatch) map[st
 	want := fmt.Sprintf("ResourceNotRegistered: Resource %q was requested but not registered", names.UnderlayIPResource)
 	var reasons map[string]string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := w.dyn.Resource(nodeClaims).List(ctx, metav1.ListOptions{})
-		if err != nil {
+		var err error
+		if reasons, err = claimsInitialized(ctx, w); err != nil {
 			return false, nil
 		}
-		reasons = map[string]string{}
-		for _, c := range list.Items {
-			conds, _, _ := unstructured.NestedSlice(c.Object, "status", "conditions")
-			for _, x := range conds {
-				m, _ := x.(map[string]any)
-				if m["type"] == "Initialized" {
-					if m["status"] == "True" {
-						return false, fmt.Errorf("NodeClaim %s is initialized", c.GetName())
-					}
-					reasons[c.GetName()] = fmt.Sprint(m["reason"], ": ", m["message"])
-				}
+		for name, r := range reasons {
+			if r == "" {
+				return false, fmt.Errorf("NodeClaim %s is initialized", name)
 			}
-		}
-		for _, r := range reasons {
 			if r != want {
 				return false, nil
 			}
 		}
-		return len(reasons) == len(list.Items), nil
+		return true, nil
 	})
 	if err != nil {
 		t.Fatalf("NodeClaims' initialization: %v; want each %q, have %v", err, want, reasons)
 	}
 	return reasons
+}
+
+// waitInitialized waits until Karpenter has initialized every NodeClaim.
+func waitInitialized(ctx context.Context, t *testing.T, w *growthWatch) {
+	t.Helper()
+	var reasons map[string]string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if reasons, err = claimsInitialized(ctx, w); err != nil {
+			return false, nil
+		}
+		for _, r := range reasons {
+			if r != "" {
+				return false, nil
+			}
+		}
+		return len(reasons) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("NodeClaims not all initialized: %v (%v)", err, reasons)
+	}
+}
+
+// claimsInitialized is, per NodeClaim, "" when Karpenter has initialized
+// it, else its Initialized condition's reason and message (or that it has
+// none yet).
+func claimsInitialized(ctx context.Context, w *growthWatch) (map[string]string, error) {
+	list, err := w.dyn.Resource(nodeClaims).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, c := range list.Items {
+		out[c.GetName()] = "no Initialized condition"
+		conds, _, _ := unstructured.NestedSlice(c.Object, "status", "conditions")
+		for _, x := range conds {
+			m, _ := x.(map[string]any)
+			switch {
+			case m["type"] != "Initialized":
+			case m["status"] == "True":
+				out[c.GetName()] = ""
+			default:
+				out[c.GetName()] = fmt.Sprint(m["reason"], ": ", m["message"])
+			}
+		}
+	}
+	return out, nil
 }
