@@ -236,3 +236,51 @@ func TestReleaseCleanupManifest(t *testing.T) {
 		t.Error("release.yaml's ValidatingAdmissionPolicy does not hold capscale-release-cleanup's pod writes")
 	}
 }
+
+// TestHelmExtenderPublishCapacity: extender.publishCapacity runs native
+// mode's publisher in extender mode, beside the rule: the extender sidecar
+// gets --publish-capacity and the ServiceAccounts the publisher's RBAC and
+// Node-write policy, while kube-scheduler keeps extender mode's profile
+// (it calls the extender and ignores the resource). Plugin mode, which runs
+// no extender, refuses it; extender mode without it renders none of it.
+func TestHelmExtenderPublishCapacity(t *testing.T) {
+	r, err := helmTemplate(t, "--set", "extender.mode=extender", "--set", "extender.publishCapacity=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := get[*appsv1.Deployment](t, r, objectKey("Deployment", "capscale-system", "capscale-scheduler"))
+	if c := container(t, d, "extender"); !slices.Contains(c.Command, "--publish-capacity") {
+		t.Errorf("extender command %v lacks --publish-capacity", c.Command)
+	}
+	publisher := []string{
+		objectKey("ClusterRole", "", "capscale:capacity-publisher"),
+		objectKey("ClusterRoleBinding", "", "capscale:scheduler:capacity-publisher"),
+		objectKey("ValidatingAdmissionPolicy", "", "capscale-publisher-node-writes"),
+	}
+	for _, key := range publisher {
+		if _, ok := r[key]; !ok {
+			t.Errorf("extender mode with publishCapacity renders no %s", key)
+		}
+	}
+	if _, ok := r[objectKey("MutatingAdmissionPolicy", "", "capscale-underlay-ip-release")]; ok {
+		t.Error("extender mode renders native mode's release finalizer")
+	}
+	cm := get[*corev1.ConfigMap](t, r, objectKey("ConfigMap", "capscale-system", "capscale-scheduler-config"))
+	if !strings.Contains(cm.Data["config.yaml"], "ignoredByScheduler: true") {
+		t.Errorf("kube-scheduler's profile is not extender mode's (the extender, the resource ignored):\n%s", cm.Data["config.yaml"])
+	}
+
+	plain, err := helmTemplate(t, "--set", "extender.mode=extender")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range publisher {
+		if _, ok := plain[key]; ok {
+			t.Errorf("extender mode without publishCapacity renders %s", key)
+		}
+	}
+	_, err = helmTemplate(t, "--set", "extender.mode=plugin", "--set", "extender.publishCapacity=true")
+	if want := "extender.publishCapacity runs the capacity publisher in the extender, and plugin mode runs none"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("plugin mode with publishCapacity: %v, want an error saying %q", err, want)
+	}
+}

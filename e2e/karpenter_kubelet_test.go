@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,13 +48,9 @@ const kubeletRegistering = "e2e.capscale.io/kubelet-registering"
 // uninitialized node (pkg/controllers/state/statenode.go
 // ValidateNodeDisruptable): the cluster grows and never consolidates.
 func TestKarpenterRuleModes(t *testing.T) {
-	taint := fmt.Sprintf(`[{"op":"replace","path":"/spec/template/spec/startupTaints","value":[{"key":%q,"effect":"NoSchedule"}]}]`, kubeletRegistering)
-	for _, m := range []struct {
-		name string
-		o    stack.Options
-	}{{"extender", stack.Options{Extender: true}}, {"plugin", stack.Options{Plugin: true}}} {
+	for _, m := range ruleModes {
 		t.Run(m.name, func(t *testing.T) {
-			ctx, w := startKarpenterStack(t, m.o, taint)
+			ctx, w := startKarpenterStack(t, m.o, "["+kubeletTaintPatch+"]")
 			w.limit = 2 * time.Minute
 			stop := actAsKubelet(ctx, t, w)
 			const pending = 20 - karpenterStaticNodes*karpenterStaticIPs
@@ -73,6 +70,62 @@ func TestKarpenterRuleModes(t *testing.T) {
 			reasons := waitUninitialized(ctx, t, w)
 			t.Logf("karpenter-growth mode=%s round=ips launched=%d minimum=%d pending-to-bound=%.1fs nodeclaims-initialized=none (%v)",
 				m.name, ips.launched, minNodes(pending, karpenterNodeIPs), ips.took.Seconds(), reasons)
+		})
+	}
+}
+
+// ruleModes are the modes where capscale publishes nothing.
+var ruleModes = []struct {
+	name string
+	o    stack.Options
+}{{"extender", stack.Options{Extender: true}}, {"plugin", stack.Options{Plugin: true}}}
+
+// kubeletTaintPatch gives the NodePool the startup taint actAsKubelet lifts
+// in place of capscale's, which nothing removes in these modes.
+var kubeletTaintPatch = fmt.Sprintf(`{"op":"replace","path":"/spec/template/spec/startupTaints","value":[{"key":%q,"effect":"NoSchedule"}]}`, kubeletRegistering)
+
+// TestKarpenterRuleModesSource: TestKarpenterRuleModes's modes with
+// TestKarpenterCapacitySource's burst: every node's capacity from
+// whereabouts' node slices (the source with nodeSelector {}, the NodePool
+// without the capacity label), Nodes as a kubelet registers them, and
+// whereabouts' controller paused while the new nodes join. The extender's
+// ledger and the plugin count a node the mirror has not read 0
+// (--await-capacity-source, awaitCapacitySource), so no pod lands on a new
+// node before its slice is read, although the test lifts the node's startup
+// taint at once: at every poll a node holds at most what its slice gives
+// once read, nothing before; Karpenter launches the minimum, and again
+// never initializes a NodeClaim.
+func TestKarpenterRuleModesSource(t *testing.T) {
+	patch := "[" + kubeletTaintPatch + `,{"op":"remove","path":"/spec/template/metadata/labels/capscale.io~1underlay-ip-capacity"}]`
+	for _, m := range ruleModes {
+		t.Run(m.name, func(t *testing.T) {
+			ctx, w, slicer := startKarpenterSliced(t, m.o, patch)
+			stop := actAsKubelet(ctx, t, w)
+			const replicas = 26
+			pending := replicas - karpenterStaticNodes*karpenterSliceIPs
+			want := minNodes(pending, karpenterSliceIPs)
+			resumed := pauseUntilLaunched(ctx, t, w, slicer, want)
+			g := w.grow(ctx, t, "slices", replicas, podNeeds(1, "100m"), "underlay IPs exhausted")
+			sliced := resumed()
+			stripped := stop()
+			if g.launched != want {
+				t.Errorf("%s mode, slices of %d: %d nodes launched, the IPs need %d", m.name, karpenterSliceIPs, g.launched, want)
+			}
+			if stripped != g.launched {
+				t.Errorf("the test registered %d launched nodes as a kubelet would, of %d", stripped, g.launched)
+			}
+			for _, n := range w.launchedNodes(ctx, t) {
+				got, src := n.Annotations[names.UnderlayIPSourceCapacityAnnotation], n.Annotations[names.UnderlayIPSourceAnnotation]
+				if got != fmt.Sprint(karpenterSliceIPs) || !strings.HasPrefix(src, "whereabouts nodeslicepools.whereabouts.cni.cncf.io/") {
+					t.Errorf("node %s: capscale read %q from %q, want its slice's %d from whereabouts' NodeSlicePool", n.Name, got, src, karpenterSliceIPs)
+				}
+				if q, ok := n.Status.Allocatable[underlay.Resource]; ok {
+					t.Errorf("node %s advertises %s=%s; a kubelet's does not", n.Name, names.UnderlayIPResource, q.String())
+				}
+			}
+			reasons := waitUninitialized(ctx, t, w)
+			t.Logf("karpenter-growth mode=%s source=whereabouts-node-slice launched=%d minimum=%d pending-to-bound=%.1fs sliced-to-bound=%.1fs nodeclaims-initialized=none (%d)",
+				m.name, g.launched, want, g.took.Seconds(), g.bound.Sub(sliced).Seconds(), len(reasons))
 		})
 	}
 }
@@ -162,32 +215,69 @@ func waitUninitialized(ctx context.Context, t *testing.T, w *growthWatch) map[st
 	want := fmt.Sprintf("ResourceNotRegistered: Resource %q was requested but not registered", names.UnderlayIPResource)
 	var reasons map[string]string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := w.dyn.Resource(nodeClaims).List(ctx, metav1.ListOptions{})
-		if err != nil {
+		var err error
+		if reasons, err = claimsInitialized(ctx, w); err != nil {
 			return false, nil
 		}
-		reasons = map[string]string{}
-		for _, c := range list.Items {
-			conds, _, _ := unstructured.NestedSlice(c.Object, "status", "conditions")
-			for _, x := range conds {
-				m, _ := x.(map[string]any)
-				if m["type"] == "Initialized" {
-					if m["status"] == "True" {
-						return false, fmt.Errorf("NodeClaim %s is initialized", c.GetName())
-					}
-					reasons[c.GetName()] = fmt.Sprint(m["reason"], ": ", m["message"])
-				}
+		for name, r := range reasons {
+			if r == "" {
+				return false, fmt.Errorf("NodeClaim %s is initialized", name)
 			}
-		}
-		for _, r := range reasons {
 			if r != want {
 				return false, nil
 			}
 		}
-		return len(reasons) == len(list.Items), nil
+		return true, nil
 	})
 	if err != nil {
 		t.Fatalf("NodeClaims' initialization: %v; want each %q, have %v", err, want, reasons)
 	}
 	return reasons
+}
+
+// waitInitialized waits until Karpenter has initialized every NodeClaim.
+func waitInitialized(ctx context.Context, t *testing.T, w *growthWatch) {
+	t.Helper()
+	var reasons map[string]string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if reasons, err = claimsInitialized(ctx, w); err != nil {
+			return false, nil
+		}
+		for _, r := range reasons {
+			if r != "" {
+				return false, nil
+			}
+		}
+		return len(reasons) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("NodeClaims not all initialized: %v (%v)", err, reasons)
+	}
+}
+
+// claimsInitialized is, per NodeClaim, "" when Karpenter has initialized
+// it, else its Initialized condition's reason and message (or that it has
+// none yet).
+func claimsInitialized(ctx context.Context, w *growthWatch) (map[string]string, error) {
+	list, err := w.dyn.Resource(nodeClaims).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, c := range list.Items {
+		out[c.GetName()] = "no Initialized condition"
+		conds, _, _ := unstructured.NestedSlice(c.Object, "status", "conditions")
+		for _, x := range conds {
+			m, _ := x.(map[string]any)
+			switch {
+			case m["type"] != "Initialized":
+			case m["status"] == "True":
+				out[c.GetName()] = ""
+			default:
+				out[c.GetName()] = fmt.Sprint(m["reason"], ": ", m["message"])
+			}
+		}
+	}
+	return out, nil
 }

@@ -43,28 +43,7 @@ const karpenterSliceIPs = plane.DefaultWhereaboutsCapacity
 // without either the publisher publishes --default-capacity on a node not
 // sliced yet and lifts its taint, and the test fails).
 func TestKarpenterCapacitySource(t *testing.T) {
-	var pool string
-	var slicer *plane.Process
-	// nodeSelector {}: every node is the source's, so a node whereabouts
-	// has not sliced yet is invalid (0, tainted), not uncovered (the
-	// default): without it this test fails as without the await.
-	o := stack.Options{Native: true, CapacitySources: "sources:\n- name: whereabouts\n  preset: whereabouts-node-slice\n  nodeSelector: {}\n",
-		Prepare: func(ctx context.Context, s *stack.Stack) (err error) {
-			pool, slicer, err = s.StartWhereaboutsSlices(ctx, karpenterSliceIPs)
-			return err
-		}}
-	ctx, w := startKarpenterStack(t, o, `[{"op":"remove","path":"/spec/template/metadata/labels/capscale.io~1underlay-ip-capacity"}]`)
-	if out, err := w.s.Kubectl(ctx, "patch", "nodeoverlay", "capscale-underlay-ip-c-4x-amd64-linux", "--type=merge",
-		"-p", fmt.Sprintf(`{"spec":{"capacity":{%q:"%d"}}}`, names.UnderlayIPResource, karpenterSliceIPs)); err != nil {
-		t.Fatalf("patching the NodeOverlay: %v\n%s", err, out)
-	}
-	w.limit = 2 * time.Minute
-	w.capacity = sliceCapacity(w.dyn, pool, karpenterSliceIPs)
-	static := map[string]int64{}
-	for i := range karpenterStaticNodes {
-		static[plane.NodeName(i)] = karpenterSliceIPs
-	}
-	waitAllocatable(ctx, t, w.s, static, time.Minute)
+	ctx, w, slicer := startKarpenterSliced(t, stack.Options{Native: true}, `[{"op":"remove","path":"/spec/template/metadata/labels/capscale.io~1underlay-ip-capacity"}]`)
 
 	// 26 pods of one IP on the plane's 12: 14 Pending → 3 nodes of 6.
 	// whereabouts is slow to slice: its controller is paused until the
@@ -92,6 +71,40 @@ func TestKarpenterCapacitySource(t *testing.T) {
 	}
 	t.Logf("karpenter-growth mode=native source=whereabouts-node-slice launched=%d minimum=%d pending-to-bound=%.1fs sliced-to-bound=%.1fs",
 		g.launched, want, g.took.Seconds(), g.bound.Sub(sliced).Seconds())
+}
+
+// slicedSource is the capacity source of the Karpenter tests on
+// whereabouts' node slices. nodeSelector {}: every node is the source's, so
+// a node whereabouts has not sliced yet counts 0 until it has a slice,
+// never the label or the default (docs/scheduling.md: give a source whose
+// IPAM names a node late the nodes the autoscaler launches).
+const slicedSource = "sources:\n- name: whereabouts\n  preset: whereabouts-node-slice\n  nodeSelector: {}\n"
+
+// startKarpenterSliced is startKarpenterStack in o's mode with every
+// node's capacity from whereabouts' slices of karpenterSliceIPs (the
+// NodeOverlay says as much), watched by sliceCapacity, once the mirror has
+// read the plane's own nodes' slices. It returns whereabouts' node-slice
+// controller, for pauseUntilLaunched.
+func startKarpenterSliced(t *testing.T, o stack.Options, nodePoolPatch string) (context.Context, *growthWatch, *plane.Process) {
+	t.Helper()
+	var pool string
+	var slicer *plane.Process
+	o.CapacitySources = slicedSource
+	o.Prepare = func(ctx context.Context, s *stack.Stack) (err error) {
+		pool, slicer, err = s.StartWhereaboutsSlices(ctx, karpenterSliceIPs)
+		return err
+	}
+	ctx, w := startKarpenterStack(t, o, nodePoolPatch)
+	if out, err := w.s.Kubectl(ctx, "patch", "nodeoverlay", "capscale-underlay-ip-c-4x-amd64-linux", "--type=merge",
+		"-p", fmt.Sprintf(`{"spec":{"capacity":{%q:"%d"}}}`, names.UnderlayIPResource, karpenterSliceIPs)); err != nil {
+		t.Fatalf("patching the NodeOverlay: %v\n%s", err, out)
+	}
+	w.limit = 2 * time.Minute
+	w.capacity = sliceCapacity(w.dyn, pool, karpenterSliceIPs)
+	for i := range karpenterStaticNodes {
+		waitMirrored(ctx, t, w.s, plane.NodeName(i), is(karpenterSliceIPs), karpenterSliceIPs)
+	}
+	return ctx, w, slicer
 }
 
 // slicerHeld is how long whereabouts' controller stays paused once the

@@ -48,8 +48,14 @@ type Options struct {
 	// (--publish-capacity, with deploy/native/rbac.yaml, and with real
 	// nodes deploy/native/release.yaml's finalizer) and kube-scheduler
 	// counts the resource itself (deploy/native/kube-scheduler-config.yaml
-	// unless SchedulerConfigFile says otherwise). Implies Extender.
+	// unless SchedulerConfigFile says otherwise). Implies Extender and
+	// PublishCapacity.
 	Native bool
+	// PublishCapacity runs native mode's publisher in the extender
+	// (--publish-capacity, deploy/native/rbac.yaml and node-taint.yaml):
+	// in extender mode, beside the rule, as the chart's
+	// extender.publishCapacity does. Needs Extender.
+	PublishCapacity bool
 	// Plugin runs plugin mode: the plane's scheduler is capscale-scheduler
 	// (BinDir/capscale-scheduler: kube-scheduler with the UnderlayIP
 	// plugin) with deploy/plugin/kube-scheduler-config.yaml unless
@@ -128,7 +134,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	s = &Stack{}
 	if o.Native {
-		o.Extender = true
+		o.Extender, o.PublishCapacity = true, true
+	}
+	if o.PublishCapacity {
+		if !o.Extender {
+			return nil, fmt.Errorf("stack: PublishCapacity runs in the extender, and no extender runs")
+		}
 		o.ExtenderArgs = append([]string{"--publish-capacity", "--leader-elect-namespace=" + Namespace}, o.ExtenderArgs...)
 	}
 	await := o.CapacitySources != "" && !o.NoAwaitCapacitySource
@@ -280,7 +291,7 @@ func (s *Stack) startExtender(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.Opts.Native {
+	if s.Opts.PublishCapacity {
 		// The publisher's RBAC, and the policy that holds its Node writes
 		// to removing the startup taint.
 		for _, f := range []string{"native/rbac.yaml", "native/node-taint.yaml"} {
@@ -288,6 +299,8 @@ func (s *Stack) startExtender(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	if s.Opts.Native {
 		// The release finalizer, as the chart installs it in native mode,
 		// where a kubelet ends the pods: kwok's stages delete a pod
 		// without the terminal phase a kubelet writes first, so on a kwok

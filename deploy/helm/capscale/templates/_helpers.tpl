@@ -381,6 +381,21 @@ spec:
 {{- end }}
 
 {{/*
+"true" when the extender runs native mode's capacity publisher
+(--publish-capacity, its RBAC, templates/native-node-writes.yaml): in native
+mode, and in extender mode with extender.publishCapacity, beside the rule,
+so that a node autoscaler sees the IPs (docs/scheduling.md "Extender mode
+with the publisher"). Plugin mode runs no extender: asking there fails.
+*/}}
+{{- define "capscale.publishes" -}}
+{{- $m := .Values.extender.mode -}}
+{{- if and .Values.extender.publishCapacity (eq $m "plugin") }}
+{{- fail "extender.publishCapacity runs the capacity publisher in the extender, and plugin mode runs none: use extender.mode=extender (or native, which always publishes)" }}
+{{- end -}}
+{{- if or (eq $m "native") (and (eq $m "extender") .Values.extender.publishCapacity) }}true{{ end -}}
+{{- end }}
+
+{{/*
 "true" when native mode's release finalizer is on (templates/native-release.yaml).
 extender.releaseFinalizer "auto" (the default) turns it on in native mode
 where the cluster serves MutatingAdmissionPolicy v1 and the render sees the
