@@ -169,7 +169,7 @@ func TestMirrorOneObjectManyNodes(t *testing.T) {
 	src.Name = "whereabouts"
 	gvr := src.Resource.GVR()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{gvr: "NodeSlicePoolList"},
+		map[schema.GroupVersionResource]string{gvr: "NodeSlicePoolList", src.UsedFrom.Resource.GVR(): "IPPoolList"},
 		&unstructured.Unstructured{Object: nodeSlicePool("/29", "n1", "n2")})
 	c, err := New(Config{Client: client, Dynamic: dyn, Sources: []*Compiled{src}, Metrics: NewMetrics(prometheus.NewRegistry())})
 	if err != nil {
