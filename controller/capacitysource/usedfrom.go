@@ -163,3 +163,23 @@ func WithUsedFrom(m Mirror, objs []UsedResult) Mirror {
 	m.Used = strconv.FormatInt(sum, 10)
 	return m
 }
+
+// Read is a resource an expanded source reads, and the namespace it reads
+// it in ("" for all): what its RBAC must grant.
+type Read struct {
+	Resource  Resource
+	Namespace string
+}
+
+// Reads lists what an expanded source reads: its resource, then its
+// usedFrom's.
+func (s Source) Reads() []Read {
+	var out []Read
+	if s.Resource != nil {
+		out = append(out, Read{Resource: *s.Resource, Namespace: s.Namespace})
+	}
+	if s.UsedFrom != nil && s.UsedFrom.Resource != nil {
+		out = append(out, Read{Resource: *s.UsedFrom.Resource, Namespace: s.UsedFrom.Namespace})
+	}
+	return out
+}

@@ -27,7 +27,9 @@ import (
 // any, invalid when one fails; an uncovered or invalid node is left alone.
 func TestWithUsedFrom(t *testing.T) {
 	valid := Mirror{Value: "6", Origin: "wb nodeslicepools.whereabouts.cni.cncf.io/kube-system/pods", Draws: underlay.DrawsAll}
-	pool := func(ref string, used int64) UsedResult { return UsedResult{Ref: ref, Nodes: []string{"n1"}, Used: used} }
+	pool := func(ref string, used int64) UsedResult {
+		return UsedResult{Ref: ref, Nodes: []string{"n1"}, Used: used}
+	}
 	for _, tc := range []struct {
 		name string
 		m    Mirror
