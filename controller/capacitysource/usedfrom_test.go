@@ -179,6 +179,9 @@ func TestMirrorUsedFrom(t *testing.T) {
 	)
 	src := presetSource(t, "whereabouts-node-slice")
 	src.Name = "whereabouts"
+	if src.UsedFrom == nil {
+		t.Fatal("the whereabouts-node-slice preset reads no usedFrom: nothing tells what whereabouts holds on a node")
+	}
 	pools := src.UsedFrom.Resource.GVR()
 	ippool := func(node string, n int) *unstructured.Unstructured {
 		allocs := map[string]any{}
