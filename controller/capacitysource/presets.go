@@ -117,7 +117,8 @@ var Presets = map[string]Source{
 	// (pkg/storage/kubernetes/ipam.go:588-619; pkg/iphelpers/iphelpers.go:
 	// 121-143). One object names every node of the network, each with the
 	// same count; a node in two networks' pools is invalid (filter on
-	// object.metadata.name in your own node expression to pick one).
+	// object.metadata.name in your own node expression to pick one). What
+	// is in use on the node is in its IPPool (whereaboutsIPPools).
 	"whereabouts-node-slice": {
 		// As the pod network's IPAM (the bridge's, as on capscale's real
 		// nodes) every pod that is not hostNetwork takes an IP of the
