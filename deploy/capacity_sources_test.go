@@ -83,6 +83,51 @@ func TestCapacitySourcesDeploy(t *testing.T) {
 	}
 }
 
+// TestHelmCapacitySourceUsedFrom: the chart grants the resource a source's
+// usedFrom reads (in its namespace), its preset's unless the source says
+// used itself, and nothing more.
+func TestHelmCapacitySourceUsedFrom(t *testing.T) {
+	for _, tc := range []struct {
+		name, source string
+		ippools      bool
+		role         string
+	}{
+		{name: "the preset's cluster-wide", source: "{name: wb, preset: whereabouts-node-slice}", ippools: true},
+		{name: "the preset's in the source's namespace", source: "{name: wb, preset: whereabouts-node-slice, namespace: whereabouts}", role: "whereabouts"},
+		{name: "the source says used", source: "{name: wb, preset: whereabouts-node-slice, used: '0'}"},
+		{name: "its own", source: "{name: mine, resource: {group: ipam.example.com, version: v1, resource: nodepools}, node: object.metadata.name, capacity: '1', draws: marked, " +
+			"usedFrom: {resource: {group: whereabouts.cni.cncf.io, version: v1alpha1, resource: ippools}, namespace: ipam, node: object.metadata.name, used: '0'}}", role: "ipam"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := helmTemplate(t, "-f", writeValues(t, "controller: {capacitySources: {enabled: true, sources: ["+tc.source+"]}}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ippools := func(rules []rbacv1.PolicyRule) bool {
+				return slices.ContainsFunc(rules, func(pr rbacv1.PolicyRule) bool {
+					return slices.Equal(pr.APIGroups, []string{"whereabouts.cni.cncf.io"}) && slices.Equal(pr.Resources, []string{"ippools"}) &&
+						slices.Equal(pr.Verbs, []string{"get", "list", "watch"})
+				})
+			}
+			cr := get[*rbacv1.ClusterRole](t, r, objectKey("ClusterRole", "", "capscale:controller:capacity-sources"))
+			if got := ippools(cr.Rules); got != tc.ippools {
+				t.Errorf("ClusterRole reads ippools: %v, want %v (%+v)", got, tc.ippools, cr.Rules)
+			}
+			if tc.role != "" {
+				if rules := get[*rbacv1.Role](t, r, objectKey("Role", tc.role, "capscale:controller:capacity-sources")).Rules; !ippools(rules) {
+					t.Errorf("Role in %s: %+v, want ippools read", tc.role, rules)
+				}
+			}
+			cm := get[*corev1.ConfigMap](t, r, objectKey("ConfigMap", "capscale-system", "capscale-capacity-sources"))
+			if f, err := capacitysource.Decode([]byte(cm.Data["sources.yaml"])); err != nil {
+				t.Fatal(err)
+			} else if _, err := f.Compile(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestHelmCapacitySourcePresets: the chart's table of the presets'
 // resources (for RBAC) is capscale-controller's, and each source gets read
 // access to exactly its resource, in its namespace when it has one.
@@ -107,15 +152,18 @@ func TestHelmCapacitySourcePresets(t *testing.T) {
 	}
 	for _, name := range capacitysource.PresetNames() {
 		p, _ := capacitysource.Source{Name: name, Preset: name}.Expand()
-		rules := cr.Rules
-		if p.Namespace != "" {
-			rules = get[*rbacv1.Role](t, r, objectKey("Role", p.Namespace, "capscale:controller:capacity-sources")).Rules
-			if reads(cr.Rules, p.Resource.Group, p.Resource.Resource) {
-				t.Errorf("preset %s: %s is read cluster-wide, want only in %s", name, p.Resource, p.Namespace)
+		// Its resource and its usedFrom's (whereabouts' IPPools).
+		for _, rd := range p.Reads() {
+			rules := cr.Rules
+			if rd.Namespace != "" {
+				rules = get[*rbacv1.Role](t, r, objectKey("Role", rd.Namespace, "capscale:controller:capacity-sources")).Rules
+				if reads(cr.Rules, rd.Resource.Group, rd.Resource.Resource) {
+					t.Errorf("preset %s: %s is read cluster-wide, want only in %s", name, rd.Resource, rd.Namespace)
+				}
 			}
-		}
-		if !reads(rules, p.Resource.Group, p.Resource.Resource) {
-			t.Errorf("preset %s: the chart grants no read of %s (namespace %q): rules %+v", name, p.Resource, p.Namespace, rules)
+			if !reads(rules, rd.Resource.Group, rd.Resource.Resource) {
+				t.Errorf("preset %s: the chart grants no read of %s (namespace %q): rules %+v", name, rd.Resource, rd.Namespace, rules)
+			}
 		}
 	}
 	if !reads(cr.Rules, "ipam.example.com", "nodepools") {
@@ -124,8 +172,8 @@ func TestHelmCapacitySourcePresets(t *testing.T) {
 	if rules := get[*rbacv1.Role](t, r, objectKey("Role", "ipam", "capscale:controller:capacity-sources")).Rules; !reads(rules, "", "configmaps") || len(rules) != 1 {
 		t.Errorf("a namespaced source of one's own: Role rules %+v", rules)
 	}
-	if len(cr.Rules) != 4 { // nodes, ciliumnodes, nodeslicepools, nodepools
-		t.Errorf("ClusterRole rules %+v, want nodes, ciliumnodes.cilium.io, nodeslicepools.whereabouts.cni.cncf.io and nodepools.ipam.example.com", cr.Rules)
+	if len(cr.Rules) != 5 { // nodes, ciliumnodes, nodeslicepools, ippools, nodepools
+		t.Errorf("ClusterRole rules %+v, want nodes, ciliumnodes.cilium.io, nodeslicepools and ippools.whereabouts.cni.cncf.io and nodepools.ipam.example.com", cr.Rules)
 	}
 	cm := get[*corev1.ConfigMap](t, r, objectKey("ConfigMap", "capscale-system", "capscale-capacity-sources"))
 	if f, err := capacitysource.Decode([]byte(cm.Data["sources.yaml"])); err != nil {

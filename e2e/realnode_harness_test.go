@@ -196,7 +196,8 @@ func sandboxFailures(ctx context.Context, s *stack.Stack, ns, want string) ([]st
 // ipamWatch compares, on every real node at every poll, the IPs the IPAM
 // has handed out (host-local's allocation files) with capscale's count of
 // the node's IPs (internal/ipreport: the rule every mode applies, as
-// kubectl capscale ips shows it) and the node's capacity. A pod holds
+// kubectl capscale ips shows it: its holders, or what the node's IPAM
+// reports in use when that is more) and the node's capacity. A pod holds
 // capscale's count from its binding and gets its IP a moment later; it
 // gives the IP back when its sandbox stops, before it stops counting. So
 // at every poll: IPAM ≤ capscale ≤ capacity; once settled, equal.
@@ -260,20 +261,25 @@ func (w *ipamWatch) poll(ctx context.Context, s *stack.Stack) {
 			continue
 		}
 		held := map[ipreport.Pod]bool{}
-		for _, b := range before.Nodes {
-			if b.Name == n.Name {
-				for _, p := range b.Holders {
-					held[p] = true
-				}
+		// What the IPAM reports in use (a capacity source's used or
+		// usedFrom), which capscale charges when it exceeds the holders:
+		// a force-deleted pod's IP until its sandbox is torn down.
+		var reported int64
+		for _, b := range append(slices.Clone(before.Nodes), n) {
+			if b.Name != n.Name {
+				continue
+			}
+			for _, p := range b.Holders {
+				held[p] = true
+			}
+			if b.IPAMUsed != nil {
+				reported = max(reported, *b.IPAMUsed)
 			}
 		}
-		for _, p := range n.Holders {
-			held[p] = true
-		}
 		w.last[n.Name] = [2]int{got, int(n.Used)}
-		if got > len(held) || n.Used > n.Capacity {
-			w.violations = append(w.violations, fmt.Sprintf("%s: the IPAM handed out %d, capscale counts %d (%d around the read) of capacity %d",
-				n.Name, got, n.Used, len(held), n.Capacity))
+		if int64(got) > max(int64(len(held)), reported) || n.Used > n.Capacity {
+			w.violations = append(w.violations, fmt.Sprintf("%s: the IPAM handed out %d, capscale counts %d (%d around the read; its report %d) of capacity %d",
+				n.Name, got, n.Used, len(held), reported, n.Capacity))
 		}
 	}
 }

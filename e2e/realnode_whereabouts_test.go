@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -40,7 +42,8 @@ const whereaboutsSource = `sources:
 // whereabouts' NodeSlicePool (the whereabouts-node-slice preset), in each
 // mode, the mirrored capacity is the slice's 6, the pods beyond both
 // slices stay Pending with capscale's reason, every Running pod has an IP
-// of its node's slice that whereabouts' IPPool records, and no sandbox
+// of its node's slice that whereabouts' IPPool records; a force-deleted
+// pod's replacement runs once whereabouts has its IP back; and no sandbox
 // fails.
 func TestRealNodeWhereabouts(t *testing.T) {
 	t.Run("no-capscale", func(t *testing.T) {
@@ -97,6 +100,7 @@ func TestRealNodeWhereabouts(t *testing.T) {
 			reason = fmt.Sprintf("underlay IPs exhausted: %d/%d used, pod needs 1", whereaboutsSlice, whereaboutsSlice)
 		}
 		checkPendingReason(ctx, t, s, ns, st.pending, reason)
+		replaceForceDeleted(ctx, t, s, ns, st)
 		waitIPAMSettled(ctx, t, watch, whereaboutsSlice)
 		watch.end()
 		polls := watch.check(t)
@@ -109,6 +113,29 @@ func TestRealNodeWhereabouts(t *testing.T) {
 		}
 		t.Logf("%d polls: whereabouts never handed out more than capscale counted", polls)
 	})
+}
+
+// replaceForceDeleted force-deletes one of node 0's Running pods (issue 49
+// §5) and waits until a Pending pod runs in its place. whereabouts' IPPool
+// keeps the IP charged to the node until the kubelet's CNI DEL gives it
+// back (the preset's usedFrom), so the replacement meets no IPAM failure:
+// the caller's sandboxFailures and watchIPAM see every sandbox.
+func replaceForceDeleted(ctx context.Context, t *testing.T, s *stack.Stack, ns string, st realState) {
+	t.Helper()
+	n0 := s.RealNodes[0].Name
+	victims := slices.Sorted(maps.Keys(st.running[n0]))
+	if len(victims) == 0 {
+		t.Fatalf("no Running pod on %s: %s", n0, st)
+	}
+	start := time.Now()
+	if err := s.Client.CoreV1().Pods(ns).Delete(ctx, victims[0], metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	waitRealState(ctx, t, s, ns, 2*time.Minute, "a Pending pod Running in "+victims[0]+"'s place", func(st realState) bool {
+		_, still := st.running[n0][victims[0]]
+		return !still && len(st.running[n0]) == whereaboutsSlice && len(st.pending) == 2 && len(st.creating) == 0
+	})
+	t.Logf("%s force-deleted on %s: a Pending pod Running in its place %s later", victims[0], n0, time.Since(start).Round(100*time.Millisecond))
 }
 
 // checkSliceMirrored waits until capscale-controller has mirrored each real

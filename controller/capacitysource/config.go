@@ -72,6 +72,9 @@ type Source struct {
 	// the node the larger of it and what the pods hold: an IP a
 	// force-deleted pod left is free only once the IPAM has it back.
 	Used string `json:"used,omitempty"`
+	// UsedFrom, when set instead of Used, reads the IPs in use from a
+	// second resource whose objects map to nodes (UsedFrom).
+	UsedFrom *UsedFrom `json:"usedFrom,omitempty"`
 	// NodeSelector, when set, names the nodes the source covers, and only
 	// those: such a node without an object is invalid (capacity 0), not
 	// left to the label or the default, and an object that maps to
@@ -161,10 +164,7 @@ func (s *Source) validate(p *field.Path) field.ErrorList {
 	if s.Resource == nil {
 		errs = append(errs, field.Required(p.Child("resource"), "group, version and resource, or a preset"))
 	} else {
-		rp := p.Child("resource")
-		errs = append(errs, strictyaml.Name(rp.Child("group"), s.Resource.Group, false, "", validation.IsDNS1123Subdomain)...)
-		errs = append(errs, strictyaml.Name(rp.Child("version"), s.Resource.Version, true, "", validation.IsDNS1035Label)...)
-		errs = append(errs, strictyaml.Name(rp.Child("resource"), s.Resource.Resource, true, "the plural, as in RBAC", validation.IsDNS1123Subdomain)...)
+		errs = append(errs, validateResource(p.Child("resource"), s.Resource)...)
 	}
 	if s.Namespace != "" {
 		for _, msg := range validation.IsDNS1123Label(s.Namespace) {
@@ -183,6 +183,16 @@ func (s *Source) validate(p *field.Path) field.ErrorList {
 		}
 	}
 	errs = append(errs, s.validateDraws(p)...)
+	errs = append(errs, s.validateUsedFrom(p)...)
+	return errs
+}
+
+// validateResource checks a group, version and resource at rp.
+func validateResource(rp *field.Path, r *Resource) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, strictyaml.Name(rp.Child("group"), r.Group, false, "", validation.IsDNS1123Subdomain)...)
+	errs = append(errs, strictyaml.Name(rp.Child("version"), r.Version, true, "", validation.IsDNS1035Label)...)
+	errs = append(errs, strictyaml.Name(rp.Child("resource"), r.Resource, true, "the plural, as in RBAC", validation.IsDNS1123Subdomain)...)
 	return errs
 }
 
@@ -198,6 +208,8 @@ type Compiled struct {
 	MaxCapacity *Expression
 	// Used is nil when the source reports no IPs in use.
 	Used *Expression
+	// UsedFrom is nil when the source reads no second resource.
+	UsedFrom *CompiledUsedFrom
 	// Selector is nil when the source covers only the nodes its objects
 	// map to.
 	Selector labels.Selector
@@ -240,6 +252,9 @@ func (s *Source) compile(limit uint64) (*Compiled, error) {
 		}
 	}
 	if c.Used, err = compileUsed(s.Used, limit); err != nil {
+		return nil, err
+	}
+	if c.UsedFrom, err = compileUsedFrom(s.UsedFrom, limit); err != nil {
 		return nil, err
 	}
 	if s.NodeSelector != nil {

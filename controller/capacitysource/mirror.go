@@ -68,6 +68,10 @@ type sourceInformer struct {
 	src     *Compiled
 	factory dynamicinformer.DynamicSharedInformerFactory
 	inf     cache.SharedIndexInformer
+	// usedFactory and used watch the source's usedFrom resource; nil
+	// without one (mirror_usedfrom.go).
+	usedFactory dynamicinformer.DynamicSharedInformerFactory
+	used        cache.SharedIndexInformer
 }
 
 // evaluated is what a source's informer caches of an object: its identity
@@ -163,6 +167,9 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 		c.synced = append(c.synced, reg.HasSynced)
+		if err := c.watchUsedFrom(si); err != nil {
+			return nil, err
+		}
 		c.sources = append(c.sources, si)
 	}
 	return c, nil
@@ -256,6 +263,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	for _, s := range c.sources {
 		s.factory.Start(ctx.Done())
 		defer s.factory.Shutdown()
+		if s.usedFactory != nil {
+			s.usedFactory.Start(ctx.Done())
+			defer s.usedFactory.Shutdown()
+		}
 	}
 	klog.InfoS("Waiting for informers", "controller", "capacity-sources", "sources", len(c.sources))
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
@@ -299,7 +310,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return nil
 	}
 	node := obj.(*corev1.Node)
-	want := Want(c.coverage(node))
+	want := c.withUsedFrom(Want(c.coverage(node)), name)
 	if want == (Mirror{}) {
 		// Read, and no source covers it: the mark that ends the rule's
 		// wait (underlay.Rule.AwaitSource).

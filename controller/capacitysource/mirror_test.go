@@ -168,8 +168,11 @@ func TestMirrorOneObjectManyNodes(t *testing.T) {
 	src := presetSource(t, "whereabouts-node-slice")
 	src.Name = "whereabouts"
 	gvr := src.Resource.GVR()
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{gvr: "NodeSlicePoolList"},
+	kinds := map[schema.GroupVersionResource]string{gvr: "NodeSlicePoolList"}
+	if src.UsedFrom != nil {
+		kinds[src.UsedFrom.Resource.GVR()] = "IPPoolList"
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), kinds,
 		&unstructured.Unstructured{Object: nodeSlicePool("/29", "n1", "n2")})
 	c, err := New(Config{Client: client, Dynamic: dyn, Sources: []*Compiled{src}, Metrics: NewMetrics(prometheus.NewRegistry())})
 	if err != nil {

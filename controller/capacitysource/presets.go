@@ -117,7 +117,8 @@ var Presets = map[string]Source{
 	// (pkg/storage/kubernetes/ipam.go:588-619; pkg/iphelpers/iphelpers.go:
 	// 121-143). One object names every node of the network, each with the
 	// same count; a node in two networks' pools is invalid (filter on
-	// object.metadata.name in your own node expression to pick one).
+	// object.metadata.name in your own node expression to pick one). What
+	// is in use on the node is in its IPPool (whereaboutsIPPools).
 	"whereabouts-node-slice": {
 		// As the pod network's IPAM (the bridge's, as on capscale's real
 		// nodes) every pod that is not hostNetwork takes an IP of the
@@ -129,6 +130,8 @@ var Presets = map[string]Source{
 		Capacity: `int(object.spec.sliceSize.replace("/", "")) <= 30
   ? math.bitShiftLeft(1, 32 - int(object.spec.sliceSize.replace("/", ""))) - 2
   : 0`,
+		// What is in use is in each node's IPPool, a second resource.
+		UsedFrom: whereaboutsIPPools,
 	},
 }
 
@@ -169,17 +172,32 @@ var ciliumCloud = Source{
 	MaxCapacity: `object.?spec.?ipam[?"max-allocate"].optFlatMap(m, m > 0 ? optional.of(m) : optional.none())`,
 }
 
-// WhereaboutsIPPoolUsed is the IPs whereabouts reports in use on a node, for
-// a source's `used` expression (freedip's field, wired by the lead): the
-// allocations of the node's IPPool, one entry per IP handed out, keyed by
-// its offset in spec.range (pkg/storage/kubernetes/ipam.go:186-269;
-// v1alpha1/ippool_types.go IPPoolSpec.Allocations). That IPPool, in the
-// whereabouts namespace, is the node's alone: it is named
-// <network_name>-<node>-<slice> (or <node>-<slice> for a network without
-// network_name), with the slice's "/" and ":" written as "-"
-// (ipam.go:106-134), and made by the plugin at the node's first pod
-// (ipam.go:136-161): until then nothing is in use.
-const WhereaboutsIPPoolUsed = `size(object.?spec.?allocations.orValue({}))`
+// whereaboutsIPPools is what whereabouts v0.9.2 reports in use on a node:
+// the allocations of the node's IPPool, one entry per IP handed out, keyed
+// by its offset in spec.range (pkg/storage/kubernetes/ipam.go:186-269
+// Update, toAllocationMap; v1alpha1/ippool_types.go IPPoolSpec). The
+// IPPool, in the NodeSlicePool's namespace (both are the plugin's
+// ipam.Namespace), is the node's alone: it is named
+// <network_name>-<node>-<slice>, or <node>-<slice> for a network without
+// network_name, with the slice (spec.range) written with "-" for "/" and
+// ":" (ipam.go:106-134 IPPoolName, normalizeRange), and made, empty, at
+// the node's first pod (ipam.go:136-161). Nothing in the IPPool names the
+// node but its name, and a network name may hold "-" too, so the node
+// expression names every tail of what precedes the slice ("pods-node-1"
+// gives pods-node-1, node-1 and 1): the node among them is charged, and
+// so is a node whose whole name is another tail (a node "1" beside
+// "node-1") — which can only over-charge it. An IPPool of a network
+// without node slices (<network_name>-<range>) names no node's tail but
+// by the same accident.
+var whereaboutsIPPools = &UsedFrom{
+	Resource: &Resource{Group: "whereabouts.cni.cncf.io", Version: "v1alpha1", Resource: "ippools"},
+	Node: `cel.bind(suffix, "-" + object.?spec.?range.orValue("").replace("/", "-").replace(":", "-"),
+  size(suffix) > 1 && object.metadata.name.endsWith(suffix)
+  ? cel.bind(parts, object.metadata.name.substring(0, size(object.metadata.name) - size(suffix)).split("-"),
+      lists.range(size(parts)).map(i, parts.slice(i, size(parts)).join("-")))
+  : [])`,
+	Used: `size(object.?spec.?allocations.orValue({}))`,
+}
 
 // PresetNames lists the presets, sorted.
 func PresetNames() []string {
@@ -220,8 +238,19 @@ func (s Source) Expand() (Source, error) {
 	if s.Draws == "" {
 		s.Draws = p.Draws
 	}
-	if s.Used == "" {
+	if s.Used == "" && s.UsedFrom == nil {
 		s.Used = p.Used
+		if p.UsedFrom != nil {
+			// whereabouts keeps a network's IPPools in its NodeSlicePool's
+			// namespace: the source's namespace serves both.
+			u := *p.UsedFrom
+			r := *u.Resource
+			u.Resource = &r
+			if u.Namespace == "" {
+				u.Namespace = s.Namespace
+			}
+			s.UsedFrom = &u
+		}
 	}
 	return s, nil
 }

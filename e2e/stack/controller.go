@@ -109,15 +109,17 @@ func (s *Stack) capacitySources(ctx context.Context, file string, args []string)
 		if err != nil {
 			return nil, err
 		}
-		kind, ns := "ClusterRole", ""
-		if src.Namespace != "" {
-			kind, ns = "Role", "\n  namespace: "+src.Namespace
-		}
-		fmt.Fprintf(&rbac, `---
+		// Its resource and its usedFrom's: one role each.
+		for j, r := range src.Reads() {
+			kind, ns := "ClusterRole", ""
+			if r.Namespace != "" {
+				kind, ns = "Role", "\n  namespace: "+r.Namespace
+			}
+			fmt.Fprintf(&rbac, `---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: %[1]s
 metadata:
-  name: capscale-e2e:capacity-source-%[2]d%[3]s
+  name: capscale-e2e:capacity-source-%[2]d-%[7]d%[3]s
 rules:
 - apiGroups: [%[4]q]
   resources: [%[5]s]
@@ -126,10 +128,11 @@ rules:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: %[1]sBinding
 metadata:
-  name: capscale-e2e:capacity-source-%[2]d%[3]s
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: %[1]s, name: "capscale-e2e:capacity-source-%[2]d"}
+  name: capscale-e2e:capacity-source-%[2]d-%[7]d%[3]s
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: %[1]s, name: "capscale-e2e:capacity-source-%[2]d-%[7]d"}
 subjects: [{kind: ServiceAccount, name: capscale-controller, namespace: %[6]s}]
-`, kind, i, ns, src.Resource.Group, src.Resource.Resource, Namespace)
+`, kind, i, ns, r.Resource.Group, r.Resource.Resource, Namespace, j)
+		}
 	}
 	if rbac.Len() > 0 {
 		rbacFile := filepath.Join(s.Dir, "capacity-sources-rbac.yaml")

@@ -56,6 +56,10 @@ type Options struct {
 	// in extender mode, beside the rule, as the chart's
 	// extender.publishCapacity does. Needs Extender.
 	PublishCapacity bool
+	// ReleaseFinalizer applies deploy/native/release.yaml's finalizer in
+	// native mode on kwok nodes too (real nodes always have it): for a
+	// test that ends its deleted pods itself, as their kubelet would.
+	ReleaseFinalizer bool
 	// Plugin runs plugin mode: the plane's scheduler is capscale-scheduler
 	// (BinDir/capscale-scheduler: kube-scheduler with the UnderlayIP
 	// plugin) with deploy/plugin/kube-scheduler-config.yaml unless
@@ -305,7 +309,7 @@ func (s *Stack) startExtender(ctx context.Context) error {
 		// where a kubelet ends the pods: kwok's stages delete a pod
 		// without the terminal phase a kubelet writes first, so on a kwok
 		// node it would hold a deleted pod for underlay.MaxReleaseWait.
-		if s.Opts.Plane.RealNodes > 0 {
+		if s.Opts.Plane.RealNodes > 0 || s.Opts.ReleaseFinalizer {
 			if out, err := s.Kubectl(ctx, "apply", "-f", DeployFile("native/release.yaml")); err != nil {
 				return fmt.Errorf("applying native/release.yaml: %w\n%s", err, out)
 			}

@@ -237,7 +237,8 @@ delegate
 {{- end }}
 
 {{/*
-The resource each capacity-source preset reads, for the mirror's RBAC. The
+The resource each capacity-source preset reads (and its usedFrom's, which
+is read in the source's namespace), for the mirror's RBAC. The
 expressions live in capscale-controller (controller/capacitysource
 presets.go); deploy/'s TestHelmCapacitySourcePresets keeps this table equal
 to its resources.
@@ -247,7 +248,7 @@ cilium-eni: {group: cilium.io, resource: ciliumnodes}
 cilium-azure: {group: cilium.io, resource: ciliumnodes}
 cilium-multi-pool: {group: cilium.io, resource: ciliumnodes}
 azure-cns: {group: acn.azure.com, resource: nodenetworkconfigs, namespace: kube-system}
-whereabouts-node-slice: {group: whereabouts.cni.cncf.io, resource: nodeslicepools}
+whereabouts-node-slice: {group: whereabouts.cni.cncf.io, resource: nodeslicepools, usedFrom: {group: whereabouts.cni.cncf.io, resource: ippools}}
 {{- end }}
 
 {{/*
@@ -269,13 +270,23 @@ cluster: {"<group>/<resource>": true}, namespaced: {"<ns>": {"<group>/<resource>
 {{- else }}
 {{- fail (printf "controller.capacitySources: source %s needs a preset or a resource" .name) }}
 {{- end }}
-{{- $key := printf "%s/%s" $group $resource }}
-{{- if $ns }}
-{{- $m := get $namespaced $ns | default dict }}
+{{- $reads := list (dict "group" $group "resource" $resource "ns" $ns) }}
+{{- /* Its usedFrom's: its own, else its preset's unless it says used. */}}
+{{- if .usedFrom }}
+{{- $reads = append $reads (dict "group" (.usedFrom.resource.group | default "") "resource" .usedFrom.resource.resource "ns" (.usedFrom.namespace | default "")) }}
+{{- else if and .preset (not .used) }}
+{{- $u := (get $presets .preset).usedFrom }}
+{{- if $u }}{{ $reads = append $reads (dict "group" $u.group "resource" $u.resource "ns" (.namespace | default "")) }}{{ end }}
+{{- end }}
+{{- range $reads }}
+{{- $key := printf "%s/%s" .group .resource }}
+{{- if .ns }}
+{{- $m := get $namespaced .ns | default dict }}
 {{- $_ := set $m $key true }}
-{{- $_ := set $namespaced $ns $m }}
+{{- $_ := set $namespaced .ns $m }}
 {{- else }}
 {{- $_ := set $cluster $key true }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- dict "cluster" $cluster "namespaced" $namespaced | toYaml }}

@@ -1,0 +1,185 @@
+package capacitysource
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/google/cel-go/cel"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+// UsedFrom is where a source reads the IPs its IPAM reports in use when
+// the source's own objects do not say: a second resource, joined to the
+// nodes by its own node expression. whereabouts keeps a node's capacity
+// in one NodeSlicePool for all nodes and what it handed out on the node in
+// that node's IPPool.
+type UsedFrom struct {
+	// Resource is the IPAM's resource that reports use.
+	Resource *Resource `json:"resource,omitempty"`
+	// Namespace restricts a namespaced resource to one namespace; empty
+	// watches every namespace. A preset's usedFrom takes the source's.
+	Namespace string `json:"namespace,omitempty"`
+	// Node is a CEL expression over object: the node (a string, "" for
+	// none) or the nodes (a list of strings) whose use the object reports.
+	Node string `json:"node,omitempty"`
+	// Used is a CEL expression over object: the IPs in use it reports, an
+	// int from 0 to 1048576.
+	Used string `json:"used,omitempty"`
+}
+
+// CompiledUsedFrom is a UsedFrom ready to run.
+type CompiledUsedFrom struct {
+	Resource  Resource
+	Namespace string
+	Node      *Expression
+	Used      *Expression
+}
+
+// validateUsedFrom checks an expanded source's usedFrom: a resource, both
+// expressions, and not beside used (which of the two the IPAM means is the
+// operator's call).
+func (s *Source) validateUsedFrom(p *field.Path) field.ErrorList {
+	u := s.UsedFrom
+	if u == nil {
+		return nil
+	}
+	p = p.Child("usedFrom")
+	var errs field.ErrorList
+	if s.Used != "" {
+		errs = append(errs, field.Forbidden(p, "a source reads its IPs in use from its own objects (used) or from a second resource (usedFrom), not both"))
+	}
+	if u.Resource == nil {
+		errs = append(errs, field.Required(p.Child("resource"), "the group, version and resource whose objects report the IPs in use"))
+	} else {
+		errs = append(errs, validateResource(p.Child("resource"), u.Resource)...)
+	}
+	if u.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(u.Namespace) {
+			errs = append(errs, field.Invalid(p.Child("namespace"), u.Namespace, msg))
+		}
+	}
+	if u.Node == "" {
+		errs = append(errs, field.Required(p.Child("node"), "a CEL expression naming the node (or nodes) whose IPs in use an object reports"))
+	}
+	if u.Used == "" {
+		errs = append(errs, field.Required(p.Child("used"), "a CEL expression giving the IPs in use an object reports"))
+	}
+	return errs
+}
+
+// compileUsedFrom compiles s.UsedFrom; nil gives nil.
+func compileUsedFrom(u *UsedFrom, limit uint64) (*CompiledUsedFrom, error) {
+	if u == nil {
+		return nil, nil
+	}
+	node, err := compile(u.Node, cel.StringType, limit)
+	if err != nil {
+		return nil, fmt.Errorf("usedFrom.node: %w", err)
+	}
+	used, err := compile(u.Used, cel.IntType, limit)
+	if err != nil {
+		return nil, fmt.Errorf("usedFrom.used: %w", err)
+	}
+	return &CompiledUsedFrom{Resource: *u.Resource, Namespace: u.Namespace, Node: node, Used: used}, nil
+}
+
+// UsedResult is what one usedFrom object says: the nodes it maps to and
+// the IPs in use it reports, or why it gives none. The usedFrom informer
+// keeps only this of each object.
+type UsedResult struct {
+	// Ref names the object as Result.Ref does.
+	Ref string
+	// Nodes are the nodes the object maps to.
+	Nodes []string
+	// NodeErr says why the node expression gave no node.
+	NodeErr string
+	// Used is the IPs in use when Err is "".
+	Used int64
+	// Err says why the object gives no count.
+	Err string
+}
+
+// EvaluateUsedFrom runs a usedFrom's expressions on one object.
+func EvaluateUsedFrom(u *CompiledUsedFrom, namespace, name string, obj map[string]any) UsedResult {
+	r := UsedResult{Ref: u.Resource.String() + "/" + name}
+	if namespace != "" {
+		r.Ref = u.Resource.String() + "/" + namespace + "/" + name
+	}
+	nodes, _, err := u.Node.NodeNames(obj)
+	if err != nil {
+		r.NodeErr = fmt.Sprintf("usedFrom.node expression: %v", err)
+		return r
+	}
+	r.Nodes = nodes
+	if r.Used, err = u.Used.Count(obj); err != nil {
+		r.Used, r.Err = 0, fmt.Sprintf("usedFrom.used expression: %v", err)
+	}
+	return r
+}
+
+// WithUsedFrom is m, the mirror of a node whose covering source reads its
+// IPs in use from usedFrom, with the used figure of objs, the usedFrom
+// objects that map to the node:
+//   - none: 0. An IPAM that keeps a node's use in an object of its own
+//     makes it at the node's first allocation (whereabouts v0.9.2:
+//     pkg/storage/kubernetes/ipam.go:136-161 creates the IPPool, empty,
+//     when the first CNI ADD on the node finds none), so before that it
+//     holds nothing there.
+//   - several: their sum. Each IP an object lists is held until the IPAM
+//     lets it go, whichever object lists it: a whereabouts node keeps the
+//     IPPool of an earlier slice, allocations and all, after its
+//     NodeSlicePool is re-sliced (nothing in v0.9.2 deletes an IPPool;
+//     the plugin's DEL looks only in the pool of the node's current slice,
+//     ipam.go:588-619, 666-672), and its IPs are freed only by the
+//     reconciler. A sum can only over-charge; treating it as invalid would
+//     hold the node at 0 until someone deletes the old pool.
+//   - one that fails: the used figure is invalid, with the reason, and the
+//     rule makes the node invalid (a node whose IPAM cannot say what it
+//     holds is not counted as holding nothing).
+//
+// A node the source does not cover, or whose capacity is invalid, keeps m.
+func WithUsedFrom(m Mirror, objs []UsedResult) Mirror {
+	if m.Value == "" || m.Invalid() {
+		return m
+	}
+	objs = append([]UsedResult(nil), objs...)
+	sort.Slice(objs, func(i, j int) bool { return objs[i].Ref < objs[j].Ref })
+	var sum int64
+	for _, o := range objs {
+		if o.Err != "" {
+			m.Used = underlay.InvalidPrefix + o.Ref + ": " + o.Err
+			return m
+		}
+		sum += o.Used
+	}
+	if sum > underlay.MaxCapacity {
+		m.Used = underlay.InvalidPrefix + fmt.Sprintf("%d objects report %d IPs in use, more than %d", len(objs), sum, underlay.MaxCapacity)
+		return m
+	}
+	m.Used = strconv.FormatInt(sum, 10)
+	return m
+}
+
+// Read is a resource an expanded source reads, and the namespace it reads
+// it in ("" for all): what its RBAC must grant.
+type Read struct {
+	Resource  Resource
+	Namespace string
+}
+
+// Reads lists what an expanded source reads: its resource, then its
+// usedFrom's.
+func (s Source) Reads() []Read {
+	var out []Read
+	if s.Resource != nil {
+		out = append(out, Read{Resource: *s.Resource, Namespace: s.Namespace})
+	}
+	if s.UsedFrom != nil && s.UsedFrom.Resource != nil {
+		out = append(out, Read{Resource: *s.UsedFrom.Resource, Namespace: s.UsedFrom.Namespace})
+	}
+	return out
+}

@@ -1,0 +1,236 @@
+package capacitysource
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+// TestWithUsedFrom: the used figure of a node whose source reads a second
+// resource is the sum of that resource's objects mapped to it, 0 without
+// any, invalid when one fails; an uncovered or invalid node is left alone.
+func TestWithUsedFrom(t *testing.T) {
+	valid := Mirror{Value: "6", Origin: "wb nodeslicepools.whereabouts.cni.cncf.io/kube-system/pods", Draws: underlay.DrawsAll}
+	pool := func(ref string, used int64) UsedResult {
+		return UsedResult{Ref: ref, Nodes: []string{"n1"}, Used: used}
+	}
+	for _, tc := range []struct {
+		name string
+		m    Mirror
+		objs []UsedResult
+		want string
+	}{
+		{name: "no IPPool yet: nothing handed out", m: valid, want: "0"},
+		{name: "one IPPool", m: valid, objs: []UsedResult{pool("a", 5)}, want: "5"},
+		{name: "an old slice's IPPool too: summed", m: valid, objs: []UsedResult{pool("b", 2), pool("a", 3)}, want: "5"},
+		{name: "one fails: invalid, naming it", m: valid, objs: []UsedResult{pool("b", 2), {Ref: "a", Err: "usedFrom.used expression: boom"}},
+			want: underlay.InvalidPrefix + "a: usedFrom.used expression: boom"},
+		{name: "more than the rule reads", m: valid, objs: []UsedResult{pool("a", underlay.MaxCapacity), pool("b", 1)},
+			want: underlay.InvalidPrefix + fmt.Sprintf("2 objects report %d IPs in use, more than %d", underlay.MaxCapacity+1, underlay.MaxCapacity)},
+		{name: "uncovered", m: Uncovered, objs: []UsedResult{pool("a", 5)}, want: ""},
+		{name: "capacity invalid", m: Mirror{Value: underlay.InvalidPrefix + "x", Origin: "wb"}, objs: []UsedResult{pool("a", 5)}, want: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := WithUsedFrom(tc.m, tc.objs)
+			if got.Used != tc.want {
+				t.Fatalf("used %q, want %q", got.Used, tc.want)
+			}
+			got.Used = tc.m.Used
+			if got != tc.m {
+				t.Fatalf("WithUsedFrom changed more than used: %+v from %+v", got, tc.m)
+			}
+		})
+	}
+}
+
+// TestUsedFromValidate: usedFrom is checked like the source's own
+// resource, each problem named by its path, and it excludes used.
+func TestUsedFromValidate(t *testing.T) {
+	const base = `
+sources:
+- name: mine
+  resource: {group: ipam.example.com, version: v1, resource: nodepools}
+  node: object.spec.nodeName
+  capacity: object.spec.size
+  draws: marked
+`
+	for _, tc := range []struct {
+		name, add, want string
+	}{
+		{name: "both", add: "  used: '1'\n  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, node: object.metadata.name, used: '1'}\n",
+			want: "sources[0].usedFrom: Forbidden"},
+		{name: "no resource", add: "  usedFrom: {node: object.metadata.name, used: '1'}\n", want: "sources[0].usedFrom.resource: Required"},
+		{name: "bad version", add: "  usedFrom: {resource: {group: g.io, version: V1, resource: pools}, node: object.metadata.name, used: '1'}\n",
+			want: "sources[0].usedFrom.resource.version: Invalid"},
+		{name: "bad namespace", add: "  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, namespace: Kube_System, node: object.metadata.name, used: '1'}\n",
+			want: "sources[0].usedFrom.namespace: Invalid"},
+		{name: "no node", add: "  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, used: '1'}\n", want: "sources[0].usedFrom.node: Required"},
+		{name: "no used", add: "  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, node: object.metadata.name}\n", want: "sources[0].usedFrom.used: Required"},
+		{name: "unknown field", add: "  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, node: object.metadata.name, used: '1', nodes: x}\n", want: "nodes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode([]byte(base + tc.add))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Decode = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct{ name, add, want string }{
+		{name: "node not a string", add: "1", want: "sources[0] (mine): usedFrom.node: gives int"},
+		{name: "used not an int", add: "'x'", want: "sources[0] (mine): usedFrom.used: gives string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node, used := "object.metadata.name", "1"
+			if strings.HasPrefix(tc.name, "node") {
+				node = tc.add
+			} else {
+				used = tc.add
+			}
+			f, err := Decode([]byte(base + fmt.Sprintf("  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, node: %q, used: %q}\n", node, used)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Compile(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Compile = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPresetWhereaboutsUsedFrom: the preset reads what whereabouts hands
+// out from each node's IPPool, in the NodeSlicePool's namespace, unless the
+// source says its own used or usedFrom.
+func TestPresetWhereaboutsUsedFrom(t *testing.T) {
+	s, err := Source{Name: "wb", Preset: "whereabouts-node-slice", Namespace: "whereabouts"}.Expand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UsedFrom == nil || s.UsedFrom.Resource.String() != "ippools.whereabouts.cni.cncf.io" || s.UsedFrom.Namespace != "whereabouts" {
+		t.Fatalf("usedFrom %+v, want ippools.whereabouts.cni.cncf.io in whereabouts", s.UsedFrom)
+	}
+	if Presets["whereabouts-node-slice"].UsedFrom.Namespace != "" {
+		t.Fatal("Expand changed the preset")
+	}
+	if s, _ := (Source{Name: "wb", Preset: "whereabouts-node-slice", Used: "0"}).Expand(); s.UsedFrom != nil {
+		t.Errorf("a source with its own used still reads %+v", s.UsedFrom)
+	}
+	src := presetSource(t, "whereabouts-node-slice")
+	// ippool is an IPPool as the CNI plugin names and fills it
+	// (pkg/storage/kubernetes/ipam.go:106-134 IPPoolName, 259-269
+	// toAllocationMap): offsets from the slice's first address.
+	ippool := func(name, rng string, offsets ...int) map[string]any {
+		allocs := map[string]any{}
+		for _, o := range offsets {
+			allocs[fmt.Sprint(o)] = map[string]any{"id": fmt.Sprintf("c%d", o), "podref": fmt.Sprintf("default/p%d", o), "ifname": "eth0"}
+		}
+		return map[string]any{"metadata": map[string]any{"name": name, "namespace": "kube-system"},
+			"spec": map[string]any{"range": rng, "allocations": allocs}}
+	}
+	for _, tc := range []struct {
+		name  string
+		obj   map[string]any
+		nodes []string
+		used  int64
+	}{
+		{name: "network_name set", obj: ippool("pods-node-1-10.233.7.8-29", "10.233.7.8/29", 1, 2, 5),
+			nodes: []string{"1", "node-1", "pods-node-1"}, used: 3},
+		{name: "no network_name", obj: ippool("n1-10.233.7.0-29", "10.233.7.0/29", 1), nodes: []string{"n1"}, used: 1},
+		{name: "made, nothing handed out", obj: ippool("pods-n2-10.233.7.16-29", "10.233.7.16/29"), nodes: []string{"n2", "pods-n2"}},
+		{name: "an IPv6 slice", obj: ippool("pods-n1-fd00--40-122", "fd00::40/122", 1), nodes: []string{"n1", "pods-n1"}, used: 1},
+		{name: "not named after its range", obj: ippool("other", "10.0.0.0/24", 1), used: 1},
+		{name: "no range", obj: map[string]any{"metadata": map[string]any{"name": "x-"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := EvaluateUsedFrom(src.UsedFrom, "kube-system", tc.obj["metadata"].(map[string]any)["name"].(string), tc.obj)
+			if r.NodeErr != "" || r.Err != "" || !slices.Equal(r.Nodes, tc.nodes) || r.Used != tc.used {
+				t.Fatalf("EvaluateUsedFrom = %+v, want nodes %q and used %d", r, tc.nodes, tc.used)
+			}
+		})
+	}
+}
+
+// TestMirrorUsedFrom: the mirror joins each node's IPPool to the
+// NodeSlicePool's capacity: 0 in use before the node's IPPool exists, then
+// what it lists, following an allocation and a release, and nothing for a
+// node the source does not cover.
+func TestMirrorUsedFrom(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := fake.NewClientset(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "other"}},
+	)
+	src := presetSource(t, "whereabouts-node-slice")
+	src.Name = "whereabouts"
+	if src.UsedFrom == nil {
+		t.Fatal("the whereabouts-node-slice preset reads no usedFrom: nothing tells what whereabouts holds on a node")
+	}
+	pools := src.UsedFrom.Resource.GVR()
+	ippool := func(node string, n int) *unstructured.Unstructured {
+		allocs := map[string]any{}
+		for i := range n {
+			allocs[fmt.Sprint(i+1)] = map[string]any{"id": fmt.Sprint("c", i), "podref": fmt.Sprint("default/p", i), "ifname": "eth0"}
+		}
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "IPPool",
+			"metadata": map[string]any{"name": "pods-" + node + "-10.233.7.0-29", "namespace": "kube-system"},
+			"spec":     map[string]any{"range": "10.233.7.0/29", "allocations": allocs}}}
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{src.Resource.GVR(): "NodeSlicePoolList", pools: "IPPoolList"},
+		&unstructured.Unstructured{Object: nodeSlicePool("/29", "n1", "n2")}, ippool("other", 3))
+	c, err := New(Config{Client: client, Dynamic: dyn, Sources: []*Compiled{src}, Metrics: NewMetrics(prometheus.NewRegistry())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	used := func(name string) string {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Annotations[names.UnderlayIPSourceUsedAnnotation]
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	waitFor("n1 and n2 at 0 used (no IPPool yet)", func() bool { return used("n1") == "0" && used("n2") == "0" })
+	if _, err := dyn.Resource(pools).Namespace("kube-system").Create(ctx, ippool("n1", 2), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("n1 at 2 used", func() bool { return used("n1") == "2" })
+	if _, err := dyn.Resource(pools).Namespace("kube-system").Update(ctx, ippool("n1", 1), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("n1 at 1 used (an IP released)", func() bool { return used("n1") == "1" })
+	if got := used("n2"); got != "0" {
+		t.Errorf("n2 used %q, want 0", got)
+	}
+	if got := used("other"); got != "" {
+		t.Errorf("a node the source does not cover got used %q from its IPPool", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
