@@ -86,7 +86,7 @@ var kubeletTaintPatch = fmt.Sprintf(`{"op":"replace","path":"/spec/template/spec
 
 // TestKarpenterRuleModesSource: TestKarpenterRuleModes's modes with
 // TestKarpenterCapacitySource's burst: every node's capacity from
-// whereabouts' node slices (the source with nodeSelector {}, the NodePool
+// whereabouts' node slices (the selector-less source, the NodePool
 // without the capacity label), Nodes as a kubelet registers them, and
 // whereabouts' controller paused while the new nodes join. The extender's
 // ledger and the plugin count a node the mirror has not read 0

@@ -39,9 +39,10 @@ const karpenterSliceIPs = plane.DefaultWhereaboutsCapacity
 // paused while the new nodes join, so that they wait seconds for a slice.
 // At every poll a node may hold only what its slice gives once capscale
 // has read it, nothing before: no pod lands on a new node before its
-// slice is read (--await-capacity-source and the source's nodeSelector;
-// without either the publisher publishes --default-capacity on a node not
-// sliced yet and lifts its taint, and the test fails).
+// slice is read (--await-capacity-source, and a source without a
+// nodeSelector covering the nodes it names no slice of yet; without either
+// the publisher publishes --default-capacity on a node not sliced yet and
+// lifts its taint, and the test fails).
 func TestKarpenterCapacitySource(t *testing.T) {
 	ctx, w, slicer := startKarpenterSliced(t, stack.Options{Native: true}, `[{"op":"remove","path":"/spec/template/metadata/labels/capscale.io~1underlay-ip-capacity"}]`)
 
@@ -74,11 +75,12 @@ func TestKarpenterCapacitySource(t *testing.T) {
 }
 
 // slicedSource is the capacity source of the Karpenter tests on
-// whereabouts' node slices. nodeSelector {}: every node is the source's, so
-// a node whereabouts has not sliced yet counts 0 until it has a slice,
-// never the label or the default (docs/scheduling.md: give a source whose
-// IPAM names a node late the nodes the autoscaler launches).
-const slicedSource = "sources:\n- name: whereabouts\n  preset: whereabouts-node-slice\n  nodeSelector: {}\n"
+// whereabouts' node slices, as the chart's default source is written: no
+// nodeSelector. Such a source covers every node that no other source
+// covers, so a node whereabouts has not sliced yet counts 0 until it has a
+// slice, never the label or the default (docs/scheduling.md "A node that
+// joins before its IPAM object").
+const slicedSource = "sources:\n- name: whereabouts\n  preset: whereabouts-node-slice\n"
 
 // startKarpenterSliced is startKarpenterStack in o's mode with every
 // node's capacity from whereabouts' slices of karpenterSliceIPs (the
