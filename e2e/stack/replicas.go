@@ -55,7 +55,14 @@ func (s *Stack) startAdapterReplica(ctx context.Context, r *AdapterReplica) erro
 	if r.Index == 0 {
 		s.Adapter = proc
 	}
-	return s.waitReady(ctx, proc, r.URL+"/readyz")
+	if err := s.waitReady(ctx, proc, r.URL+"/readyz"); err != nil {
+		return err
+	}
+	c, err := s.HTTPClient()
+	if err != nil {
+		return err
+	}
+	return s.probeAsAggregator(ctx, s.adapterProbeClient(c), r.URL)
 }
 
 // StartExtraAdapter starts one more adapter process from bin with the

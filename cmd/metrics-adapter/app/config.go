@@ -105,6 +105,9 @@ func (o *Options) config(a *adapter, health *kube.WatchHealth, base, restCfg *re
 	if err != nil {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
+	if err := server.GenericAPIServer.AddReadyzChecks(clientCACheck(server.GenericAPIServer.SecureServingInfo.ClientCA)); err != nil {
+		return nil, fmt.Errorf("adding readyz check: %w", err)
+	}
 	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-informers-synced", a.readyCheck)); err != nil {
 		return nil, fmt.Errorf("adding readyz check: %w", err)
 	}
