@@ -161,16 +161,7 @@ func (f *File) Validate() field.ErrorList {
 func (s *Source) validate(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, strictyaml.Name(p.Child("name"), s.Name, true, "names the source on Nodes, in Events and metrics", validation.IsDNS1123Label)...)
-	if s.Resource == nil {
-		errs = append(errs, field.Required(p.Child("resource"), "group, version and resource, or a preset"))
-	} else {
-		errs = append(errs, validateResource(p.Child("resource"), s.Resource)...)
-	}
-	if s.Namespace != "" {
-		for _, msg := range validation.IsDNS1123Label(s.Namespace) {
-			errs = append(errs, field.Invalid(p.Child("namespace"), s.Namespace, msg))
-		}
-	}
+	errs = append(errs, validateWatched(p, s.Resource, s.Namespace, "group, version and resource, or a preset")...)
 	if s.Node == "" {
 		errs = append(errs, field.Required(p.Child("node"), "a CEL expression naming the node an object maps to, e.g. object.metadata.name"))
 	}
@@ -276,4 +267,29 @@ func compileUsed(src string, limit uint64) (*Expression, error) {
 		return nil, fmt.Errorf("used: %w", err)
 	}
 	return used, nil
+}
+
+// validateWatched checks the resource and namespace of the objects a
+// source (or its usedFrom) watches; missing says what the resource is for.
+func validateWatched(p *field.Path, r *Resource, namespace, missing string) field.ErrorList {
+	var errs field.ErrorList
+	if r == nil {
+		errs = append(errs, field.Required(p.Child("resource"), missing))
+	} else {
+		errs = append(errs, validateResource(p.Child("resource"), r)...)
+	}
+	if namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(namespace) {
+			errs = append(errs, field.Invalid(p.Child("namespace"), namespace, msg))
+		}
+	}
+	return errs
+}
+
+// objectRef names an object of r in Results and on Nodes.
+func objectRef(r Resource, namespace, name string) string {
+	if namespace != "" {
+		return r.String() + "/" + namespace + "/" + name
+	}
+	return r.String() + "/" + name
 }

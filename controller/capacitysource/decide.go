@@ -52,10 +52,7 @@ type Result struct {
 
 // Evaluate runs a source's expressions on one object.
 func Evaluate(s *Compiled, namespace, name string, obj map[string]any) Result {
-	r := Result{Ref: s.Resource.String() + "/" + name}
-	if namespace != "" {
-		r.Ref = s.Resource.String() + "/" + namespace + "/" + name
-	}
+	r := Result{Ref: objectRef(s.Resource, namespace, name)}
 	nodes, list, err := s.Node.NodeNames(obj)
 	if err != nil {
 		r.NodeErr = fmt.Sprintf("node expression: %v", err)

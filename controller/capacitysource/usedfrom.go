@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/google/cel-go/cel"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/capscale/capscale/internal/underlay"
@@ -52,16 +51,7 @@ func (s *Source) validateUsedFrom(p *field.Path) field.ErrorList {
 	if s.Used != "" {
 		errs = append(errs, field.Forbidden(p, "a source reads its IPs in use from its own objects (used) or from a second resource (usedFrom), not both"))
 	}
-	if u.Resource == nil {
-		errs = append(errs, field.Required(p.Child("resource"), "the group, version and resource whose objects report the IPs in use"))
-	} else {
-		errs = append(errs, validateResource(p.Child("resource"), u.Resource)...)
-	}
-	if u.Namespace != "" {
-		for _, msg := range validation.IsDNS1123Label(u.Namespace) {
-			errs = append(errs, field.Invalid(p.Child("namespace"), u.Namespace, msg))
-		}
-	}
+	errs = append(errs, validateWatched(p, u.Resource, u.Namespace, "the group, version and resource whose objects report the IPs in use")...)
 	if u.Node == "" {
 		errs = append(errs, field.Required(p.Child("node"), "a CEL expression naming the node (or nodes) whose IPs in use an object reports"))
 	}
@@ -105,10 +95,7 @@ type UsedResult struct {
 
 // EvaluateUsedFrom runs a usedFrom's expressions on one object.
 func EvaluateUsedFrom(u *CompiledUsedFrom, namespace, name string, obj map[string]any) UsedResult {
-	r := UsedResult{Ref: u.Resource.String() + "/" + name}
-	if namespace != "" {
-		r.Ref = u.Resource.String() + "/" + namespace + "/" + name
-	}
+	r := UsedResult{Ref: objectRef(u.Resource, namespace, name)}
 	nodes, _, err := u.Node.NodeNames(obj)
 	if err != nil {
 		r.NodeErr = fmt.Sprintf("usedFrom.node expression: %v", err)
