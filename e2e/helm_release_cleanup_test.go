@@ -272,8 +272,9 @@ func runCleanupHook(ctx context.Context, t *testing.T, p *plane.Plane, hook stri
 	if len(c.Command) < 2 || c.Command[0] != "/extender" {
 		t.Fatalf("the hook's command %v", c.Command)
 	}
-	// As the Job would: a failed run is retried up to its backoffLimit
-	// (the hook's RBAC, created just before it, may reach the apiserver's
+	// As the Job would: a failed run is retried up to its backoffLimit,
+	// after the Job controller's back-off of 10s, doubled each time (the
+	// hook's RBAC, created just before it, may reach the apiserver's
 	// authorizer a moment after its pod starts).
 	start := time.Now()
 	for attempt := int32(0); ; attempt++ {
@@ -286,10 +287,15 @@ func runCleanupHook(ctx context.Context, t *testing.T, p *plane.Plane, hook stri
 		if job.Spec.BackoffLimit == nil || attempt >= *job.Spec.BackoffLimit {
 			t.Fatalf("the cleanup hook failed %d times, its Job's backoffLimit: %v", attempt+1, err)
 		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the cleanup hook failed (%v), and the test ended before its retry", err)
+		case <-time.After(jobBackoff << attempt):
+		}
 	}
 	// The scheduler writes the pod's status too (PodScheduled false): end
 	// it on the pod as it is now.
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		q, err := p.Client.CoreV1().Pods(sysNS).Get(ctx, jobPod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -308,6 +314,10 @@ func runCleanupHook(ctx context.Context, t *testing.T, p *plane.Plane, hook stri
 		t.Fatalf("ending the hook's pod: %v", err)
 	}
 }
+
+// jobBackoff is the Job controller's first back-off before it retries a
+// failed pod (pkg/controller/job, DefaultJobPodFailureBackOff, v1.37.2).
+const jobBackoff = 10 * time.Second
 
 // splitDocs splits a multi-document YAML stream.
 func splitDocs(t *testing.T, s string) []map[string]any {

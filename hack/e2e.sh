@@ -44,4 +44,5 @@ done
 echo "===== e2e summary: $((SECONDS - start)) s ====="
 cat "$out"/shard-*.log | awk '/^--- PASS/ {n++} END {print n+0 " top-level tests passed"}'
 grep -hE '^--- FAIL' "$out"/shard-*.log || true
+awk -f hack/e2e-failures.awk "$out"/shard-*.log
 exit $rc
