@@ -17,22 +17,7 @@ import (
 func TestCompatAdmissionAPIs(t *testing.T) {
 	p := startPlane(t, plane.Options{Nodes: 1})
 	_ = testContext(t, time.Minute)
-	served := "none"
-	for _, gv := range []string{"admissionregistration.k8s.io/v1", "admissionregistration.k8s.io/v1beta1", "admissionregistration.k8s.io/v1alpha1"} {
-		list, err := p.Client.Discovery().ServerResourcesForGroupVersion(gv)
-		if err != nil {
-			continue // a group version not served at all
-		}
-		for _, r := range list.APIResources {
-			if r.Name == "mutatingadmissionpolicies" {
-				served = gv[len("admissionregistration.k8s.io/"):]
-				break
-			}
-		}
-		if served != "none" {
-			break
-		}
-	}
+	served := admissionPolicyServed(p)
 	v, err := p.Client.Discovery().ServerVersion()
 	if err != nil {
 		t.Fatal(err)

@@ -367,3 +367,42 @@ func poolPod(ns, name string) *corev1.Pod {
 	p.Spec.Tolerations = []corev1.Toleration{{Key: underlayPoolTaint, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	return p
 }
+
+// checkMinorBuilds: everything of the plane's minor (version, minor) runs
+// what that minor needs: kube-apiserver and each node's kubelet are of the
+// version, a
+// kube-scheduler container runs its image, and capscale-scheduler is the
+// build for the minor (/capscale-scheduler-MINOR on an older one).
+func checkMinorBuilds(ctx context.Context, t *testing.T, p *plane.Plane, version, minor string) {
+	t.Helper()
+	if v, err := p.Client.Discovery().ServerVersion(); err != nil || v.GitVersion != version {
+		t.Errorf("kube-apiserver %v (%v), want %s", v, err, version)
+	}
+	nodes, err := p.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if got := n.Status.NodeInfo.KubeletVersion; got != version {
+			t.Errorf("node %s runs kubelet %s, want the plane's %s", n.Name, got, version)
+		}
+	}
+	wantBin := "/capscale-scheduler"
+	if schedulerMinors(minor) != "" {
+		wantBin += "-" + minor
+	}
+	pods, err := p.Client.CoreV1().Pods("capscale-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range pods.Items {
+		for _, c := range pod.Spec.Containers {
+			if strings.HasPrefix(c.Image, "registry.k8s.io/kube-scheduler:") && c.Image != "registry.k8s.io/kube-scheduler:"+version {
+				t.Errorf("pod %s runs %s on a %s plane", pod.Name, c.Image, version)
+			}
+			if len(c.Command) > 0 && strings.HasPrefix(c.Command[0], "/capscale-scheduler") && c.Command[0] != wantBin {
+				t.Errorf("pod %s runs %s on a %s plane, want %s", pod.Name, c.Command[0], version, wantBin)
+			}
+		}
+	}
+}

@@ -55,9 +55,12 @@ const underlayPoolTaint = "e2e.capscale.io/underlay-pool"
 // test-adapter as a pod), `--set apiService.delegate=true`: capscale serves
 // both adapters' metrics, and `helm uninstall` gives the APIService back.
 //
-// One extra image is imported on the nodes: kube-scheduler v1.37.2, built
-// from its module, as registry.k8s.io/kube-scheduler:v1.37.2 (the chart's
-// default for extender and native mode; this machine cannot pull it).
+// One extra image is imported on the nodes: the plane's kube-scheduler,
+// built from its module, as registry.k8s.io/kube-scheduler:VERSION (the
+// chart's default for extender and native mode on that minor; this
+// machine cannot pull it). make test-compat runs it on each older minor's
+// plane, its kubelet and kube-proxy included, and the image holds that
+// minor's capscale-scheduler.
 func TestRealNodeHelmInstall(t *testing.T) {
 	ctx := testContext(t, 40*time.Minute)
 	work := t.TempDir()
@@ -72,7 +75,8 @@ func TestRealNodeHelmInstall(t *testing.T) {
 		}
 		t.Logf("image and chart %s pushed to %s in %.1fs", v, reg, time.Since(start).Seconds())
 	}
-	ks := kubeSchedulerImage(t, work)
+	ks := kubeSchedulerImage(ctx, t, work)
+	kubeVersion, kubeMinor := planeKubernetes(ctx, t)
 	ta := testAdapterArchive(ctx, t, work)
 
 	p := startPlane(t, plane.Options{
@@ -87,6 +91,8 @@ func TestRealNodeHelmInstall(t *testing.T) {
 		}
 	})
 	s := &stack.Stack{Plane: p}
+	t.Logf("Kubernetes %s: kube-apiserver, kubelets and kube-scheduler image of that version; capscale-scheduler %s",
+		kubeVersion, map[bool]string{true: "built for " + kubeMinor, false: "of the repo's minor"}[schedulerMinors(kubeMinor) != ""])
 	system, underlay := p.RealNodes[0], p.RealNodes[1:]
 	// The system node takes no underlay pod (capacity 0 by annotation,
 	// which wins over its label); the underlay nodes take nothing else.
@@ -131,6 +137,7 @@ func TestRealNodeHelmInstall(t *testing.T) {
 			t.Logf("%s mode: helm install --wait %.1fs; its first HPA reading of %s (%s) %.1fs after helm install began",
 				mode, installed.Seconds(), names.LoadIndexMetric, read, time.Since(start).Seconds())
 			checkImages(ctx, t, p, reg+"/capscale:"+versions[0])
+			checkMinorBuilds(ctx, t, p, kubeVersion, kubeMinor)
 
 			// The burst, on the two underlay nodes.
 			if err := p.WaitForNamespace(ctx, burstNS); err != nil {
@@ -152,8 +159,9 @@ func TestRealNodeHelmInstall(t *testing.T) {
 			}
 			checkRunningIPs(t, underlay, st)
 			// Native mode's release finalizer is on by default where helm
-			// sees the cluster (extender.releaseFinalizer auto).
-			if got, want := len(podsWithReleaseFinalizer(ctx, t, p, burstNS)), map[bool]int{true: 25}[mode == "native"]; got != want {
+			// sees the cluster and it serves MutatingAdmissionPolicy v1
+			// (extender.releaseFinalizer auto; 1.36+).
+			if got, want := len(podsWithReleaseFinalizer(ctx, t, p, burstNS)), map[bool]int{true: 25}[mode == "native" && admissionPolicyServed(p) == "v1"]; got != want {
 				t.Errorf("%d pods carry %s, want %d", got, names.UnderlayIPReleaseFinalizer, want)
 			}
 			checkPendingReason(ctx, t, s, burstNS, st.pending, realExhausted[mode])
@@ -235,14 +243,16 @@ func TestRealNodeHelmInstall(t *testing.T) {
 }
 
 // kubeSchedulerImage wraps the plane's kube-scheduler (static, built from
-// its module) as the image the chart names by default.
-func kubeSchedulerImage(t *testing.T, dir string) nodeimage.Image {
+// its module) as the image the chart names by default on the plane's
+// minor.
+func kubeSchedulerImage(ctx context.Context, t *testing.T, dir string) nodeimage.Image {
 	t.Helper()
 	bin, err := os.ReadFile(filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "kube-scheduler"))
 	if err != nil {
 		t.Fatalf("kube-scheduler (make control-plane): %v", err)
 	}
-	im := nodeimage.Image{Ref: "registry.k8s.io/kube-scheduler:v1.37.2", Tarball: filepath.Join(dir, "kube-scheduler.tar")}
+	version, _ := planeKubernetes(ctx, t)
+	im := nodeimage.Image{Ref: "registry.k8s.io/kube-scheduler:" + version, Tarball: filepath.Join(dir, "kube-scheduler.tar")}
 	if err := nodeimage.WriteDockerArchive(im.Tarball, im.Ref, "kube-scheduler", bin); err != nil {
 		t.Fatal(err)
 	}

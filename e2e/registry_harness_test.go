@@ -88,11 +88,14 @@ func startRegistry(ctx context.Context, t *testing.T, dir string) string {
 
 // makeImage runs `make image` for linux/amd64 with version, into dir,
 // pushed to registry, and returns the digest of the image index pushed.
+// On an older minor's plane the image holds that minor's
+// capscale-scheduler too, as make release's does.
 func makeImage(ctx context.Context, t *testing.T, dir, registry, version string) string {
 	t.Helper()
+	_, minor := planeKubernetes(ctx, t)
 	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image",
 		"IMAGE_PLATFORMS=linux/amd64", "OUT="+filepath.Join(dir, "out"), "IMAGE_OUT="+filepath.Join(dir, "image"),
-		"VERSION="+version, "REGISTRY="+registry)
+		"VERSION="+version, "REGISTRY="+registry, "SCHEDULER_MINORS="+schedulerMinors(minor))
 	cmd.Dir = plane.RepoRoot()
 	// Not make e2e's flags or jobserver: this make is its own.
 	cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=")

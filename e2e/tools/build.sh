@@ -28,7 +28,7 @@ if [ -n "${CAPSCALE_K8S:-}" ]; then
   k8s_mod=k8s-$CAPSCALE_K8S
   [ -f "$here/$k8s_mod/go.mod" ] || { echo "build.sh: no tool module e2e/tools/$k8s_mod (hack/compat/genmodule.sh)" >&2; exit 2; }
   k8s_version=$(sed -n 's#^\s*k8s.io/kubernetes => k8s.io/kubernetes \(v[0-9.]*\)$#\1#p' "$here/$k8s_mod/go.mod")
-  all=(kube-apiserver kube-controller-manager kube-scheduler kubectl capscale-scheduler)
+  all=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy capscale-scheduler)
 fi
 [ ${#tools[@]} -gt 0 ] || tools=("${all[@]}")
 for t in "${tools[@]}"; do
@@ -105,7 +105,8 @@ build() {
 if [ "$k8s_mod" != k8s ]; then
   build "$k8s_mod" kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
     kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl \
+    kubelet=k8s.io/kubernetes/cmd/kubelet kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
   # capscale-scheduler is capscale's code: built every time, never cached
   # by go.mod's key (Go's build cache makes a rebuild a link).
   if wanted capscale-scheduler; then

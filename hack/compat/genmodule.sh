@@ -3,10 +3,12 @@
 #
 # Writes the tool module e2e/tools/k8s-1.MINOR that builds, for one older
 # Kubernetes minor, the control plane the compatibility matrix runs
-# (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) and
-# capscale-scheduler: capscale's UnderlayIP plugin compiled into that minor's
-# kube-scheduler. One module graph for all five, so Go compiles the staging
-# packages once for them (e2e/tools/build.sh with CAPSCALE_K8S=1.MINOR).
+# (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl), the
+# real nodes' kubelet and kube-proxy (the version-skew policy forbids a
+# kubelet newer than the apiserver), and capscale-scheduler: capscale's
+# UnderlayIP plugin compiled into that minor's kube-scheduler. One module
+# graph for all of them, so Go compiles the staging packages once
+# (e2e/tools/build.sh with CAPSCALE_K8S=1.MINOR).
 #
 # The repo's own minor stays in e2e/tools/k8s and cmd/capscale-scheduler.
 # Re-run after changing capscale's dependencies; commit the result.
@@ -51,7 +53,7 @@ cat >"$dir/tools.go" <<GO
 //go:build tools
 
 // Package tools pins what e2e/tools/build.sh builds for Kubernetes 1.$minor:
-// the control plane and, through the packages its main imports,
+// the control plane, the kubelet and kube-proxy and, through the packages its main imports,
 // capscale-scheduler (github.com/capscale/capscale/cmd/capscale-scheduler,
 // a main package go mod tidy cannot see).
 package tools
@@ -66,6 +68,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 
 	_ "github.com/capscale/capscale/schedplugin"
 )

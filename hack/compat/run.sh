@@ -28,15 +28,16 @@ checks=(
   "hpa|^TestAdapterLoadStep$|HPAs on the adapter's metrics through the aggregator"
   "certs|^TestAdapterManagedCert$|certificate rotation under HPA reads, caBundle put back"
   "map|^TestCompatAdmissionAPIs$|MutatingAdmissionPolicy served (issue 43's chart needs it)"
+  "helm|^TestRealNodeHelmInstall$|helm install oci:// on real nodes of the minor (its kubelet and kube-proxy): each mode's burst, an HPA reading, upgrade, uninstall"
 )
 
 : >"$results.new"
 for minor in "$@"; do
   dir=$out/bin-$minor
   mkdir -p "$dir"
-  bash e2e/tools/build.sh "$dir" etcd kwok >/dev/null
+  bash e2e/tools/build.sh "$dir" etcd kwok helm >/dev/null
   if [ "v$minor" = "$(echo "$own" | cut -d. -f1-2)" ]; then
-    bash e2e/tools/build.sh "$dir" kube-apiserver kube-controller-manager kube-scheduler kubectl >/dev/null
+    bash e2e/tools/build.sh "$dir" kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy >/dev/null
     (cd cmd/capscale-scheduler && CGO_ENABLED=0 go build -trimpath -o "$dir/capscale-scheduler" .)
     version=$own
   else
@@ -49,7 +50,7 @@ for minor in "$@"; do
   start=$SECONDS
   pattern=$(for c in "${checks[@]}"; do IFS='|' read -r _ run _ <<<"$c"; echo "${run%%/*}"; done | sort -u | paste -sd'|' | sed 's/\^//g; s/\$//g')
   CAPSCALE_BIN_DIR=$dir CAPSCALE_SCHEDULER_BIN=$dir/capscale-scheduler \
-    flock /tmp/capscale-plane.lock go test -tags e2e -count=1 -timeout 40m -v -run "^($pattern)\$" ./e2e/ >"$log" 2>&1 || true
+    flock /tmp/capscale-plane.lock go test -tags e2e -count=1 -timeout 60m -v -run "^($pattern)\$" ./e2e/ >"$log" 2>&1 || true
   elapsed=$((SECONDS - start))
   for c in "${checks[@]}"; do
     IFS='|' read -r name run _ <<<"$c"

@@ -7,8 +7,8 @@ set -euo pipefail
 results=$1 file=$2
 table=$(mktemp)
 {
-  echo "| Kubernetes | extender mode | native mode | plugin mode | HPA on capscale's metrics | rotating certificates | MutatingAdmissionPolicy | run |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| Kubernetes | extender mode | native mode | plugin mode | HPA on capscale's metrics | rotating certificates | MutatingAdmissionPolicy | Helm install on real nodes | run |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for minor in $(cut -f1 "$results" | sort -uV); do
     row() { awk -F'\t' -v m="$minor" -v c="$1" '$1 == m && $3 == c { print $4 }' "$results" | tail -1; }
     ver=$(awk -F'\t' -v m="$minor" '$1 == m { print $2 }' "$results" | tail -1)
@@ -16,7 +16,7 @@ table=$(mktemp)
     cell() { case "$1" in pass) echo "✅ tested";; FAIL) echo "❌ failed";; "") echo "not run";; *) echo "$1";; esac; }
     map=$(row map)
     case "$map" in v1) map="✅ served (v1)";; v1beta1|v1alpha1) map="off by default ($map)";; none) map="❌ not served";; FAIL) map="❌ check failed";; "") map="not run";; esac
-    echo "| $ver | $(cell "$(row extender)") | $(cell "$(row native)") | $(cell "$(row plugin)") | $(cell "$(row hpa)") | $(cell "$(row certs)") | $map | $commit |"
+    echo "| $ver | $(cell "$(row extender)") | $(cell "$(row native)") | $(cell "$(row plugin)") | $(cell "$(row hpa)") | $(cell "$(row certs)") | $map | $(cell "$(row helm)") | $commit |"
   done
 } >"$table"
 awk -v table="$table" '

@@ -1,7 +1,7 @@
 //go:build tools
 
 // Package tools pins what e2e/tools/build.sh builds for Kubernetes 1.35:
-// the control plane and, through the packages its main imports,
+// the control plane, the kubelet and kube-proxy and, through the packages its main imports,
 // capscale-scheduler (github.com/capscale/capscale/cmd/capscale-scheduler,
 // a main package go mod tidy cannot see).
 package tools
@@ -16,6 +16,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 
 	_ "github.com/capscale/capscale/schedplugin"
 )
