@@ -27,7 +27,10 @@ k8s_mod=k8s
 if [ -n "${CAPSCALE_K8S:-}" ]; then
   k8s_mod=k8s-$CAPSCALE_K8S
   [ -f "$here/$k8s_mod/go.mod" ] || { echo "build.sh: no tool module e2e/tools/$k8s_mod (hack/compat/genmodule.sh)" >&2; exit 2; }
-  k8s_version=$(sed -n 's#^\s*k8s.io/kubernetes => k8s.io/kubernetes \(v[0-9.]*\)$#\1#p' "$here/$k8s_mod/go.mod")
+  k8s_version=$(sed -n 's#^\s*k8s.io/kubernetes => k8s.io/kubernetes \(v[0-9.]*\(-[a-z]*\.[0-9]*\)\{0,1\}\)$#\1#p' "$here/$k8s_mod/go.mod")
+  # A minor that needs a newer Go (1.38) builds with the approved toolchain.
+  source "$here/gotoolchain.sh"
+  gotoolchain "$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$here/$k8s_mod/go.mod")"
   all=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy capscale-scheduler)
 fi
 [ ${#tools[@]} -gt 0 ] || tools=("${all[@]}")

@@ -14,17 +14,25 @@
 # Re-run after changing capscale's dependencies; commit the result.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-version=${1:?usage: genmodule.sh VERSION (vMAJOR.MINOR.PATCH)}
-[[ $version =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || { echo "genmodule: $version is not v1.MINOR.PATCH" >&2; exit 2; }
+version=${1:?usage: genmodule.sh VERSION (vMAJOR.MINOR.PATCH[-PRERELEASE])}
+# A pre-release (v1.38.0-beta.0) too: its staging modules carry the same
+# suffix (v0.38.0-beta.0).
+[[ $version =~ ^v1\.([0-9]+)\.([0-9]+)(-(alpha|beta|rc)\.[0-9]+)?$ ]] || { echo "genmodule: $version is not v1.MINOR.PATCH[-alpha|beta|rc.N]" >&2; exit 2; }
 minor=${BASH_REMATCH[1]}
-staging=v0.${minor}.${BASH_REMATCH[2]}
+staging=v0.${minor}.${BASH_REMATCH[2]}${BASH_REMATCH[3]}
 dir=e2e/tools/k8s-1.$minor
 mkdir -p "$dir"
 
 # The staging modules k8s.io/kubernetes $version replaces, read from its own go.mod.
-modfile=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+# (go mod download fetches it, then fails when that minor needs a newer
+# Go: the .mod file is all that is read here.)
+modfile=$({ GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$version" || true; } | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+[ -f "$modfile" ] || { echo "genmodule: the module proxy gave no go.mod for k8s.io/kubernetes@$version" >&2; exit 1; }
 mapfile -t mods < <(sed -n 's#^\s*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$modfile" | sort -u)
 [ ${#mods[@]} -gt 20 ] || { echo "genmodule: found only ${#mods[@]} staging modules in $modfile" >&2; exit 1; }
+# The newer of capscale's Go and the one that minor needs (1.38 needs 1.27:
+# build.sh then sets GOTOOLCHAIN).
+godirective=$(printf '%s\n' "$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)" "$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$modfile")" | sort -V | tail -1)
 
 {
   echo "// Builds Kubernetes $version's control plane and capscale-scheduler for"
@@ -32,7 +40,7 @@ mapfile -t mods < <(sed -n 's#^\s*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' 
   echo "// hack/compat/genmodule.sh $version: do not edit."
   echo "module github.com/capscale/capscale/e2e/tools/k8s-1.$minor"
   echo
-  echo "go 1.26.0"
+  echo "go $godirective"
   echo
   echo "require ("
   echo "	github.com/capscale/capscale v0.0.0"
@@ -75,6 +83,8 @@ import (
 )
 GO
 
+source e2e/tools/gotoolchain.sh
+gotoolchain "$godirective"
 cd "$dir"
 GOFLAGS=-mod=mod go mod tidy
 # tidy drops the capscale-scheduler module (only its main package is built);
