@@ -42,7 +42,7 @@ for minor in "$@"; do
     version=$own
   else
     CAPSCALE_K8S=$minor bash e2e/tools/build.sh "$dir" >/dev/null
-    version=$(sed -n 's#^\s*k8s.io/kubernetes => k8s.io/kubernetes \(v[0-9.]*\)$#\1#p' "e2e/tools/k8s-$minor/go.mod")
+    version=$(sed -n 's#^\s*k8s.io/kubernetes => k8s.io/kubernetes \(v[0-9.]*\(-[a-z]*\.[0-9]*\)\{0,1\}\)$#\1#p' "e2e/tools/k8s-$minor/go.mod")
   fi
   # One go test per minor, under the plane lock once: fewer waits for the
   # lock on a shared machine. Each check's result is read from -v's lines.
