@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
 	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/internal/underlay"
@@ -145,7 +147,9 @@ func actAsKubelet(ctx context.Context, t *testing.T, w *growthWatch) (stop func(
 				return false, nil
 			}
 			for i := range nodes.Items {
-				if err := registerAsKubelet(ctx, w, &nodes.Items[i]); err != nil {
+				if err := registerAsKubelet(ctx, w, &nodes.Items[i]); errors.Is(err, errNotReady) {
+					continue
+				} else if err != nil {
 					t.Logf("registering %s as a kubelet would: %v (retried)", nodes.Items[i].Name, err)
 				} else {
 					registered[nodes.Items[i].Name] = true
@@ -163,9 +167,19 @@ func actAsKubelet(ctx context.Context, t *testing.T, w *growthWatch) (stop func(
 	return stop
 }
 
+// errNotReady: kwok has not made the node Ready yet.
+var errNotReady = errors.New("not Ready yet")
+
 // registerAsKubelet removes the resource from n's status, then the startup
-// taint; a node already without both is left alone.
+// taint; a node already without both is left alone. It waits for the node
+// to be Ready: until then kwok's node-initialize stage may still write the
+// status from its own copy, the resource included (its allocatable and
+// capacity are those it read), and a node with the taint lifted and the
+// resource back is one Karpenter initializes.
 func registerAsKubelet(ctx context.Context, w *growthWatch, n *corev1.Node) error {
+	if !plane.NodeReady(n) {
+		return errNotReady
+	}
 	key := "capscale.io~1underlay-ip" // the resource as a JSON pointer token
 	var ops []map[string]any
 	if _, ok := n.Status.Capacity[underlay.Resource]; ok {

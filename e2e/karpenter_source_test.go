@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -118,9 +117,7 @@ const slicerHeld = 3 * time.Second
 // returned func waits for the resumption and says when it was.
 func pauseUntilLaunched(ctx context.Context, t *testing.T, w *growthWatch, slicer *plane.Process, want int) func() time.Time {
 	t.Helper()
-	if err := syscall.Kill(slicer.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatalf("pausing whereabouts' node-slice controller: %v", err)
-	}
+	resume := pauseProcess(t, slicer)
 	done := make(chan time.Time, 1)
 	go func() {
 		_ = wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -131,12 +128,10 @@ func pauseUntilLaunched(ctx context.Context, t *testing.T, w *growthWatch, slice
 		case <-ctx.Done():
 		case <-time.After(slicerHeld):
 		}
-		_ = syscall.Kill(slicer.Pid(), syscall.SIGCONT)
+		resume()
 		done <- time.Now()
 	}()
-	resumed := sync.OnceValue(func() time.Time { return <-done })
-	t.Cleanup(func() { _ = syscall.Kill(slicer.Pid(), syscall.SIGCONT) })
-	return resumed
+	return sync.OnceValue(func() time.Time { return <-done })
 }
 
 // sliceCapacity is what each node may hold under whereabouts' slices: the

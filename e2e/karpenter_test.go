@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -241,37 +243,55 @@ func (w *growthWatch) poll(ctx context.Context, app, reason string) (bound, pend
 }
 
 // grow creates Deployment app of replicas pods needing need, and waits until
-// all are bound: it measures from the first poll that sees one Pending
-// with reason, and counts the NodeClaims Karpenter made meanwhile (and in
+// all are bound: it measures from the moment Karpenter may act on the
+// burst (below), and counts the NodeClaims Karpenter made meanwhile (and in
 // the seconds after, when a late one would show).
+//
+// Karpenter is paused until kube-scheduler has tried every pod, so that
+// its first batch holds every pod it must launch for. A batch split by
+// timing alone (kube-scheduler slower than Karpenter's 1-s idle window, as
+// in extender mode under load) would launch a node more than a real
+// provider does: the KWOK provider gives a new Node, and so its NodeClaim,
+// only what its batch requested of an extended resource, not the
+// NodeOverlay's capacity (kwok/cloudprovider/cloudprovider.go:228-232,
+// v1.14.1), so a pod of the next batch does not fit the node launched for
+// the first; a real provider's NodeClaim carries the overlaid capacity.
 func (w *growthWatch) grow(ctx context.Context, t *testing.T, app string, replicas int32, need corev1.ResourceList, reason string) growth {
 	t.Helper()
 	_, _, _, before, err := w.poll(ctx, app, reason)
 	if err != nil {
 		t.Fatal(err)
 	}
+	resume := pauseProcess(t, w.s.Karpenter)
 	if _, err := w.s.Client.AppsV1().Deployments(w.ns).Create(ctx, SimpleDeployment(w.ns, app, replicas, need), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var first time.Time
+	var seen bool
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, w.timeout(), true, func(ctx context.Context) (bool, error) {
+		tried, why, err := w.triedAll(ctx, app, replicas, reason)
+		seen = seen || why
+		return tried, err
+	})
+	if err != nil {
+		t.Fatalf("%s: kube-scheduler did not try every pod of the burst: %v", app, err)
+	}
+	if !seen {
+		t.Fatalf("%s: no pod was seen Pending with %q: the burst did not run out of what it should", app, reason)
+	}
+	resume()
+	first := time.Now()
 	var g growth
 	var bound, pending int
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, w.timeout(), true, func(ctx context.Context) (bool, error) {
-		b, p, why, _, err := w.poll(ctx, app, reason)
+		b, p, _, _, err := w.poll(ctx, app, reason)
 		if err != nil {
 			return false, err
 		}
 		bound, pending = b, p
-		if why && first.IsZero() {
-			first = time.Now()
-		}
 		return b == int(replicas), nil
 	})
 	if err != nil {
 		t.Fatalf("%s: %d of %d bound, %d pending: %v", app, bound, replicas, pending, err)
-	}
-	if first.IsZero() {
-		t.Fatalf("%s: no pod was seen Pending with %q: the burst did not run out of what it should", app, reason)
 	}
 	g.bound = time.Now()
 	g.took = g.bound.Sub(first)
@@ -285,6 +305,54 @@ func (w *growthWatch) grow(ctx context.Context, t *testing.T, app string, replic
 	}
 	g.launched = claims - before
 	return g
+}
+
+// triedAll: every one of the replicas pods of app exists and is bound or
+// marked unschedulable by kube-scheduler; why, that one is Pending with
+// reason. It fails at once if a node is over capacity.
+func (w *growthWatch) triedAll(ctx context.Context, app string, replicas int32, reason string) (tried, why bool, err error) {
+	if _, _, why, _, err = w.poll(ctx, app, reason); err != nil {
+		return false, false, err
+	}
+	pods, err := w.s.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		return false, why, nil
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		n++
+		if p.Spec.NodeName != "" {
+			continue
+		}
+		unschedulable := false
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				unschedulable = true
+			}
+		}
+		if !unschedulable {
+			return false, why, nil
+		}
+	}
+	return n == int(replicas), why, nil
+}
+
+// pauseProcess stops proc (SIGSTOP) until the returned func, or the
+// test's end, continues it; nil when proc is nil.
+func pauseProcess(t *testing.T, proc *plane.Process) (resume func()) {
+	t.Helper()
+	if proc == nil {
+		return func() {}
+	}
+	if err := syscall.Kill(proc.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatalf("pausing %s: %v", proc.Name, err)
+	}
+	resume = sync.OnceFunc(func() { _ = syscall.Kill(proc.Pid(), syscall.SIGCONT) })
+	t.Cleanup(resume)
+	return resume
 }
 
 // shrink scales app to replicas (deletes it at 0) and waits until
