@@ -216,13 +216,17 @@ SERVICE_NETWORK ?= 0
 # KARPENTER=1: Karpenter with its KWOK cloud provider grows the plane
 # (deploy/examples/karpenter/; docs/scheduling.md "Growing the cluster").
 KARPENTER ?= 0
+# PUBLISH_CAPACITY=1 (MODE=extender): the extender publishes each node's
+# capacity in its status too, as the chart's extender.publishCapacity, so
+# that Karpenter sees the IPs (docs/scheduling.md "Growing the cluster").
+PUBLISH_CAPACITY ?= 0
 
 .PHONY: local-up
-local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) $(if $(filter-out 0,$(KARPENTER)),karpenter deploy-tools) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native, REAL_NODES=0, REAL_NODE_CAPACITY=10, SERVICE_NETWORK=0, KARPENTER=0); writes _output/local/{kubeconfig,env}.
+local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) $(if $(filter-out 0,$(KARPENTER)),karpenter deploy-tools) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native, REAL_NODES=0, REAL_NODE_CAPACITY=10, SERVICE_NETWORK=0, KARPENTER=0, PUBLISH_CAPACITY=0); writes _output/local/{kubeconfig,env}.
 	$(GO) build -o $(BIN)/localplane ./e2e/cmd/localplane
 	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) --mode $(MODE) \
 	  --real-nodes $(REAL_NODES) --real-node-capacity $(REAL_NODE_CAPACITY) \
-	  $(if $(filter-out 0,$(SERVICE_NETWORK)),--service-network) $(if $(filter-out 0,$(KARPENTER)),--karpenter) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
+	  $(if $(filter-out 0,$(SERVICE_NETWORK)),--service-network) $(if $(filter-out 0,$(KARPENTER)),--karpenter) $(if $(filter-out 0,$(PUBLISH_CAPACITY)),--publish-capacity) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
 	@echo "source $(OUT)/local/env   # then: kubectl get nodes"
 
 .PHONY: local-down

@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/underlay"
 )
 
 // TestLocalUpDown is `make local-up` then `make local-down`, in the default
@@ -105,5 +115,58 @@ func TestLocalUpDown(t *testing.T) {
 	}
 	if again := run("down", "--dir", out); !strings.Contains(again, "no local plane is running") {
 		t.Errorf("a second down: %q", again)
+	}
+}
+
+// TestLocalUpPublishCapacity is `make local-up MODE=extender
+// PUBLISH_CAPACITY=1`: the extender runs with the publisher, so every
+// node's capacity by the rule is in its status, where Karpenter reads it
+// (docs/scheduling.md "Growing the cluster"). In plugin mode the flag is
+// refused before any plane starts: that mode has no publisher.
+func TestLocalUpPublishCapacity(t *testing.T) {
+	ctx := testContext(t, 4*time.Minute)
+	bin := localPlaneBinDir(ctx, t)
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "localplane"), "up", "--dir", t.TempDir(), "--bin-dir", bin,
+		"--mode", "plugin", "--publish-capacity").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--publish-capacity is extender mode's") {
+		t.Errorf("local-up --mode plugin --publish-capacity: %v, want it refused\n%s", err, out)
+	}
+
+	lp := localPlaneUp(ctx, t, "--nodes", "2", "--mode", "extender", "--publish-capacity")
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(lp.dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil || len(nodes.Items) == 0 {
+			last = fmt.Sprint("listing nodes: ", err)
+			return false, nil
+		}
+		for _, n := range nodes.Items {
+			// The extender's --default-capacity is 10.
+			want := underlay.Rule{Default: 10}.Capacity(n.Annotations, n.Labels).IPs
+			c, a := n.Status.Capacity[names.UnderlayIPResource], n.Status.Allocatable[names.UnderlayIPResource]
+			if want <= 0 || c.Value() != want || a.Value() != want {
+				last = fmt.Sprintf("%s: capacity %s, allocatable %s, want %d", n.Name, c.String(), a.String(), want)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("local-up in extender mode with --publish-capacity never published every node's capacity: %s", last)
+	}
+	env, err := os.ReadFile(filepath.Join(lp.dir, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(env), `export MODE="extender"`) || !strings.Contains(string(env), "export EXTENDER_URL=") {
+		t.Errorf("env file of extender mode:\n%s", env)
 	}
 }

@@ -79,6 +79,7 @@ func up(args []string) error {
 	realNodes := fs.Int("real-nodes", 0, "number of real nodes (kubelet, containerd, CNI bridge; needs root and make deps)")
 	serviceNetwork := fs.Bool("service-network", false, "give the real nodes' pods Services and the apiserver: kube-proxy (nftables, its own tables) and the Service kubernetes (docs/development.md)")
 	realCapacity := fs.Int("real-node-capacity", plane.DefaultRealNodeCapacity, "pod IPs of each real node: its IPAM range and its capscale.io/underlay-ip-capacity label (1..253)")
+	publish := fs.Bool("publish-capacity", false, "extender mode: the extender publishes each node's capacity in its status too, as the chart's extender.publishCapacity does, so that an autoscaler sees it (docs/scheduling.md)")
 	karpenter := fs.Bool("karpenter", false, "start Karpenter with its KWOK cloud provider and apply deploy/examples/karpenter/ (make karpenter deploy-tools; docs/scheduling.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -90,6 +91,9 @@ func up(args []string) error {
 	case "extender", "native", "plugin":
 	default:
 		return fmt.Errorf("--mode must be extender, native or plugin, got %q", *mode)
+	}
+	if *publish && *mode != "extender" {
+		return fmt.Errorf("--publish-capacity is extender mode's (native mode always publishes; plugin mode has no publisher), got --mode %s", *mode)
 	}
 	if *nodes < 1 {
 		return fmt.Errorf("--nodes must be at least 1, got %d", *nodes)
@@ -131,13 +135,15 @@ func up(args []string) error {
 		},
 		BinDir:   binDir,
 		Extender: *mode == "extender", Native: *mode == "native", Plugin: *mode == "plugin",
+		PublishCapacity: *publish,
 		Adapter: true, WorkloadAPI: true, Controller: true,
 		AdapterConfig: *adapterConfig,
 		Prepare: func(ctx context.Context, s *stack.Stack) error {
 			if *mode == "plugin" {
 				logf("starting capscale (plugin mode: the plane's scheduler is capscale-scheduler): metrics adapter, workload API, controller")
 			} else {
-				logf("starting capscale (%s mode): extender, metrics adapter, workload API, controller", *mode)
+				logf("starting capscale (%s mode%s): extender, metrics adapter, workload API, controller", *mode,
+					map[bool]string{true: ", the extender publishing capacity"}[*publish])
 			}
 			// What the chart installs by default: pods of a namespace
 			// labelled capscale.io/underlay=true are marked, and the
