@@ -19,7 +19,7 @@ if [ $# -gt 0 ] || [ "${E2E_SHARDS:-2}" = 1 ]; then
   exit
 fi
 
-shard_a=${E2E_SHARD_A:-'^(TestSoakShort|TestCapacitySources|TestRealNode.*|TestLocalUpDown|TestSchedulingFailover|TestKarpenterNative|TestKarpenterExtenderPublished|TestKarpenterRuleModesSource)$'}
+shard_a=${E2E_SHARD_A:-'^(TestSoakShort|TestCapacitySources|TestRealNode.*|TestLocalUpDown|TestLocalUpPublishCapacity|TestSchedulingFailover|TestKarpenterNative|TestKarpenterExtenderPublished|TestKarpenterRuleModesSource)$'}
 out=_output/e2e
 mkdir -p "$out"
 start=$SECONDS

@@ -136,7 +136,7 @@ func up(args []string) error {
 		BinDir:   binDir,
 		Extender: *mode == "extender", Native: *mode == "native", Plugin: *mode == "plugin",
 		PublishCapacity: *publish,
-		Adapter: true, WorkloadAPI: true, Controller: true,
+		Adapter:         true, WorkloadAPI: true, Controller: true,
 		AdapterConfig: *adapterConfig,
 		Prepare: func(ctx context.Context, s *stack.Stack) error {
 			if *mode == "plugin" {
