@@ -255,7 +255,7 @@ func (w *growthWatch) poll(ctx context.Context, app, reason string) (bound, pend
 // only what its batch requested of an extended resource, not the
 // NodeOverlay's capacity (kwok/cloudprovider/cloudprovider.go:228-232,
 // v1.14.1), so a pod of the next batch does not fit the node launched for
-// the first; a real provider's NodeClaim carries the overlaid capacity.
+// the first.
 func (w *growthWatch) grow(ctx context.Context, t *testing.T, app string, replicas int32, need corev1.ResourceList, reason string) growth {
 	t.Helper()
 	_, _, _, before, err := w.poll(ctx, app, reason)
