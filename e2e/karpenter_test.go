@@ -192,24 +192,36 @@ type growth struct {
 	bound time.Time
 }
 
-// poll is one look: the bound and pending pods of deployment app (all of
-// ns when app is ""), whether one is Pending with reason, and the
-// NodeClaims.
-func (w *growthWatch) poll(ctx context.Context, app, reason string) (bound, pending int, withReason bool, claims int, err error) {
+// look is what one poll saw of deployment app's pods (all of ns when app
+// is "") and of the NodeClaims.
+type look struct {
+	bound, pending int
+	// untried are the pending pods kube-scheduler has not yet marked
+	// unschedulable.
+	untried int
+	// withReason: a pending pod's PodScheduled message names the reason.
+	withReason bool
+	claims     int
+}
+
+// poll is one look; it fails when a node holds more underlay IPs than its
+// capacity.
+func (w *growthWatch) poll(ctx context.Context, app, reason string) (look, error) {
+	var l look
 	// Pods first, then the nodes: a pod seen bound was bound before the
 	// nodes are read, so a capacity the nodes show not yet was not there
 	// at its binding either.
 	pods, err := w.s.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, 0, false, 0, err
+		return l, err
 	}
 	nodes, err := w.s.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, 0, false, 0, err
+		return l, err
 	}
 	capacity, err := w.capacities(ctx, nodes.Items)
 	if err != nil {
-		return 0, 0, false, 0, err
+		return l, err
 	}
 	perNode := map[string]int{}
 	for _, p := range pods.Items {
@@ -222,24 +234,31 @@ func (w *growthWatch) poll(ctx context.Context, app, reason string) (bound, pend
 			continue
 		}
 		if p.Spec.NodeName != "" {
-			bound++
+			l.bound++
 			continue
 		}
-		pending++
+		l.pending++
+		tried := false
 		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, reason) {
-				withReason = true
+			if c.Type != corev1.PodScheduled || c.Status != corev1.ConditionFalse {
+				continue
 			}
+			tried = tried || c.Reason == corev1.PodReasonUnschedulable
+			l.withReason = l.withReason || strings.Contains(c.Message, reason)
+		}
+		if !tried {
+			l.untried++
 		}
 	}
 	if over := overCapacity(perNode, capacity); over != "" {
-		return 0, 0, false, 0, fmt.Errorf("nodes over underlay-IP capacity: %s", over)
+		return look{}, fmt.Errorf("nodes over underlay-IP capacity: %s", over)
 	}
 	list, err := w.dyn.Resource(nodeClaims).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, 0, false, 0, err
+		return look{}, err
 	}
-	return bound, pending, withReason, len(list.Items), nil
+	l.claims = len(list.Items)
+	return l, nil
 }
 
 // grow creates Deployment app of replicas pods needing need, and waits until
@@ -258,7 +277,7 @@ func (w *growthWatch) poll(ctx context.Context, app, reason string) (bound, pend
 // the first.
 func (w *growthWatch) grow(ctx context.Context, t *testing.T, app string, replicas int32, need corev1.ResourceList, reason string) growth {
 	t.Helper()
-	_, _, _, before, err := w.poll(ctx, app, reason)
+	start, err := w.poll(ctx, app, reason)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,11 +285,12 @@ func (w *growthWatch) grow(ctx context.Context, t *testing.T, app string, replic
 	if _, err := w.s.Client.AppsV1().Deployments(w.ns).Create(ctx, SimpleDeployment(w.ns, app, replicas, need), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Every pod exists and is bound or marked unschedulable.
 	var seen bool
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, w.timeout(), true, func(ctx context.Context) (bool, error) {
-		tried, why, err := w.triedAll(ctx, app, replicas, reason)
-		seen = seen || why
-		return tried, err
+		l, err := w.poll(ctx, app, reason)
+		seen = seen || l.withReason
+		return l.bound+l.pending == int(replicas) && l.untried == 0, err
 	})
 	if err != nil {
 		t.Fatalf("%s: kube-scheduler did not try every pod of the burst: %v", app, err)
@@ -281,63 +301,29 @@ func (w *growthWatch) grow(ctx context.Context, t *testing.T, app string, replic
 	resume()
 	first := time.Now()
 	var g growth
-	var bound, pending int
+	var l look
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, w.timeout(), true, func(ctx context.Context) (bool, error) {
-		b, p, _, _, err := w.poll(ctx, app, reason)
+		got, err := w.poll(ctx, app, reason)
 		if err != nil {
 			return false, err
 		}
-		bound, pending = b, p
-		return b == int(replicas), nil
+		l = got
+		return l.bound == int(replicas), nil
 	})
 	if err != nil {
-		t.Fatalf("%s: %d of %d bound, %d pending: %v", app, bound, replicas, pending, err)
+		t.Fatalf("%s: %d of %d bound, %d pending: %v", app, l.bound, replicas, l.pending, err)
 	}
 	g.bound = time.Now()
 	g.took = g.bound.Sub(first)
 	// A node launched late (a second batch) would show within Karpenter's
 	// 10s batch window.
-	var claims int
 	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
-		if _, _, _, claims, err = w.poll(ctx, app, reason); err != nil {
+		if l, err = w.poll(ctx, app, reason); err != nil {
 			t.Fatal(err)
 		}
 	}
-	g.launched = claims - before
+	g.launched = l.claims - start.claims
 	return g
-}
-
-// triedAll: every one of the replicas pods of app exists and is bound or
-// marked unschedulable by kube-scheduler; why, that one is Pending with
-// reason. It fails at once if a node is over capacity.
-func (w *growthWatch) triedAll(ctx context.Context, app string, replicas int32, reason string) (tried, why bool, err error) {
-	if _, _, why, _, err = w.poll(ctx, app, reason); err != nil {
-		return false, false, err
-	}
-	pods, err := w.s.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
-	if err != nil {
-		return false, why, nil
-	}
-	n := 0
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		n++
-		if p.Spec.NodeName != "" {
-			continue
-		}
-		unschedulable := false
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				unschedulable = true
-			}
-		}
-		if !unschedulable {
-			return false, why, nil
-		}
-	}
-	return n == int(replicas), why, nil
 }
 
 // pauseProcess stops proc (SIGSTOP) until the returned func, or the
@@ -370,17 +356,17 @@ func (w *growthWatch) shrink(ctx context.Context, t *testing.T, app string, repl
 		t.Fatal(err)
 	}
 	start := time.Now()
-	var bound, claims int
+	var l look
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, w.timeout(), true, func(ctx context.Context) (bool, error) {
-		b, p, _, c, err := w.poll(ctx, app, "")
+		got, err := w.poll(ctx, app, "")
 		if err != nil {
 			return false, err
 		}
-		bound, claims = b, c
-		return b == int(replicas) && p == 0 && c == 0, nil
+		l = got
+		return l.bound == int(replicas) && l.pending == 0 && l.claims == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("%s down to %d: %d bound, %d NodeClaims left: %v", app, replicas, bound, claims, err)
+		t.Fatalf("%s down to %d: %d bound, %d NodeClaims left: %v", app, replicas, l.bound, l.claims, err)
 	}
 	t.Logf("karpenter-consolidation app=%s replicas=%d nodes-removed-in=%.1fs", app, replicas, time.Since(start).Seconds())
 }

@@ -75,8 +75,8 @@ func TestRealNodeHelmInstall(t *testing.T) {
 		}
 		t.Logf("image and chart %s pushed to %s in %.1fs", v, reg, time.Since(start).Seconds())
 	}
-	ks := kubeSchedulerImage(ctx, t, work)
 	kubeVersion, kubeMinor := planeKubernetes(ctx, t)
+	ks := kubeSchedulerImage(t, work, kubeVersion)
 	ta := testAdapterArchive(ctx, t, work)
 
 	p := startPlane(t, plane.Options{
@@ -243,15 +243,14 @@ func TestRealNodeHelmInstall(t *testing.T) {
 }
 
 // kubeSchedulerImage wraps the plane's kube-scheduler (static, built from
-// its module) as the image the chart names by default on the plane's
-// minor.
-func kubeSchedulerImage(ctx context.Context, t *testing.T, dir string) nodeimage.Image {
+// its module, of version) as the image the chart names by default on the
+// plane's minor.
+func kubeSchedulerImage(t *testing.T, dir, version string) nodeimage.Image {
 	t.Helper()
 	bin, err := os.ReadFile(filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "kube-scheduler"))
 	if err != nil {
 		t.Fatalf("kube-scheduler (make control-plane): %v", err)
 	}
-	version, _ := planeKubernetes(ctx, t)
 	im := nodeimage.Image{Ref: "registry.k8s.io/kube-scheduler:" + version, Tarball: filepath.Join(dir, "kube-scheduler.tar")}
 	if err := nodeimage.WriteDockerArchive(im.Tarball, im.Ref, "kube-scheduler", bin); err != nil {
 		t.Fatal(err)

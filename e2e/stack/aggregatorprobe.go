@@ -25,6 +25,9 @@ func (s *Stack) probeAsAggregator(ctx context.Context, c *http.Client, url strin
 		return fmt.Errorf("adapter client transport %T", c.Transport)
 	}
 	tr = tr.Clone()
+	if tr.TLSClientConfig == nil {
+		return fmt.Errorf("adapter client without a TLS configuration")
+	}
 	tr.TLSClientConfig.Certificates = []tls.Certificate{pair}
 	probe := &http.Client{Transport: tr, Timeout: 5 * time.Second}
 	defer tr.CloseIdleConnections()
