@@ -117,10 +117,7 @@ func otherAdapterAPIService(ns, name string, ca []byte) *apiregv1.APIService {
 // cache, configuration and data in the test's own directories.
 func helmCommand(ctx context.Context, t *testing.T, p *plane.Plane) func(args ...string) (string, error) {
 	t.Helper()
-	bin := filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "helm")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("helm is not in CAPSCALE_BIN_DIR (make deploy-tools): %v", err)
-	}
+	bin := toolBin(t, "helm")
 	home := t.TempDir()
 	return func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", p.Kubeconfig)...)

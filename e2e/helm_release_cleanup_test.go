@@ -278,7 +278,7 @@ func runCleanupHook(ctx context.Context, t *testing.T, p *plane.Plane, hook stri
 	// authorizer a moment after its pod starts).
 	start := time.Now()
 	for attempt := int32(0); ; attempt++ {
-		cmd := exec.CommandContext(ctx, filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "extender"), append(c.Command[1:], "--kubeconfig="+kc)...)
+		cmd := exec.CommandContext(ctx, filepath.Join(capscaleBin, "extender"), append(c.Command[1:], "--kubeconfig="+kc)...)
 		out, err := cmd.CombinedOutput()
 		t.Logf("extender %s (%.1fs):\n%s", strings.Join(c.Command[1:], " "), time.Since(start).Seconds(), out)
 		if err == nil {

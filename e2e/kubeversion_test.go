@@ -18,7 +18,7 @@ import (
 // an older minor's under make test-compat) and its minor, "1.37".
 func planeKubernetes(ctx context.Context, t *testing.T) (version, minor string) {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "kube-scheduler"), "--version").Output()
+	out, err := exec.CommandContext(ctx, toolBin(t, "kube-scheduler"), "--version").Output()
 	if err != nil {
 		t.Fatalf("kube-scheduler --version (make control-plane): %v", err)
 	}

@@ -247,7 +247,7 @@ func TestRealNodeHelmInstall(t *testing.T) {
 // plane's minor.
 func kubeSchedulerImage(t *testing.T, dir, version string) nodeimage.Image {
 	t.Helper()
-	bin, err := os.ReadFile(filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), "kube-scheduler"))
+	bin, err := os.ReadFile(toolBin(t, "kube-scheduler"))
 	if err != nil {
 		t.Fatalf("kube-scheduler (make control-plane): %v", err)
 	}
