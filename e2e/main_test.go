@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,9 +34,18 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	capscaleBin = dir
+	// make e2e runs two test processes at once: one compiles, the other
+	// waits and links from Go's build cache.
+	unlock, err := buildLock()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer unlock()
 	// custom-metrics-apiserver's test-adapter is the other external-metrics
 	// server of the delegation tests, built from the module capscale uses.
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/...", "sigs.k8s.io/custom-metrics-apiserver/test-adapter")
+	// -trimpath as make build and make image: the same compiled packages.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", dir+string(filepath.Separator), "./cmd/...", "sigs.k8s.io/custom-metrics-apiserver/test-adapter")
 	cmd.Dir = plane.RepoRoot()
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
@@ -48,6 +59,7 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "CAPSCALE_SCHEDULER_BIN:", err)
 			return 1
 		}
+		unlock()
 		return m.Run()
 	}
 	// capscale-scheduler is its own module; with make build's flags Go
@@ -60,6 +72,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "building capscale-scheduler:", err)
 		return 1
 	}
+	unlock()
 	// The real-node tests need root and make deps' packages; without them
 	// each fails, saying so. Say it once up front too, not as a skip.
 	planeBins := os.Getenv("CAPSCALE_BIN_DIR")
@@ -97,4 +110,19 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// buildLock takes an exclusive lock shared by every e2e process of this
+// machine; the returned func releases it and may be called twice.
+func buildLock() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "capscale-e2e-build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("the build lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("the build lock: %w", err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { f.Close() }) }, nil
 }

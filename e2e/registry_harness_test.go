@@ -61,8 +61,10 @@ func startRegistry(ctx context.Context, t *testing.T, dir string) string {
 			<-exited
 		}
 		if t.Failed() {
+			// Its last lines: every pull logs a line a request.
 			b, _ := os.ReadFile(logFile)
-			t.Logf("registry log:\n%s", b)
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			t.Logf("registry log, the last %d of %d lines:\n%s", min(len(lines), 40), len(lines), strings.Join(lines[max(0, len(lines)-40):], "\n"))
 		}
 	})
 	var addr string

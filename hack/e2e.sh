@@ -19,15 +19,20 @@ if [ $# -gt 0 ] || [ "${E2E_SHARDS:-2}" = 1 ]; then
   exit
 fi
 
+# The test binary is compiled once, not by each shard: on a cold cache two
+# go test processes compile the same packages side by side.
+mkdir -p _output/e2e
+go test -tags e2e -c -o _output/e2e/e2e.test ./e2e/
+run_shard() { (cd e2e && exec ../_output/e2e/e2e.test -test.count=1 -test.timeout "$timeout" -test.v "$@"); }
+
 shard_a=${E2E_SHARD_A:-'^(TestSoakShort|TestCapacitySources|TestRealNode.*|TestLocalUpDown|TestLocalUpPublishCapacity|TestSchedulingFailover|TestKarpenterNative|TestKarpenterExtenderPublished|TestKarpenterRuleModesSource)$'}
 out=_output/e2e
-mkdir -p "$out"
 start=$SECONDS
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait' INT TERM
-run_tests -run "$shard_a" >"$out/shard-a.log" 2>&1 &
+run_shard -test.run "$shard_a" >"$out/shard-a.log" 2>&1 &
 pids+=($!)
-run_tests -skip "$shard_a" >"$out/shard-b.log" 2>&1 &
+run_shard -test.skip "$shard_a" >"$out/shard-b.log" 2>&1 &
 pids+=($!)
 echo "e2e: two shards running; logs in $out/shard-a.log and $out/shard-b.log"
 # Each test's verdict as it comes; the whole logs once both are done.
@@ -37,12 +42,19 @@ rc=0
 wait "${pids[0]}" || rc=1
 wait "${pids[1]}" || rc=1
 kill "$follow" 2>/dev/null || true
+# The verdicts and each failure's last lines first, the whole logs after,
+# and the same report once more on stderr at the very end: a CI log cut to
+# its head, its tail or its stderr still says which tests failed and why.
+report() {
+  echo "===== e2e summary: $((SECONDS - start)) s ====="
+  cat "$out"/shard-*.log | awk '/^--- PASS/ {n++} END {print n+0 " top-level tests passed"}'
+  grep -hE '^--- FAIL' "$out"/shard-*.log || true
+  awk -f hack/e2e-failures.awk "$out"/shard-*.log
+}
+report
 for s in a b; do
   echo "===== shard $s ($out/shard-$s.log) ====="
   cat "$out/shard-$s.log"
 done
-echo "===== e2e summary: $((SECONDS - start)) s ====="
-cat "$out"/shard-*.log | awk '/^--- PASS/ {n++} END {print n+0 " top-level tests passed"}'
-grep -hE '^--- FAIL' "$out"/shard-*.log || true
-awk -f hack/e2e-failures.awk "$out"/shard-*.log
+report >&2
 exit $rc
