@@ -406,3 +406,40 @@ func checkMinorBuilds(ctx context.Context, t *testing.T, p *plane.Plane, version
 		}
 	}
 }
+
+// namespaceState says what a failed helm --wait waited on: each pod of ns
+// with its node, phase and each container's state, and ns's Warning
+// events.
+func namespaceState(ctx context.Context, p *plane.Plane, ns string) string {
+	var b strings.Builder
+	pods, err := p.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Sprintf("listing the pods of %s: %v", ns, err)
+	}
+	for _, q := range pods.Items {
+		fmt.Fprintf(&b, "pod %s on %q: %s", q.Name, q.Spec.NodeName, q.Status.Phase)
+		for _, c := range q.Status.Conditions {
+			if c.Status != corev1.ConditionTrue && c.Message != "" {
+				fmt.Fprintf(&b, "; %s: %s", c.Type, c.Message)
+			}
+		}
+		for _, c := range q.Status.ContainerStatuses {
+			fmt.Fprintf(&b, "; %s ready=%t restarts=%d", c.Name, c.Ready, c.RestartCount)
+			if w := c.State.Waiting; w != nil {
+				fmt.Fprintf(&b, " waiting %s: %s", w.Reason, w.Message)
+			}
+			if x := c.LastTerminationState.Terminated; x != nil {
+				fmt.Fprintf(&b, " last exit %d (%s) %s", x.ExitCode, x.Reason, x.Message)
+			}
+		}
+		b.WriteString("\n")
+	}
+	evs, err := p.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+	if err != nil {
+		return b.String() + fmt.Sprintf("listing the events of %s: %v", ns, err)
+	}
+	for _, e := range evs.Items[max(0, len(evs.Items)-20):] {
+		fmt.Fprintf(&b, "event %s %s/%s x%d: %s\n", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Count, e.Message)
+	}
+	return b.String()
+}

@@ -165,7 +165,7 @@ func testDelegateInstall(ctx context.Context, t *testing.T, p *plane.Plane, helm
 		t.Fatal(err)
 	}
 	if out, err := helm(append(install, "--set", "apiService.delegate=true")...); err != nil {
-		t.Fatalf("helm install --set apiService.delegate=true: %v\n%s", err, out)
+		t.Fatalf("helm install --set apiService.delegate=true: %v\n%s\n%s", err, out, namespaceState(ctx, p, "capscale-system"))
 	}
 	waitAPIServiceAvailable(ctx, t, ac, "capscale-system/capscale-metrics-adapter")
 	s := &stack.Stack{Plane: p}
@@ -180,8 +180,8 @@ func testDelegateInstall(ctx context.Context, t *testing.T, p *plane.Plane, helm
 		t.Fatalf("through capscale, the delegate's my-external-metric{foo=bar} (42) and capscale's own: %v; last %s", err, got)
 	}
 
-	if out, err := helm("uninstall", "capscale", "--wait", "--timeout", "3m"); err != nil {
-		t.Fatalf("helm uninstall: %v\n%s", err, out)
+	if out, err := helm("uninstall", "capscale", "--wait", "--timeout", helmWait); err != nil {
+		t.Fatalf("helm uninstall: %v\n%s\n%s", err, out, namespaceState(ctx, p, "capscale-system"))
 	}
 	back := waitAPIServiceAvailable(ctx, t, ac, helmDelegateNS+"/test-adapter")
 	if back.Spec.Service.Namespace != original.Spec.Service.Namespace || *back.Spec.Service.Port != *original.Spec.Service.Port ||

@@ -128,9 +128,9 @@ func TestRealNodeHelmInstall(t *testing.T) {
 
 			start := time.Now()
 			out, err := helm("install", "capscale", chart, "--version", strings.TrimPrefix(versions[0], "v"), "--plain-http",
-				"--set", "extender.mode="+mode, "-f", values, "--wait", "--timeout", "5m")
+				"--set", "extender.mode="+mode, "-f", values, "--wait", "--timeout", helmWait)
 			if err != nil {
-				t.Fatalf("helm install (%s mode): %v\n%s", mode, err, out)
+				t.Fatalf("helm install (%s mode): %v\n%s\n%s", mode, err, out, namespaceState(ctx, p, "capscale-system"))
 			}
 			installed := time.Since(start)
 			read := waitHPAReading(ctx, t, p, hpaNS, 3*time.Minute)
@@ -182,9 +182,9 @@ func TestRealNodeHelmInstall(t *testing.T) {
 			upgraded := make(chan error, 1)
 			go func() {
 				out, err := helm("upgrade", "capscale", chart, "--version", strings.TrimPrefix(versions[1], "v"), "--plain-http",
-					"--set", "extender.mode="+mode, "-f", values, "--wait", "--timeout", "5m")
+					"--set", "extender.mode="+mode, "-f", values, "--wait", "--timeout", helmWait)
 				if err != nil {
-					err = fmt.Errorf("%w\n%s", err, out)
+					err = fmt.Errorf("%w\n%s\n%s", err, out, namespaceState(ctx, p, "capscale-system"))
 				}
 				upgraded <- err
 			}()
@@ -216,8 +216,8 @@ func TestRealNodeHelmInstall(t *testing.T) {
 			if n := len(capscaleClusterBindings(ctx, t, p)); n == 0 {
 				t.Errorf("no ClusterRoleBinding of capscale's while installed")
 			}
-			if out, err := helm("uninstall", "capscale", "--wait", "--timeout", "3m"); err != nil {
-				t.Fatalf("helm uninstall: %v\n%s", err, out)
+			if out, err := helm("uninstall", "capscale", "--wait", "--timeout", helmWait); err != nil {
+				t.Fatalf("helm uninstall: %v\n%s\n%s", err, out, namespaceState(ctx, p, "capscale-system"))
 			}
 			checkUninstalled(ctx, t, p)
 			// Its uninstall hook stripped it: the namespaces' deletion
@@ -238,9 +238,13 @@ func TestRealNodeHelmInstall(t *testing.T) {
 	}
 	t.Run("delegate", func(t *testing.T) {
 		testDelegateInstall(ctx, t, p, helm, []string{"install", "capscale", chart, "--version", strings.TrimPrefix(versions[1], "v"),
-			"--plain-http", "--set", "extender.mode=plugin", "-f", values, "--wait", "--timeout", "5m"}, system.Name)
+			"--plain-http", "--set", "extender.mode=plugin", "-f", values, "--wait", "--timeout", helmWait}, system.Name)
 	})
 }
+
+// helmWait bounds each helm --wait of the real-node install: a bound for
+// a stuck install, not a speed (about 1.5 min for a whole mode here).
+const helmWait = "10m"
 
 // kubeSchedulerImage wraps the plane's kube-scheduler (static, built from
 // its module, of version) as the image the chart names by default on the
