@@ -75,11 +75,7 @@ func run(m *testing.M) int {
 	unlock()
 	// The real-node tests need root and make deps' packages; without them
 	// each fails, saying so. Say it once up front too, not as a skip.
-	planeBins := os.Getenv("CAPSCALE_BIN_DIR")
-	if planeBins == "" {
-		planeBins = filepath.Join(plane.RepoRoot(), "_output", "bin")
-	}
-	if err := plane.CheckRealNodeHost(planeBins); err != nil {
+	if err := plane.CheckRealNodeHost(plane.ToolDir()); err != nil {
 		fmt.Fprintf(os.Stderr, "the real-node tests (e2e/realnode_*_test.go) will FAIL on this host: %v\n", err)
 	}
 	return m.Run()

@@ -115,10 +115,7 @@ func localPlaneUp(ctx context.Context, t *testing.T, upArgs ...string) *localPla
 func localPlaneBinDir(ctx context.Context, t *testing.T) string {
 	t.Helper()
 	bin := t.TempDir()
-	planeBins := os.Getenv("CAPSCALE_BIN_DIR")
-	if planeBins == "" {
-		planeBins = filepath.Join(plane.RepoRoot(), "_output", "bin")
-	}
+	planeBins := plane.ToolDir()
 	// The binaries this run built first: the first link of a name wins.
 	for _, dir := range []string{capscaleBin, planeBins} {
 		entries, err := os.ReadDir(dir)

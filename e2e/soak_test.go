@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/soak"
 )
 
@@ -22,7 +23,7 @@ func TestSoakShort(t *testing.T) {
 			out := t.TempDir()
 			r, err := soak.Run(ctx, soak.Options{
 				Mode: mode, Nodes: 200, Duration: 2 * time.Minute, Rate: 5, FaultsOnce: true,
-				BinDir: os.Getenv("CAPSCALE_BIN_DIR"), CapscaleBin: capscaleBin, OutDir: out, Logf: t.Logf,
+				BinDir: plane.ToolDir(), CapscaleBin: capscaleBin, OutDir: out, Logf: t.Logf,
 			})
 			if err != nil {
 				t.Fatal(err)

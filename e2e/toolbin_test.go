@@ -10,7 +10,7 @@ import (
 	"github.com/capscale/capscale/e2e/plane"
 )
 
-// toolBin is the path of a tool that make builds into CAPSCALE_BIN_DIR
+// toolBin is the path of a tool that make builds into plane.ToolDir
 // (helm, kube-scheduler, ...). capscale's own commands are refused: make
 // test builds none of them there (TestMain builds them into capscaleBin),
 // so a test that ran a stale one from an earlier make build passed here
@@ -20,9 +20,9 @@ func toolBin(t *testing.T, name string) string {
 	if _, err := os.Stat(filepath.Join(plane.RepoRoot(), "cmd", name)); err == nil {
 		t.Fatalf("%s is capscale's own command: take it from capscaleBin, which this run built", name)
 	}
-	bin := filepath.Join(os.Getenv("CAPSCALE_BIN_DIR"), name)
+	bin := filepath.Join(plane.ToolDir(), name)
 	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s is not in CAPSCALE_BIN_DIR (make control-plane, make deploy-tools): %v", name, err)
+		t.Fatalf("%s is not in %s (make control-plane, make deploy-tools): %v", name, plane.ToolDir(), err)
 	}
 	return bin
 }

@@ -21,12 +21,12 @@ fi
 
 # The test binary is compiled once, not by each shard: on a cold cache two
 # go test processes compile the same packages side by side.
-mkdir -p _output/e2e
-go test -tags e2e -c -o _output/e2e/e2e.test ./e2e/
-run_shard() { (cd e2e && exec ../_output/e2e/e2e.test -test.count=1 -test.timeout "$timeout" -test.v "$@"); }
+out=_output/e2e
+mkdir -p "$out"
+go test -tags e2e -c -o "$out/e2e.test" ./e2e/
+run_shard() { (cd e2e && exec "../$out/e2e.test" -test.count=1 -test.timeout "$timeout" -test.v "$@"); }
 
 shard_a=${E2E_SHARD_A:-'^(TestSoakShort|TestCapacitySources|TestRealNode.*|TestLocalUpDown|TestLocalUpPublishCapacity|TestSchedulingFailover|TestKarpenterNative|TestKarpenterExtenderPublished|TestKarpenterRuleModesSource)$'}
-out=_output/e2e
 start=$SECONDS
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait' INT TERM

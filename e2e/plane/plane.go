@@ -238,12 +238,18 @@ func Start(ctx context.Context, o Options) (p *Plane, err error) {
 	return p, nil
 }
 
+// ToolDir holds the plane's binaries and helm: CAPSCALE_BIN_DIR, else
+// the repository's _output/bin (make control-plane, make deploy-tools).
+func ToolDir() string {
+	if d := os.Getenv("CAPSCALE_BIN_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(RepoRoot(), "_output", "bin")
+}
+
 func withDefaults(o Options) Options {
 	if o.BinDir == "" {
-		o.BinDir = os.Getenv("CAPSCALE_BIN_DIR")
-	}
-	if o.BinDir == "" {
-		o.BinDir = filepath.Join(RepoRoot(), "_output", "bin")
+		o.BinDir = ToolDir()
 	}
 	switch {
 	case o.Nodes == 0:
