@@ -19,17 +19,25 @@ type NodeUsage struct {
 	CapacityError string
 	// Used is held by bound, non-terminal pods; Reserved by binds in flight.
 	Used, Reserved int64
+	// Unlisted is the part of Used whose pods have no IP yet, which the
+	// IPAM cannot list (binds in flight have none either).
+	Unlisted int64
 	// Held is what force-deleted pods' sandboxes may still hold; IPAM what
 	// the node's IPAM reports in use (underlay.Charged weighs them).
 	Held int64
 	IPAM underlay.IPAMReport
 }
 
-// Charged is what the rule counts as taken on the node: what the pods
-// hold and reserve, or the IPAM's report if larger; held IPs where the
-// IPAM reports nothing.
+// Charged is what the rule counts as taken on the node (underlay.Charged):
+// what the pods hold and reserve and the holds, or what the IPAM reports
+// plus the pods it cannot list yet, whichever is larger.
 func (u NodeUsage) Charged() int64 {
-	return underlay.Charged(u.Used+u.Reserved, u.Held, u.IPAM)
+	return underlay.Charged(u.charges(), u.IPAM)
+}
+
+// charges are u as the rule reads them.
+func (u NodeUsage) charges() underlay.Charges {
+	return underlay.Charges{Pods: u.Used + u.Reserved, Unlisted: u.Unlisted + u.Reserved, Held: u.Held}
 }
 
 // Free is the number of IPs still available on the node, never negative.

@@ -1,7 +1,6 @@
 package extender
 
 import (
-	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -116,16 +115,9 @@ func ipamUsed(r underlay.IPAMReport) *int64 {
 }
 
 // beyondPods says, for an exhausted node's reason, what is charged beyond
-// the pods: the IPAM's larger report, or held IPs.
+// the pods (underlay.BeyondPods).
 func (u NodeUsage) beyondPods() string {
-	pods := u.Used + u.Reserved
-	switch {
-	case u.IPAM.Reported && u.IPAM.Used > pods:
-		return fmt.Sprintf(" (the IPAM reports %d in use, the pods hold %d)", u.IPAM.Used, pods)
-	case !u.IPAM.Reported && u.Held > 0:
-		return fmt.Sprintf(" (%d held for force-deleted pods until their node can have released them)", u.Held)
-	}
-	return ""
+	return underlay.BeyondPods(u.charges(), u.IPAM)
 }
 
 // holdAfterDelete is how long a deleted pod's IPs stay charged. Its need

@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,14 @@ import (
 func running(name, node string, need int64) *v1.Pod {
 	p := pod(name, node, need)
 	p.Status.Phase = v1.PodRunning
+	p.Status.PodIPs = []v1.PodIP{{IP: "192.0.2.10"}}
+	return p
+}
+
+// noIPYet is p bound before its CNI ADD: its node has written no IP.
+func noIPYet(p *v1.Pod) *v1.Pod {
+	p = p.DeepCopy()
+	p.Status.PodIPs, p.Status.PodIP = nil, ""
 	return p
 }
 
@@ -130,7 +139,10 @@ func TestLedgerHoldExpiresAndNodeGone(t *testing.T) {
 }
 
 // TestLedgerIPAMReport: with the IPAM's report, the node is charged the
-// larger of it and the pods, and a lower report frees room (requeue).
+// union of it and the pods (underlay.Charged): a force-deleted pod's hold
+// stays beside a report the mirror may have written before the delete, a
+// lower report frees room once the hold is over, and a report above the
+// pods wins.
 func TestLedgerIPAMReport(t *testing.T) {
 	tr, timers, _ := fullTracker(t, map[string]string{names.UnderlayIPSourceUsedAnnotation: "2"})
 	tr.onPodDelete(forced(running("p1", "a", 1)))
@@ -139,13 +151,13 @@ func TestLedgerIPAMReport(t *testing.T) {
 	}
 	n := node("a", "2")
 	n.Annotations[names.UnderlayIPSourceUsedAnnotation] = "1"
-	if c := tr.Ledger.SetNode(n); c.Freed != 1 {
-		t.Fatalf("the IPAM released an IP: freed %d, want 1", c.Freed)
+	if c := tr.Ledger.SetNode(n); c.Freed != 0 {
+		t.Fatalf("the IPAM reports 1 during the hold: freed %d, want 0 (the hold stays)", c.Freed)
 	}
-	if u := tr.Ledger.Usage("a"); u.Free() != 1 {
-		t.Fatalf("usage with the IPAM at 1 = %+v, want 1 free: the report replaces the hold", u)
+	if node, room := tr.Ledger.EndHold("uid-p1"); node != "a" || room != 1 {
+		t.Fatalf("the hold's end freed %d on %q, want 1 on a", room, node)
 	}
-	// Used above what the pods and the hold hold: the IPAM wins.
+	// Used above what the pods hold: the IPAM wins.
 	n.Annotations[names.UnderlayIPSourceUsedAnnotation] = "2"
 	tr.Ledger.SetNode(n)
 	for _, f := range timers[underlay.MinKillGrace+underlay.TeardownAllowance] {
@@ -153,6 +165,41 @@ func TestLedgerIPAMReport(t *testing.T) {
 	}
 	if u := tr.Ledger.Usage("a"); u.Free() != 0 {
 		t.Fatalf("usage with the IPAM at 2 after the hold = %+v, want 0 free", u)
+	}
+	n.Annotations[names.UnderlayIPSourceUsedAnnotation] = "1"
+	if c := tr.Ledger.SetNode(n); c.Freed != 1 {
+		t.Fatalf("the IPAM released an IP: freed %d, want 1", c.Freed)
+	}
+}
+
+// TestLedgerIPAMReportUnion is issue 55 §3 in the ledger: a node of 4
+// whose IPAM lists 3 (2 running pods and a force-deleted one's IP, not yet
+// given back by its CNI DEL). The replacement, bound before its CNI ADD,
+// is not in that list: the node is full, where the larger of the two
+// counts (3 and 3) left one free and a fourth pod would have been bound
+// beyond the pool.
+func TestLedgerIPAMReportUnion(t *testing.T) {
+	n := node("a", "4")
+	n.Annotations[names.UnderlayIPSourceUsedAnnotation] = "3"
+	tr := &Tracker{Ledger: NewLedger(LedgerOptions{DefaultCapacity: 10}), Waiting: NewWaiting(nil), Metrics: NewMetrics(nil),
+		after: func(time.Duration, func()) {}}
+	tr.SetNode(n)
+	tr.onPod(running("p1", "a", 1))
+	tr.onPod(running("p2", "a", 1))
+	tr.onPod(noIPYet(running("b", "a", 1)))
+	if u := tr.Ledger.Usage("a"); u.Free() != 0 || u.Unlisted != 1 {
+		t.Fatalf("usage = %+v (free %d), want 1 unlisted and 0 free", u, u.Free())
+	}
+	if v := Fits(tr.Ledger.Usage("a"), 1); v.Fit || !strings.Contains(v.Reason, "1 of the pods' 3 have no IP yet") {
+		t.Fatalf("Fits = %+v, want refused naming the pod with no IP yet", v)
+	}
+	// Its ADD done, its IP written; the mirror has not counted it yet.
+	tr.onPod(running("b", "a", 1))
+	if u := tr.Ledger.Usage("a"); u.Free() != 1 {
+		t.Fatalf("usage once b has its IP = %+v (free %d), want 1 free", u, u.Free())
+	}
+	if got := tr.Ledger.Unlisted("a"); got != 0 {
+		t.Fatalf("Unlisted = %d, want 0", got)
 	}
 }
 

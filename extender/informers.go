@@ -53,6 +53,9 @@ type CachedPod struct {
 	// DeletionGracePeriodSeconds (kept in ObjectMeta), how long a deleted
 	// pod's IPs may stay held (held.go).
 	TerminationGrace *int64
+	// Listed: the pod has its IPs (underlay.Listed), so its IPAM can list
+	// them.
+	Listed bool
 }
 
 // DeepCopyObject makes CachedPod a runtime.Object, as informer caches expect.
@@ -80,6 +83,7 @@ func Compact(pod *v1.Pod) *CachedPod {
 		Need:             underlay.PodNeed(pod),
 		PodNetwork:       underlay.PodNetwork(pod),
 		TerminationGrace: pod.Spec.TerminationGracePeriodSeconds,
+		Listed:           underlay.Listed(pod),
 	}
 }
 

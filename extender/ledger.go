@@ -61,6 +61,9 @@ type nodeState struct {
 	// (drawsAll, from the capacity rule).
 	drawn    int64
 	drawsAll bool
+	// unlisted and unlistedDrawn are the parts of used and drawn whose
+	// pods have no IP yet (underlay.Listed), which the IPAM cannot list.
+	unlisted, unlistedDrawn int64
 	// held is force-deleted pods' IPs the node may still hold (their
 	// charges on it); ipam what its IPAM reports in use (held.go).
 	held int64
@@ -74,6 +77,16 @@ func (n *nodeState) charged() int64 {
 		return n.used + n.drawn
 	}
 	return n.used
+}
+
+// charges are what the node's pods, binds in flight and holds take from
+// its pool, as underlay.Charged weighs them. A bind in flight has no IP.
+func (n *nodeState) charges() underlay.Charges {
+	unlisted := n.unlisted
+	if n.drawsAll {
+		unlisted += n.unlistedDrawn
+	}
+	return underlay.Charges{Pods: n.charged() + n.reserved, Unlisted: unlisted + n.reserved, Held: n.held}
 }
 
 // chargeOn is what h takes from the pool of node n (nil: unknown, its
@@ -91,6 +104,9 @@ type holder struct {
 	// drawn is underlay.Drawn of the pod: 1 for a pod-network pod that
 	// asks for no IP, which a draws-all node charges.
 	drawn int64
+	// listed: the pod has its IPs (underlay.Listed), so its IPAM can list
+	// them. A reservation's never is.
+	listed bool
 }
 
 type reservation struct {
@@ -167,7 +183,7 @@ func (l *Ledger) freeLocked(name string) int64 {
 	if n == nil || !n.known || n.capacityErr != "" {
 		return 0
 	}
-	return underlay.Free(underlay.Capacity{IPs: n.capacity, IPAM: n.ipam}, n.charged()+n.reserved, n.held)
+	return underlay.Free(underlay.Capacity{IPs: n.capacity, IPAM: n.ipam}, n.charges())
 }
 
 // freeOf sums freeLocked over the distinct non-empty names; callers hold mu.
@@ -219,6 +235,17 @@ func (l *Ledger) Requested(node string) int64 {
 	defer l.mu.RUnlock()
 	if n := l.nodes[node]; n != nil {
 		return n.used + n.reserved
+	}
+	return 0
+}
+
+// Unlisted is what node's pods that have no IP yet, and binds in flight,
+// take from its pool: its IPAM cannot list them (underlay.Charges).
+func (l *Ledger) Unlisted(node string) int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if n := l.nodes[node]; n != nil {
+		return n.charges().Unlisted
 	}
 	return 0
 }
@@ -361,7 +388,7 @@ func (l *Ledger) SetCachedPod(pod *CachedPod) int64 {
 	}
 	l.removePodLocked(pod.UID)
 	if Holds(pod) {
-		h := &holder{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, need: pod.Need, drawn: underlay.Drawn(pod.Need, pod.PodNetwork)}
+		h := &holder{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, need: pod.Need, drawn: underlay.Drawn(pod.Need, pod.PodNetwork), listed: pod.Listed}
 		l.pods[pod.UID] = h
 		l.takeLocked(h, false)
 	}
@@ -406,28 +433,30 @@ func (l *Ledger) dropReservationLocked(uid types.UID) {
 // takeLocked counts h's need on its node and in the totals, as used or as
 // reserved; giveBackLocked undoes it. Callers hold mu.
 func (l *Ledger) takeLocked(h *holder, reserved bool) {
-	l.countLocked(h, reserved, h.need)
-	if h.drawn != 0 {
-		l.node(h.node).drawn += h.drawn
-	}
+	l.countLocked(h, reserved, 1)
 }
 
 func (l *Ledger) giveBackLocked(h *holder, reserved bool) {
-	l.countLocked(h, reserved, -h.need)
-	if h.drawn != 0 {
-		l.node(h.node).drawn -= h.drawn
-	}
+	l.countLocked(h, reserved, -1)
 	l.gc(h.node)
 }
 
-func (l *Ledger) countLocked(h *holder, reserved bool, delta int64) {
+// countLocked adds (sign 1) or takes back (-1) h's need and drawn on its
+// node and in the totals.
+func (l *Ledger) countLocked(h *holder, reserved bool, sign int64) {
 	n := l.node(h.node)
+	need := sign * h.need
 	if reserved {
-		n.reserved += delta
-		l.totals.Reserved += delta
-	} else {
-		n.used += delta
-		l.totals.Used += delta
+		n.reserved += need
+		l.totals.Reserved += need
+		return
+	}
+	n.used += need
+	n.drawn += sign * h.drawn
+	l.totals.Used += need
+	if !h.listed {
+		n.unlisted += need
+		n.unlistedDrawn += sign * h.drawn
 	}
 }
 
@@ -447,6 +476,11 @@ func (l *Ledger) usageLocked(name string, own *reservation) NodeUsage {
 		return NodeUsage{}
 	}
 	u := NodeUsage{Known: n.known, Capacity: n.capacity, CapacityError: n.capacityErr, Used: n.charged(), Reserved: n.reserved, Held: n.held, IPAM: n.ipam}
+	if n.ipam.Reported {
+		// Only a report weighs it; elsewhere it would split the verdict
+		// memo's keys for nothing.
+		u.Unlisted = n.charges().Unlisted - n.reserved
+	}
 	if own != nil && own.node == name {
 		u.Reserved -= own.need
 	}

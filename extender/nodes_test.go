@@ -152,7 +152,7 @@ func TestStrippedNodeDecidesAlike(t *testing.T) {
 				full.Annotations[names.UnderlayIPSourceAnnotation] = "s things.example.com/n"
 			}
 			stripped := CompactNode(full)
-			if got, want := publisher.Decide(stripped, underlay.Rule{Default: def}, 2, 0), publisher.Decide(full, underlay.Rule{Default: def}, 2, 0); got != want {
+			if got, want := publisher.Decide(stripped, underlay.Rule{Default: def}, publisher.Use{InUse: 2}), publisher.Decide(full, underlay.Rule{Default: def}, publisher.Use{InUse: 2}); got != want {
 				t.Errorf("publisher: stripped %+v, full %+v", got, want)
 			}
 			lf, ls := NewLedger(LedgerOptions{DefaultCapacity: def}), NewLedger(LedgerOptions{DefaultCapacity: def})

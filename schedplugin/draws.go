@@ -14,20 +14,34 @@ import (
 // from the node's pods, and the pod being scheduled is charged by
 // underlay.Charge. A node that draws only marked pods costs nothing more.
 
-// charged is what the pods on the node take from its pool: their requests
-// and, on a draws-all node, one IP for each pod-network pod that asks for
-// none (underlay.Drawn).
-func charged(nodeInfo fwk.NodeInfo, c underlay.Capacity) int64 {
-	used := usedIPs(nodeInfo.GetRequested())
-	if !c.DrawsAll {
-		return used
+// charged is what the pods on the node take from its pool (the holds are
+// the caller's): their requests and, on a draws-all node, one IP for each
+// pod-network pod that asks for none (underlay.Drawn); and, where the
+// node's IPAM reports what it holds, the part of it whose pods have no IP
+// yet (underlay.Listed: assumed and nominated pods, and bound pods before
+// their CNI ADD), which the IPAM cannot list. Only then are the node's pods
+// walked for what asks: elsewhere the NodeInfo's sum answers in O(1).
+func charged(nodeInfo fwk.NodeInfo, c underlay.Capacity) underlay.Charges {
+	ch := underlay.Charges{Pods: usedIPs(nodeInfo.GetRequested())}
+	if !c.DrawsAll && !c.IPAM.Reported {
+		return ch
 	}
 	for _, pi := range nodeInfo.GetPods() {
-		if p := pi.GetPod(); p != nil {
-			used += underlay.Drawn(underlay.PodNeed(p), underlay.PodNetwork(p))
+		p := pi.GetPod()
+		if p == nil {
+			continue
+		}
+		own := underlay.PodNeed(p)
+		if c.DrawsAll {
+			drawn := underlay.Drawn(own, underlay.PodNetwork(p))
+			ch.Pods += drawn
+			own += drawn
+		}
+		if c.IPAM.Reported && !underlay.Listed(p) {
+			ch.Unlisted += own
 		}
 	}
-	return used
+	return ch
 }
 
 // anyDrawsAll reports whether some node draws all. PreFilter asks it only
@@ -41,4 +55,14 @@ func (pl *Plugin) anyDrawsAll(nodes []fwk.NodeInfo) bool {
 		}
 	}
 	return false
+}
+
+// charges are what the rule charges on the node: its pods' (charged) and
+// the holds of force-deleted pods there.
+func (pl *Plugin) charges(nodeInfo fwk.NodeInfo, c underlay.Capacity) underlay.Charges {
+	ch := charged(nodeInfo, c)
+	if n := nodeInfo.Node(); n != nil {
+		ch.Held = pl.holds.chargeOn(n.Name, c)
+	}
+	return ch
 }

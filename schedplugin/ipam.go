@@ -22,16 +22,3 @@ func ipamReleased(oldNode, newNode *v1.Node, rule underlay.Rule) bool {
 	}
 	return !after.IPAM.Reported || after.IPAM.Used < before.IPAM.Used
 }
-
-// chargedBeyondPods says, for a full node's reason, what the rule charged
-// beyond what the pods hold: IPs the IPAM still reports in use, or IPs
-// held for force-deleted pods.
-func chargedBeyondPods(c underlay.Capacity, pods, held int64) string {
-	switch {
-	case c.IPAM.Reported && c.IPAM.Used > pods:
-		return " (the IPAM reports " + itoa(c.IPAM.Used) + " in use, the pods hold " + itoa(pods) + ")"
-	case !c.IPAM.Reported && held > 0:
-		return " (" + itoa(held) + " held for force-deleted pods until their node can have released them)"
-	}
-	return ""
-}

@@ -129,14 +129,14 @@ func (pl *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, n
 		return fwk.AsStatus(fmt.Errorf("%s filter of pod %s: node not found", Name, klog.KObj(pod)))
 	}
 	c := pl.capacity(node)
-	pods, held := charged(nodeInfo, c), pl.holds.chargeOn(node.Name, c)
-	v := fit(underlay.Charge(need(state, pod), underlay.PodNetwork(pod), c.DrawsAll), c, underlay.Charged(pods, held, c.IPAM))
+	ch := pl.charges(nodeInfo, c)
+	v := fit(underlay.Charge(need(state, pod), underlay.PodNetwork(pod), c.DrawsAll), c, underlay.Charged(ch, c.IPAM))
 	if v.code == fwk.Success {
 		return nil
 	}
 	if v.code == fwk.Unschedulable {
-		v.reason += chargedBeyondPods(c, pods, held)
-		if held > 0 && !c.IPAM.Reported {
+		v.reason += underlay.BeyondPods(ch, c.IPAM)
+		if ch.Held > 0 {
 			pl.holds.turnedAway(pod)
 		}
 	}
@@ -159,7 +159,7 @@ func (pl *Plugin) Score(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeIn
 		return 0, fwk.AsStatus(fmt.Errorf("%s score of pod %s: node not found", Name, klog.KObj(pod)))
 	}
 	c := pl.capacity(node)
-	return underlay.Free(c, charged(nodeInfo, c), pl.holds.chargeOn(node.Name, c)), nil
+	return underlay.Free(c, pl.charges(nodeInfo, c)), nil
 }
 
 // ScoreExtensions returns the plugin: it normalises its own scores.

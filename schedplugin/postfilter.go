@@ -38,7 +38,7 @@ func (pl *Plugin) PostFilter(_ context.Context, state fwk.CycleState, pod *v1.Po
 	}
 	c := pl.capacity(ni.Node())
 	charge := underlay.Charge(need(state, pod), underlay.PodNetwork(pod), c.DrawsAll)
-	if !heldOnly(charge, c, charged(ni, c), pl.holds.chargeOn(node, c)) {
+	if !heldOnly(charge, c, pl.charges(ni, c)) {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	// Filter noted the pod: the hold's end activates it.

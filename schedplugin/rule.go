@@ -59,16 +59,18 @@ func fit(need int64, c underlay.Capacity, used int64) verdict {
 }
 
 // heldOnly: need would fit the node of capacity c but for the IPs held for
-// force-deleted pods (held), which come back by themselves when their holds
-// end. With an IPAM report the holds are not charged (underlay.Charged).
-func heldOnly(need int64, c underlay.Capacity, pods, held int64) bool {
-	return held > 0 && !c.IPAM.Reported && fit(need, c, underlay.Charged(pods, 0, c.IPAM)).code == fwk.Success
+// force-deleted pods (ch.Held), which come back by themselves when their
+// holds end. Where the IPAM's report alone makes the node full, it is not.
+func heldOnly(need int64, c underlay.Capacity, ch underlay.Charges) bool {
+	held := ch.Held
+	ch.Held = 0
+	return held > 0 && fit(need, c, underlay.Charged(ch, c.IPAM)).code == fwk.Success
 }
 
 // freeIPs is the node's score before normalisation: the count of IPs left,
 // never negative.
 func freeIPs(c underlay.Capacity, used int64) int64 {
-	return underlay.Free(c, used, 0)
+	return underlay.Free(c, underlay.Charges{Pods: used})
 }
 
 // normalize maps free-IP counts, in place, to the framework's scale: the

@@ -46,22 +46,37 @@ type Decision struct {
 	Foreign string
 }
 
+// Use is what a node's pods take from its pool, as the extender's ledger
+// counts them.
+type Use struct {
+	// InUse is what the node's bound, non-terminal pods request.
+	InUse int64
+	// Drawn is what its pod-network pods that request nothing take when it
+	// draws all.
+	Drawn int64
+	// Unlisted is what its pods with no IP yet charge (underlay.Listed):
+	// bound before their CNI ADD, the IPAM cannot list them.
+	Unlisted int64
+}
+
 // Decide compares a node with the rule. inUse is what the node's bound,
 // non-terminal pods request, published instead of an invalid value so that
 // no new pod fits and no running pod fails the kubelet's re-admission.
 // drawn is what its pod-network pods that request nothing take when it
 // draws all: kube-scheduler counts only requests, so they are left out of
 // the capacity published (never below inUse, for the same re-admission).
-// Likewise what the node's IPAM reports in use beyond the pods' charges
-// (their requests and drawn) is published as less capacity, never below
-// what the pods hold (withheld). A force-deleted pod's hold is not
+// Likewise what the node's IPAM reports in use beyond the pods it can
+// list (underlay.Beyond: the IPAM's report plus the unlisted pods, beyond
+// the pods' charges) is published as less capacity, never below what the
+// pods hold (withheld). A force-deleted pod's hold is not
 // published: kube-scheduler drops the pod from its cache when the delete
 // arrives, before a lower capacity can reach it, and the kubelet then
 // refuses the pod it bound (OutOfcapscale.io/underlay-ip: Failed), which
 // is worse than the sandbox retry; native mode holds such a pod with a
 // finalizer instead (extender/release, docs/scheduling.md "When is an IP
 // free again").
-func Decide(node *v1.Node, rule underlay.Rule, inUse, drawn int64) Decision {
+func Decide(node *v1.Node, rule underlay.Rule, u Use) Decision {
+	inUse, drawn := u.InUse, u.Drawn
 	c := rule.Capacity(node.Annotations, node.Labels)
 	want := c.IPs
 	pods := max(inUse, 0)
@@ -69,7 +84,7 @@ func Decide(node *v1.Node, rule underlay.Rule, inUse, drawn int64) Decision {
 		want = max(c.IPs-drawn, inUse, 0)
 		pods += drawn
 	}
-	want = withheld(want, c.IPAM, pods, inUse)
+	want = withheld(want, c.IPAM, underlay.Charges{Pods: pods, Unlisted: max(u.Unlisted, 0)}, inUse)
 	d := Decision{Want: want, Invalid: c.Invalid}
 	if c.Invalid != "" {
 		want = max(inUse, 0)
@@ -104,15 +119,16 @@ func Patch(want int64) []byte {
 // rule whose default capacity is def: the IPAM's report beyond the pods'
 // inUse is withheld from what is published.
 func DecideCharged(node *v1.Node, def, inUse int64) Decision {
-	return Decide(node, underlay.Rule{Default: def}, inUse, 0)
+	return Decide(node, underlay.Rule{Default: def}, Use{InUse: inUse})
 }
 
 // withheld is the capacity to publish for want (a valid capacity less
 // what its unasking pods draw): want less what the IPAM reports beyond
-// the pods' charges pods, and never less than what the pods request,
-// inUse (a kubelet re-admitting them checks allocatable).
-func withheld(want int64, r underlay.IPAMReport, pods, inUse int64) int64 {
-	beyond := underlay.Charged(pods, 0, r) - pods
+// the pods' charges ch, and never less than what the pods request,
+// inUse (a kubelet re-admitting them checks allocatable). ch has no holds:
+// see Decide.
+func withheld(want int64, r underlay.IPAMReport, ch underlay.Charges, inUse int64) int64 {
+	beyond := underlay.Beyond(ch, r)
 	if beyond <= 0 {
 		return want
 	}

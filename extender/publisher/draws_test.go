@@ -52,7 +52,7 @@ func TestDecideDrawsAll(t *testing.T) {
 			if tc.rule == (underlay.Rule{}) {
 				tc.rule = underlay.Rule{Default: 10}
 			}
-			d := Decide(tc.node, tc.rule, tc.inUse, tc.drawn)
+			d := Decide(tc.node, tc.rule, Use{InUse: tc.inUse, Drawn: tc.drawn})
 			if d.Want != tc.want || (d.Invalid != "") != tc.invalid || !d.Patch {
 				t.Fatalf("Decide = %+v, want %d (invalid %v)", d, tc.want, tc.invalid)
 			}

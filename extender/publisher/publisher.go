@@ -48,6 +48,9 @@ type Options struct {
 	// InUse returns the underlay IPs a node's bound, non-terminal pods hold
 	// (the extender's ledger); nil counts none.
 	InUse func(node string) int64
+	// Unlisted returns what a node's pods that have no IP yet charge there
+	// (the extender's ledger); nil counts none.
+	Unlisted func(node string) int64
 	// InUseSynced reports whether InUse follows the pods; Run publishes
 	// nothing before it does, or an invalid node would get 0.
 	InUseSynced cache.InformerSynced
@@ -67,6 +70,7 @@ type Publisher struct {
 	rule        underlay.Rule
 	inUse       func(string) int64
 	drawn       func(string) int64
+	unlisted    func(string) int64
 	recheck     time.Duration
 	newRecorder func(context.Context) (record.EventRecorder, func())
 
@@ -112,6 +116,7 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 		rule:        o.Rule,
 		inUse:       o.InUse,
 		drawn:       o.Drawn,
+		unlisted:    o.Unlisted,
 		recheck:     o.RecheckInterval,
 		newRecorder: apiRecorder(client),
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -132,6 +137,9 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 	}
 	if p.inUse == nil {
 		p.inUse = func(string) int64 { return 0 }
+	}
+	if p.unlisted == nil {
+		p.unlisted = func(string) int64 { return 0 }
 	}
 	if o.InUseSynced != nil {
 		p.synced = append(p.synced, o.InUseSynced)
@@ -287,7 +295,7 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 		// install that is every node for a few minutes.
 		announce = p.setState(name, nodeState{stateInvalid, c.Invalid}) && !c.Unread
 	}
-	d := Decide(node, p.rule, p.inUse(name), p.drawnOn(name))
+	d := Decide(node, p.rule, Use{InUse: p.inUse(name), Drawn: p.drawnOn(name), Unlisted: p.unlisted(name)})
 	p.setWithholding(name, d.Invalid == "" && d.Foreign == "" && d.Want < c.IPs)
 	if d.Foreign != "" {
 		if p.setState(name, nodeState{stateForeign, d.Foreign}) {

@@ -73,7 +73,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(tc.node, underlay.Rule{Default: 10}, tc.inUse, 0)
+			d := Decide(tc.node, underlay.Rule{Default: 10}, Use{InUse: tc.inUse})
 			if d.Patch != tc.wantPatch || d.Want != tc.wantValue || (d.Invalid != "") != tc.wantInvalid || (d.Foreign != "") != tc.wantForeign {
 				t.Fatalf("Decide = %+v, want patch %v value %d invalid %v foreign %v", d, tc.wantPatch, tc.wantValue, tc.wantInvalid, tc.wantForeign)
 			}

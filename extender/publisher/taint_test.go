@@ -49,7 +49,7 @@ func TestStartupTaint(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(tc.node, underlay.Rule{Default: 10}, 0, 0)
+			d := Decide(tc.node, underlay.Rule{Default: 10}, Use{})
 			if d.Patch != tc.wantPatch || d.Want != tc.wantValue || (d.Foreign != "") != tc.wantForeign {
 				t.Fatalf("Decide = %+v, want patch %v value %d foreign %v", d, tc.wantPatch, tc.wantValue, tc.wantForeign)
 			}

@@ -54,8 +54,11 @@ type Node struct {
 	// IPAMUsed is what the node's IPAM reports in use (the capacity
 	// source's used, capscale.io/underlay-ip-source-used); nil when none.
 	IPAMUsed *int64 `json:"ipamUsed,omitempty"`
-	// Free is Capacity less the larger of Used and IPAMUsed, never below
-	// 0 (underlay.Free).
+	// Unlisted is the part of Used whose pods have no IP yet, which the
+	// IPAM cannot list (underlay.Listed).
+	Unlisted int64 `json:"unlisted,omitempty"`
+	// Free is Capacity less the union of Used and IPAMUsed (the larger of
+	// Used, and IPAMUsed plus Unlisted), never below 0 (underlay.Free).
 	Free int64 `json:"free"`
 	// Holders are the pods holding IPs on the node, sorted.
 	Holders []Pod `json:"holders"`
@@ -171,7 +174,7 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 			}
 			if ips := underlay.Drawn(need, underlay.PodNetwork(p)); ips > 0 {
 				n := &rep.Nodes[i]
-				n.Used += ips
+				n.charge(ips, p)
 				n.Holders = append(n.Holders, Pod{Namespace: p.Namespace, Name: p.Name, IPs: ips, Unasked: true})
 			}
 			continue
@@ -183,7 +186,7 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 			if n == nil {
 				continue
 			}
-			n.Used += need
+			n.charge(need, p)
 			n.Holders = append(n.Holders, ref)
 		case p.Spec.NodeName == "" && p.Status.Phase == v1.PodPending:
 			rep.Waiting = append(rep.Waiting, ref)
@@ -196,7 +199,7 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 	}
 	for i := range rep.Nodes {
 		n := &rep.Nodes[i]
-		n.Free = underlay.Free(underlay.Capacity{IPs: n.Capacity, IPAM: ipamReport(n.IPAMUsed)}, n.Used, 0)
+		n.Free = underlay.Free(underlay.Capacity{IPs: n.Capacity, IPAM: ipamReport(n.IPAMUsed)}, underlay.Charges{Pods: n.Used, Unlisted: n.Unlisted})
 		sortPods(n.Holders)
 		sortPods(n.Waiting)
 	}
@@ -204,6 +207,14 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, def int64, scope Scope) Report {
 	sort.Slice(rep.Nodes, func(i, j int) bool { return rep.Nodes[i].Name < rep.Nodes[j].Name })
 	rep.Totals = totals(rep.Nodes, len(rep.Waiting))
 	return rep
+}
+
+// charge counts ips of pod p on n.
+func (n *Node) charge(ips int64, p *v1.Pod) {
+	n.Used += ips
+	if !underlay.Listed(p) {
+		n.Unlisted += ips
+	}
 }
 
 func totals(nodes []Node, waiting int) Totals {

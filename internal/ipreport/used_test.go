@@ -30,3 +30,20 @@ func TestBuildIPAMUsed(t *testing.T) {
 		t.Errorf("totals %+v, want node a full", rep.Totals)
 	}
 }
+
+// TestBuildIPAMUnion (issue 55 §3): a pod bound before its CNI ADD is not
+// in the IPAM's report yet; the node is free only of what neither holds.
+func TestBuildIPAMUnion(t *testing.T) {
+	reported := node("a", map[string]string{names.UnderlayIPCapacityAnnotation: "4", names.UnderlayIPSourceUsedAnnotation: "3"}, nil)
+	var pods []*v1.Pod
+	for _, n := range []string{"a1", "a2"} {
+		p := pod(n, "a", v1.PodRunning, 1)
+		p.Status.PodIPs = []v1.PodIP{{IP: "192.0.2.10"}}
+		pods = append(pods, p)
+	}
+	pods = append(pods, pod("b", "a", v1.PodPending, 1))
+	a := Build([]*v1.Node{reported}, pods, 10, AllNodes).Nodes[0]
+	if a.Used != 3 || a.Unlisted != 1 || a.Free != 0 {
+		t.Fatalf("node a = %+v, want used 3, 1 with no IP yet, free 0", a)
+	}
+}

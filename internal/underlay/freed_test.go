@@ -48,27 +48,64 @@ func TestIPAMReport(t *testing.T) {
 	}
 }
 
-// TestFree is the one rule for free IPs: capacity less the larger of the
-// pods' and the IPAM's count, or less the pods' and the holds' without a
-// report.
+// TestFree is the one rule for free IPs: capacity less the union of what
+// the pods hold and what the IPAM reports (Charged), or less the pods' and
+// the holds' without a report.
 func TestFree(t *testing.T) {
+	reported := func(used int64) IPAMReport { return IPAMReport{Used: used, Reported: true} }
 	tests := []struct {
-		name             string
-		c                Capacity
-		pods, held, want int64
+		name string
+		c    Capacity
+		ch   Charges
+		want int64
 	}{
-		{name: "no report, no hold", c: Capacity{IPs: 10}, pods: 9, want: 1},
-		{name: "no report, a force-deleted pod held", c: Capacity{IPs: 10}, pods: 9, held: 1, want: 0},
-		{name: "IPAM still holds the deleted pod's IP", c: Capacity{IPs: 10, IPAM: IPAMReport{Used: 10, Reported: true}}, pods: 9, want: 0},
-		{name: "IPAM released it", c: Capacity{IPs: 10, IPAM: IPAMReport{Used: 9, Reported: true}}, pods: 9, want: 1},
-		{name: "pods ahead of the IPAM (just bound)", c: Capacity{IPs: 10, IPAM: IPAMReport{Used: 5, Reported: true}}, pods: 8, want: 2},
-		{name: "a report replaces holds", c: Capacity{IPs: 10, IPAM: IPAMReport{Used: 9, Reported: true}}, pods: 9, held: 1, want: 1},
-		{name: "never negative", c: Capacity{IPs: 10, IPAM: IPAMReport{Used: 12, Reported: true}}, pods: 3, want: 0},
+		{name: "no report, no hold", c: Capacity{IPs: 10}, ch: Charges{Pods: 9}, want: 1},
+		{name: "no report, a force-deleted pod held", c: Capacity{IPs: 10}, ch: Charges{Pods: 9, Held: 1}, want: 0},
+		{name: "no report, unlisted pods count once", c: Capacity{IPs: 10}, ch: Charges{Pods: 9, Unlisted: 3}, want: 1},
+		{name: "IPAM still holds the deleted pod's IP", c: Capacity{IPs: 10, IPAM: reported(10)}, ch: Charges{Pods: 9}, want: 0},
+		{name: "IPAM released it", c: Capacity{IPs: 10, IPAM: reported(9)}, ch: Charges{Pods: 9}, want: 1},
+		{name: "pods ahead of the IPAM (just bound)", c: Capacity{IPs: 10, IPAM: reported(5)}, ch: Charges{Pods: 8, Unlisted: 3}, want: 2},
+		{name: "a report lagging the pods never loosens the count", c: Capacity{IPs: 10, IPAM: reported(5)}, ch: Charges{Pods: 8}, want: 2},
+		// The mirror may have written the report before the force delete:
+		// it cannot show the IP the pod's sandbox still holds.
+		{name: "a hold stays beside a report", c: Capacity{IPs: 10, IPAM: reported(9)}, ch: Charges{Pods: 9, Held: 1}, want: 0},
+		// Issue 55 §3: a whereabouts /28 slice of 14; 12 pods run and hold
+		// their IPs. A is force-deleted and its IP stays in the IPPool
+		// (used 13); its replacement B is bound before its CNI ADD. The
+		// larger count (pods 13, used 13) left one free, and C's bind made
+		// B's or C's sandbox fail: "Could not allocate IP".
+		{name: "issue 55: force delete, replacement before its ADD", c: Capacity{IPs: 14, IPAM: reported(13)},
+			ch: Charges{Pods: 13, Unlisted: 1, Held: 1}, want: 0},
+		{name: "issue 55: the hold over, the IPAM still lists A", c: Capacity{IPs: 14, IPAM: reported(13)},
+			ch: Charges{Pods: 13, Unlisted: 1}, want: 0},
+		{name: "issue 55: A's IP back, B's ADD done", c: Capacity{IPs: 14, IPAM: reported(13)},
+			ch: Charges{Pods: 13}, want: 1},
+		{name: "never negative", c: Capacity{IPs: 10, IPAM: reported(12)}, ch: Charges{Pods: 3}, want: 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Free(tc.c, tc.pods, tc.held); got != tc.want {
-				t.Fatalf("Free(%+v, pods %d, held %d) = %d, want %d", tc.c, tc.pods, tc.held, got, tc.want)
+			if got := Free(tc.c, tc.ch); got != tc.want {
+				t.Fatalf("Free(%+v, %+v) = %d, want %d", tc.c, tc.ch, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestListed: a pod is in its IPAM's list once its node wrote its IPs.
+func TestListed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		want bool
+	}{
+		{name: "nil", want: false},
+		{name: "bound, no IP yet", pod: &v1.Pod{Spec: v1.PodSpec{NodeName: "n"}}, want: false},
+		{name: "podIPs", pod: &v1.Pod{Status: v1.PodStatus{PodIPs: []v1.PodIP{{IP: "10.0.0.2"}}}}, want: true},
+		{name: "podIP only", pod: &v1.Pod{Status: v1.PodStatus{PodIP: "10.0.0.2"}}, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Listed(tc.pod); got != tc.want {
+				t.Fatalf("Listed = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/capscale/capscale/internal/names"
 )
 
@@ -38,24 +40,54 @@ func withIPAMReport(c Capacity, annotations map[string]string) Capacity {
 		Invalid: fmt.Sprintf("invalid %s (%s), treating capacity as 0", names.UnderlayIPSourceUsedAnnotation, why)}
 }
 
-// Charged is what the rule counts as taken on a node: the larger of what
-// its pods hold (bound, assumed, reserved) and what its IPAM reports in use
-// when the IPAM reports it; otherwise what the pods hold plus what
-// force-deleted pods may still hold there (held, hold.go). An IP is free
-// only once both the pods and the IPAM agree it is: a pod deleted with
-// --grace-period=0 --force leaves the API before its node has given its IP
-// back to the IPAM (docs/scheduling.md "When is an IP free again").
-func Charged(pods, held int64, r IPAMReport) int64 {
-	if r.Reported {
-		return max(pods, r.Used)
-	}
-	return pods + held
+// Charges are what a node's pods take from its pool, as a consumer counts
+// them: each pod by PodCharge.
+type Charges struct {
+	// Pods is what the pods the consumer counts there hold: bound and, in
+	// a scheduler, assumed, reserved or nominated.
+	Pods int64
+	// Unlisted is the part of Pods whose pods have no IP yet (Listed is
+	// false): bound before their CNI ADD, or not bound at all. No IPAM can
+	// list them yet.
+	Unlisted int64
+	// Held is what force-deleted pods may still hold there (hold.go).
+	Held int64
 }
+
+// Listed reports whether pod's IPs can be in its IPAM's report: its node
+// has set up its sandbox, CNI ADD included, and written its IPs to
+// status.podIPs (the kubelet writes them only once every network of the
+// sandbox is set up). A pod without them is not in any IPAM's list yet.
+func Listed(pod *v1.Pod) bool {
+	return pod != nil && (len(pod.Status.PodIPs) > 0 || pod.Status.PodIP != "")
+}
+
+// Charged is what the rule counts as taken on a node. Without an IPAM
+// report: what the pods hold plus what force-deleted pods may still hold
+// (held, hold.go). With one, the union of the two sets, which hold
+// different IPs: the IPAM lists a force-deleted pod until its CNI DEL and
+// a bound pod only from its CNI ADD on. So the larger of what the pods and
+// the holds charge, and what the IPAM reports plus the pods it cannot list
+// yet (docs/scheduling.md "When is an IP free again"). A report can only
+// add to the count without it, never take from it: a hold stays until it
+// ends, since a report the mirror wrote before the force delete cannot
+// show the IP the pod still holds.
+func Charged(ch Charges, r IPAMReport) int64 {
+	own := ch.Pods + ch.Held
+	if r.Reported {
+		return max(own, r.Used+ch.Unlisted)
+	}
+	return own
+}
+
+// Beyond is what Charged counts beyond the pods: the holds, or what the
+// IPAM reports beyond the pods it can list.
+func Beyond(ch Charges, r IPAMReport) int64 { return Charged(ch, r) - ch.Pods }
 
 // Free is the IPs left on a node of capacity c: its capacity less
 // Charged, never negative. Every mode calls it (the plugin's filter and
 // score, the extender's ledger, native mode's publisher, the workload
 // API's maximum, `kubectl capscale ips`).
-func Free(c Capacity, pods, held int64) int64 {
-	return max(0, c.IPs-Charged(pods, held, c.IPAM))
+func Free(c Capacity, ch Charges) int64 {
+	return max(0, c.IPs-Charged(ch, c.IPAM))
 }

@@ -139,6 +139,9 @@ func Compute(in Input) Result {
 	// drawn is, per node, what its pod-network pods that ask for no IP
 	// take from a draws-all pool (underlay.Drawn).
 	drawn := map[string]int64{}
+	// unlisted is, per node, the same two for the pods with no IP yet,
+	// which the IPAM cannot list (underlay.Listed).
+	unlisted := map[string]unlistedIPs{}
 	for _, p := range in.Pods {
 		if p == nil || p.Spec.NodeName == "" || isTerminal(p) {
 			continue
@@ -151,7 +154,12 @@ func Compute(in Input) Result {
 		for r, v := range PodNeeds(p) {
 			u[r] += v
 		}
-		drawn[p.Spec.NodeName] += underlay.Drawn(underlay.PodNeed(p), underlay.PodNetwork(p))
+		ipNeed, ipDrawn := underlay.PodNeed(p), underlay.Drawn(underlay.PodNeed(p), underlay.PodNetwork(p))
+		drawn[p.Spec.NodeName] += ipDrawn
+		if !underlay.Listed(p) {
+			ul := unlisted[p.Spec.NodeName]
+			unlisted[p.Spec.NodeName] = unlistedIPs{need: ul.need + ipNeed, drawn: ul.drawn + ipDrawn}
+		}
 	}
 
 	res := Result{PerReplica: need, Nodes: make([]NodeResult, 0, len(in.Nodes)), UsageAvailable: in.Usage != nil}
@@ -191,7 +199,7 @@ func Compute(in Input) Result {
 			}
 			nr.Free[r] = max(nr.Allocatable[r]-nr.Requested[r], 0)
 			if r == UnderlayIP {
-				nr.Free[r] = UnderlayIPFree(c, nr.Requested[r])
+				nr.Free[r] = UnderlayIPFree(c, underlay.Charges{Pods: nr.Requested[r], Unlisted: unlisted[n.Name].charge(c)})
 			}
 		}
 		nr.Fits, nr.LimitingResource = fits(nr.Free, nodeNeed)
@@ -387,10 +395,21 @@ func fits(free, need Amounts) (int64, Resource) {
 
 // UnderlayIPFree is the free underlay IPs of a node of capacity c (the
 // rule's reading, underlay.Rule.Capacity) by the one rule (underlay.Free):
-// its capacity less the larger of what the pods are charged (their
-// requests and, on a draws-all node, drawn) and what its IPAM reports in
-// use. A force-deleted pod's hold lives in the scheduler's memory, not
-// here: the maximum is what the cluster can place once those IPs are back.
-func UnderlayIPFree(c underlay.Capacity, charged int64) int64 {
-	return underlay.Free(c, charged, 0)
+// its capacity less the union of what the pods are charged (their requests
+// and, on a draws-all node, drawn) and what its IPAM reports in use. A
+// force-deleted pod's hold lives in the scheduler's memory, not here: the
+// maximum is what the cluster can place once those IPs are back.
+func UnderlayIPFree(c underlay.Capacity, ch underlay.Charges) int64 {
+	return underlay.Free(c, ch)
+}
+
+// unlistedIPs are the needs and drawn of a node's pods with no IP yet.
+type unlistedIPs struct{ need, drawn int64 }
+
+// charge is what they take from a node of capacity c.
+func (u unlistedIPs) charge(c underlay.Capacity) int64 {
+	if c.DrawsAll {
+		return u.need + u.drawn
+	}
+	return u.need
 }

@@ -180,6 +180,7 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 			// requests, and the pods that ask for none are Drawn.
 			InUse:       ledger.Requested,
 			Drawn:       ledger.Drawn,
+			Unlisted:    ledger.Unlisted,
 			InUseSynced: synced,
 			Registerer:  reg,
 		})
