@@ -56,8 +56,9 @@ const (
 	// underlay IPs its IPAM reports in use, as capscale-controller's
 	// capacity-source mirror read it (a source's `used` expression): a
 	// plain integer, or "invalid: <why>". The rule charges a node the
-	// larger of this and what its pods hold, so that an IP is free only
-	// once both the pods and the IPAM have it back. Only the mirror should
+	// union of this and what its pods hold (this plus the pods with no IP
+	// yet, or the pods and holds if more), so that an IP is free only once
+	// both the pods and the IPAM have it back. Only the mirror should
 	// write it.
 	UnderlayIPSourceUsedAnnotation = "capscale.io/underlay-ip-source-used"
 	// UnderlayNamespaceLabel marks a namespace whose pods use underlay IPs:
