@@ -94,6 +94,38 @@ type Publisher struct {
 	// (held IPs, the IPAM's larger report), guarded by mu: pod events and
 	// a hold's end move what they publish.
 	withholding map[string]bool
+	// written is, per node, the value last patched, until the informer
+	// delivers a change of the node; guarded by mu. A sync that runs again
+	// before the informer has shown that write reads the old node and
+	// would write the same value twice; the write's own update event
+	// queues the node again.
+	written map[string]int64
+}
+
+// pending reports whether want was patched on node already and the
+// informer has not delivered a change of it since (enqueue forgets).
+func (p *Publisher) pending(node string, want int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w, ok := p.written[node]
+	return ok && w == want
+}
+
+// wrote records a patch of want on node.
+func (p *Publisher) wrote(node string, want int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.written == nil {
+		p.written = map[string]int64{}
+	}
+	p.written[node] = want
+}
+
+// forgetWritten forgets node's last patch: the informer has shown a change.
+func (p *Publisher) forgetWritten(node string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.written, node)
 }
 
 // term is one leadership term. A workqueue cannot be used again once shut
@@ -200,6 +232,7 @@ func (p *Publisher) enqueue(obj any) {
 	if !ok {
 		return
 	}
+	p.forgetWritten(n.Name)
 	if t := p.term.Load(); t != nil {
 		t.queue.Add(n.Name)
 	}
@@ -275,6 +308,7 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 	if apierrors.IsNotFound(err) {
 		p.setState(name, nodeState{})
 		p.setWithholding(name, false)
+		p.forgetWritten(name)
 		return nil
 	}
 	if err != nil {
@@ -304,7 +338,7 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 		}
 		return nil
 	}
-	if d.Patch {
+	if d.Patch && !p.pending(name, d.Want) {
 		_, err := p.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, Patch(d.Want), metav1.PatchOptions{FieldManager: "capscale-capacity-publisher"}, "status")
 		if err != nil {
 			p.patches.WithLabelValues("error").Inc()
@@ -315,6 +349,7 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 			return fmt.Errorf("patching node %s status: %w", name, err)
 		}
 		p.patches.WithLabelValues("ok").Inc()
+		p.wrote(name, d.Want)
 		klog.V(2).InfoS("Published underlay-IP capacity", "node", klog.KObj(node), "capacity", d.Want)
 	}
 	if d.Invalid == "" {
