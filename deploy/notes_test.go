@@ -229,3 +229,16 @@ func markdownHeadings(path string) ([]string, error) {
 	}
 	return out, s.Err()
 }
+
+// TestValuesComments: values.yaml's comments, which `helm show values`
+// prints to an operator, hold only --set values the chart takes and
+// sections and paths that exist.
+func TestValuesComments(t *testing.T) {
+	var comments []string
+	for _, line := range strings.Split(string(mustRead(t, "helm/capscale/values.yaml")), "\n") {
+		if _, c, ok := strings.Cut(line, "#"); ok {
+			comments = append(comments, c)
+		}
+	}
+	checkChartText(t, strings.Join(comments, "\n"), nil)
+}
