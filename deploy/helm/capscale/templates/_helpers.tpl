@@ -230,7 +230,7 @@ keep
 {{- else if and .Values.apiService.delegate $svc -}}
 delegate
 {{- else -}}
-{{- fail (printf "\n\ncapscale: the APIService v1beta1.external.metrics.k8s.io is served by %s, not capscale.\nInstalling would take external metrics away from it and from every HPA that uses them (KEDA ScaledObjects, prometheus-adapter rules): nothing was changed.\n- To share it (capscale serves the capscale-* metrics and forwards every other one to %s): --set apiService.delegate=true\n- To leave it alone (capscale's metrics then reach KEDA through its external scaler): --set apiService.create=false\n(docs/keda.md \"Installing next to KEDA or prometheus-adapter\")" $owner $owner) -}}
+{{- fail (printf "\n\ncapscale: the APIService v1beta1.external.metrics.k8s.io is served by %s, not capscale.\nInstalling would take external metrics away from it and from every HPA that uses them (KEDA ScaledObjects, prometheus-adapter rules): nothing was changed.\n- To share it (capscale serves the capscale-* metrics and forwards every other one to %s): --set apiService.delegate=true\n- To leave it alone and serve KEDA through capscale's external scaler instead, which is off by default (docs/keda.md \"KEDA keeps the APIService\"): --set apiService.create=false --set metricsAdapter.kedaScaler.enabled=true --set-file metricsAdapter.kedaScaler.clientCA=keda-ca.crt\n(docs/keda.md \"Installing next to KEDA or prometheus-adapter\")" $owner $owner) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -1,0 +1,75 @@
+package docs
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// sectionRefRE is a section named in prose rather than linked, as the help
+// texts write it (they are generated into reference.md): docs/x.md
+// "Heading", README "Heading".
+var sectionRefRE = regexp.MustCompile(`\b((?:docs/[\w-]+|README|BENCHMARKS)(?:\.md)?) \\?"([^"\\]+)\\?"`)
+
+// TestSectionRefs: every section a page, or a help text generated into
+// one, names as page "Heading" exists: a heading of that page equal to it
+// or starting with it (a heading's words after a colon or a parenthesis
+// may be left out).
+func TestSectionRefs(t *testing.T) {
+	root := ".."
+	headings := map[string][]string{}
+	for _, f := range markdownFiles(t, root) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, m := range sectionRefRE.FindAllStringSubmatch(line, -1) {
+				page := m[1]
+				if !strings.HasSuffix(page, ".md") {
+					page += ".md"
+				}
+				hs, ok := headings[page]
+				if !ok {
+					hs = pageHeadings(t, filepath.Join(root, page))
+					headings[page] = hs
+				}
+				found := false
+				for _, h := range hs {
+					found = found || h == m[2] || strings.HasPrefix(h, m[2]+" ") || strings.HasPrefix(h, m[2]+":")
+				}
+				if !found {
+					t.Errorf("%s:%d names %s %q, which has no such section", f, i+1, page, m[2])
+				}
+			}
+		}
+	}
+}
+
+// pageHeadings are the headings of a Markdown page outside fenced code,
+// without marks, backticks and link targets.
+func pageHeadings(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Errorf("%v", err)
+		return nil
+	}
+	var out []string
+	fenced := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+			continue
+		}
+		if fenced || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		h = headingLinkRE.ReplaceAllString(h, "$1")
+		out = append(out, strings.ReplaceAll(h, "`", ""))
+	}
+	return out
+}
