@@ -101,6 +101,11 @@ func gives(out, want *cel.Type) bool {
 	if want == cel.StringType && out.Kind() == types.ListKind {
 		return true
 	}
+	// A map of keys (usedFrom.sourceKey) is checked entry by entry when
+	// it runs (KeysByNode).
+	if want.Kind() == types.MapKind && out.Kind() == types.MapKind {
+		return true
+	}
 	if want.Kind() == types.OpaqueKind && want.TypeName() == "optional_type" {
 		if out.Kind() == types.OpaqueKind && out.TypeName() == "optional_type" {
 			return gives(out.Parameters()[0], want.Parameters()[0])
@@ -207,6 +212,58 @@ func (x *Expression) NodeNames(obj map[string]any) (nodes []string, list bool, e
 		return nodes, true, nil
 	}
 	return nil, false, fmt.Errorf("gives %s %s, want a string or a list of strings", v.Type().TypeName(), short(v))
+}
+
+// String runs an expression that gives a string (usedFrom.key) on obj.
+func (x *Expression) String(obj map[string]any) (string, error) {
+	v, err := x.eval(obj)
+	if err != nil {
+		return "", err
+	}
+	s, ok := v.(types.String)
+	if !ok {
+		return "", fmt.Errorf("gives %s %s, want a string", v.Type().TypeName(), short(v))
+	}
+	return string(s), nil
+}
+
+// KeysByNode runs a usedFrom.sourceKey expression on obj: a map from a
+// node's name to a key (a string) or keys (a list of strings). Anything
+// else is an error.
+func (x *Expression) KeysByNode(obj map[string]any) (map[string][]string, error) {
+	v, err := x.eval(obj)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := v.(traits.Mapper)
+	if !ok {
+		return nil, fmt.Errorf("gives %s %s, want a map of node names to keys", v.Type().TypeName(), short(v))
+	}
+	out := map[string][]string{}
+	for it := m.Iterator(); it.HasNext() == types.True; {
+		k := it.Next()
+		node, ok := k.(types.String)
+		if !ok {
+			return nil, fmt.Errorf("gives a map with key %s %s, want node names (strings)", k.Type().TypeName(), short(k))
+		}
+		var keys []string
+		switch e := m.Get(k).(type) {
+		case types.String:
+			keys = []string{string(e)}
+		case traits.Lister:
+			for li := e.Iterator(); li.HasNext() == types.True; {
+				s, ok := li.Next().(types.String)
+				if !ok {
+					return nil, fmt.Errorf("gives node %q a list that is not all strings", string(node))
+				}
+				keys = append(keys, string(s))
+			}
+		default:
+			return nil, fmt.Errorf("gives node %q %s %s, want a key (a string) or a list of keys", string(node), e.Type().TypeName(), short(e))
+		}
+		out[string(node)] = keys
+	}
+	return out, nil
 }
 
 // short renders a value for an error message, cut to a readable length.

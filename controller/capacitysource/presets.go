@@ -181,14 +181,12 @@ var ciliumCloud = Source{
 // <network_name>-<node>-<slice>, or <node>-<slice> for a network without
 // network_name, with the slice (spec.range) written with "-" for "/" and
 // ":" (ipam.go:106-134 IPPoolName, normalizeRange), and made, empty, at
-// the node's first pod (ipam.go:136-161). Nothing in the IPPool names the
-// node but its name, and a network name may hold "-" too, so the node
-// expression names every tail of what precedes the slice ("pods-node-1"
-// gives pods-node-1, node-1 and 1): the node among them is charged, and
-// so is a node whose whole name is another tail (a node "1" beside
-// "node-1") — which can only over-charge it. An IPPool of a network
-// without node slices (<network_name>-<range>) names no node's tail but
-// by the same accident.
+// the node's first pod (ipam.go:136-161). The node expression names every
+// tail of what precedes the slice ("pods-node-1" gives pods-node-1, node-1
+// and 1: a network name may hold "-" too), which only decides which nodes
+// an IPPool's change requeues; the key join (Key, SourceKey) decides which
+// IPPool counts for a node: exactly the one named after the node's current
+// slice of the source's network.
 var whereaboutsIPPools = &UsedFrom{
 	Resource: &Resource{Group: "whereabouts.cni.cncf.io", Version: "v1alpha1", Resource: "ippools"},
 	Node: `cel.bind(suffix, "-" + object.?spec.?range.orValue("").replace("/", "-").replace(":", "-"),
@@ -197,6 +195,19 @@ var whereaboutsIPPools = &UsedFrom{
       lists.range(size(parts)).map(i, parts.slice(i, size(parts)).join("-")))
   : [])`,
 	Used: `size(object.?spec.?allocations.orValue({}))`,
+	// The join: the plugin allocates a node's pods of a network from one
+	// IPPool, IPPoolName{NetworkName, NodeName, IpRange: the node's slice}
+	// (ipam.go:587-604, 106-121), so the NodeSlicePool (named network_name,
+	// or the config's name without one: controller.go:555-561 getSliceName,
+	// ipam.go:537-542) gives each node the name of that pool, with and
+	// without the network (which of the two the object cannot tell), and
+	// an IPPool's key is its name. Another network's IPPool on the node,
+	// or an earlier slice's, does not count.
+	Key: `object.metadata.name`,
+	SourceKey: `object.?status.?allocations.orValue([]).filter(a, a.?nodeName.orValue("") != "")
+  .transformMapEntry(i, a, {a.nodeName:
+    cel.bind(tail, a.nodeName + "-" + a.?sliceRange.orValue("").replace("/", "-").replace(":", "-"),
+      [object.metadata.name + "-" + tail, tail])})`,
 }
 
 // PresetNames lists the presets, sorted.

@@ -3,11 +3,13 @@ package capacitysource
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/cel-go/cel"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,9 +32,13 @@ func TestWithUsedFrom(t *testing.T) {
 	pool := func(ref string, used int64) UsedResult {
 		return UsedResult{Ref: ref, Nodes: []string{"n1"}, Used: used}
 	}
+	keyed := func(key string, used int64) UsedResult {
+		return UsedResult{Ref: "ippools.whereabouts.cni.cncf.io/kube-system/" + key, Nodes: []string{"n1"}, Used: used, Key: key}
+	}
 	for _, tc := range []struct {
 		name string
 		m    Mirror
+		j    Join
 		objs []UsedResult
 		want string
 	}{
@@ -43,11 +49,20 @@ func TestWithUsedFrom(t *testing.T) {
 			want: underlay.InvalidPrefix + "a: usedFrom.used expression: boom"},
 		{name: "more than the rule reads", m: valid, objs: []UsedResult{pool("a", underlay.MaxCapacity), pool("b", 1)},
 			want: underlay.InvalidPrefix + fmt.Sprintf("2 objects report %d IPs in use, more than %d", underlay.MaxCapacity+1, underlay.MaxCapacity)},
+		{name: "keyed: only the network's own pool", m: valid, j: Join{Keyed: true, Keys: []string{"pods-n1-s", "n1-s"}},
+			objs: []UsedResult{keyed("pods-n1-s", 10), keyed("storage-n1-s", 10)}, want: "10"},
+		{name: "keyed: no pool of the network yet", m: valid, j: Join{Keyed: true, Keys: []string{"pods-n1-s"}},
+			objs: []UsedResult{keyed("storage-n1-s", 10)}, want: "0"},
+		{name: "keyed: an object whose key fails may be this node's", m: valid, j: Join{Keyed: true, Keys: []string{"pods-n1-s"}},
+			objs: []UsedResult{keyed("pods-n1-s", 1), {Ref: "x", Err: "usedFrom.key expression: no such key: metadata"}},
+			want: underlay.InvalidPrefix + "x: usedFrom.key expression: no such key: metadata"},
+		{name: "keyed: the source's object gives no key", m: valid, j: Join{Keyed: true, Err: "usedFrom.sourceKey gives no key for this node"},
+			objs: []UsedResult{keyed("pods-n1-s", 1)}, want: underlay.InvalidPrefix + "usedFrom.sourceKey gives no key for this node"},
 		{name: "uncovered", m: Uncovered, objs: []UsedResult{pool("a", 5)}, want: ""},
 		{name: "capacity invalid", m: Mirror{Value: underlay.InvalidPrefix + "x", Origin: "wb"}, objs: []UsedResult{pool("a", 5)}, want: ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := WithUsedFrom(tc.m, tc.objs)
+			got := WithUsedFrom(tc.m, tc.j, tc.objs)
 			if got.Used != tc.want {
 				t.Fatalf("used %q, want %q", got.Used, tc.want)
 			}
@@ -83,6 +98,10 @@ sources:
 		{name: "no node", add: "  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, used: '1'}\n", want: "sources[0].usedFrom.node: Required"},
 		{name: "no used", add: "  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, node: object.metadata.name}\n", want: "sources[0].usedFrom.used: Required"},
 		{name: "unknown field", add: "  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, node: object.metadata.name, used: '1', nodes: x}\n", want: "nodes"},
+		{name: "key alone", add: "  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, node: object.metadata.name, used: '1', key: object.metadata.name}\n",
+			want: "sources[0].usedFrom.sourceKey: Required value: usedFrom.key is set"},
+		{name: "sourceKey alone", add: "  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, node: object.metadata.name, used: '1', sourceKey: '{}'}\n",
+			want: "sources[0].usedFrom.key: Required value: usedFrom.sourceKey is set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Decode([]byte(base + tc.add))
@@ -91,18 +110,27 @@ sources:
 			}
 		})
 	}
-	for _, tc := range []struct{ name, add, want string }{
-		{name: "node not a string", add: "1", want: "sources[0] (mine): usedFrom.node: gives int"},
-		{name: "used not an int", add: "'x'", want: "sources[0] (mine): usedFrom.used: gives string"},
+	for _, tc := range []struct{ name, node, used, key, sourceKey, want string }{
+		{name: "node not a string", node: "1", want: "sources[0] (mine): usedFrom.node: gives int"},
+		{name: "used not an int", used: "'x'", want: "sources[0] (mine): usedFrom.used: gives string"},
+		{name: "key not a string", key: "1", sourceKey: "{}", want: "sources[0] (mine): usedFrom.key: gives int, want string"},
+		{name: "sourceKey not a map", key: "object.metadata.name", sourceKey: `"x"`,
+			want: "sources[0] (mine): usedFrom.sourceKey: gives string, want map(string, dyn)"},
+		{name: "key does not compile", key: "objet.metadata.name", sourceKey: "{}", want: "sources[0] (mine): usedFrom.key: ERROR"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			node, used := "object.metadata.name", "1"
-			if strings.HasPrefix(tc.name, "node") {
-				node = tc.add
-			} else {
-				used = tc.add
+			if tc.node != "" {
+				node = tc.node
 			}
-			f, err := Decode([]byte(base + fmt.Sprintf("  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, node: %q, used: %q}\n", node, used)))
+			if tc.used != "" {
+				used = tc.used
+			}
+			keys := ""
+			if tc.key != "" {
+				keys = fmt.Sprintf(", key: %q, sourceKey: %q", tc.key, tc.sourceKey)
+			}
+			f, err := Decode([]byte(base + fmt.Sprintf("  usedFrom: {resource: {group: g.io, version: v1, resource: pools}, node: %q, used: %q%s}\n", node, used, keys)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,8 +186,9 @@ func TestPresetWhereaboutsUsedFrom(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := EvaluateUsedFrom(src.UsedFrom, "kube-system", tc.obj["metadata"].(map[string]any)["name"].(string), tc.obj)
-			if r.NodeErr != "" || r.Err != "" || !slices.Equal(r.Nodes, tc.nodes) || r.Used != tc.used {
-				t.Fatalf("EvaluateUsedFrom = %+v, want nodes %q and used %d", r, tc.nodes, tc.used)
+			name := tc.obj["metadata"].(map[string]any)["name"].(string)
+			if r.NodeErr != "" || r.Err != "" || !slices.Equal(r.Nodes, tc.nodes) || r.Used != tc.used || r.Key != name {
+				t.Fatalf("EvaluateUsedFrom = %+v, want nodes %q, used %d and key %q", r, tc.nodes, tc.used, name)
 			}
 		})
 	}
@@ -233,4 +262,129 @@ func TestMirrorUsedFrom(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestMirrorUsedFromPerNetwork: a node in two whereabouts networks, the
+// source deciding one of them (the node expression docs/scheduling.md
+// gives), each network with 10 pods on the node. The node's used figure
+// is the 10 of the decided network's IPPool, not 20: whereabouts v0.9.2
+// allocates a node's pods of a network from the one IPPool named
+// <network_name>-<node>-<slice> (pkg/storage/kubernetes/ipam.go:106-121,
+// 587-604), and the other network's IPPool holds none of this slice's
+// addresses.
+func TestMirrorUsedFromPerNetwork(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	s, err := Source{Name: "whereabouts", Preset: "whereabouts-node-slice", Namespace: "kube-system",
+		Node: `object.metadata.name == "pods" ? ` + Presets["whereabouts-node-slice"].Node + ` : []`}.Expand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := s.compile(CostLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsp := func(network, rng, slice string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "NodeSlicePool",
+			"metadata": map[string]any{"name": network, "namespace": "kube-system"},
+			"spec":     map[string]any{"range": rng, "sliceSize": "/28"},
+			"status":   map[string]any{"allocations": []any{map[string]any{"nodeName": "n1", "sliceRange": slice}}},
+		}}
+	}
+	ippool := func(network, slice string, n int) *unstructured.Unstructured {
+		allocs := map[string]any{}
+		for i := range n {
+			allocs[fmt.Sprint(i+1)] = map[string]any{"id": fmt.Sprint("c", i), "podref": fmt.Sprint("default/", network, i), "ifname": "eth0"}
+		}
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "IPPool",
+			"metadata": map[string]any{"name": network + "-n1-" + strings.NewReplacer("/", "-", ":", "-").Replace(slice), "namespace": "kube-system"},
+			"spec":     map[string]any{"range": slice, "allocations": allocs}}}
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{src.Resource.GVR(): "NodeSlicePoolList", src.UsedFrom.Resource.GVR(): "IPPoolList"},
+		nsp("pods", "10.233.7.0/24", "10.233.7.0/28"), nsp("storage", "10.99.0.0/24", "10.99.0.16/28"),
+		ippool("pods", "10.233.7.0/28", 10), ippool("storage", "10.99.0.16/28", 10))
+	c, err := New(Config{Client: client, Dynamic: dyn, Sources: []*Compiled{src}, Metrics: NewMetrics(prometheus.NewRegistry())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var got map[string]string
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		got = n.Annotations
+		_, ok := got[names.UnderlayIPSourceUsedAnnotation]
+		return ok, nil
+	}); err != nil {
+		t.Fatalf("n1 never mirrored: %v (annotations %v)", err, got)
+	}
+	if got[names.UnderlayIPSourceCapacityAnnotation] != "14" || got[names.UnderlayIPSourceUsedAnnotation] != "10" {
+		t.Errorf("n1 capacity %q used %q, want 14 and 10 (the pods network's IPPool only)",
+			got[names.UnderlayIPSourceCapacityAnnotation], got[names.UnderlayIPSourceUsedAnnotation])
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPresetWhereaboutsJoin: the NodeSlicePool gives each node with a slice
+// the names of the one IPPool the plugin allocates its pods from
+// (<network_name>-<node>-<slice>, or <node>-<slice> for a network without
+// network_name: which one the NodeSlicePool cannot tell), so a node whose
+// name is another's tail is not charged that node's IPs, and a node
+// without a slice gets no key (its used figure is then invalid, never 0).
+func TestPresetWhereaboutsJoin(t *testing.T) {
+	src := presetSource(t, "whereabouts-node-slice")
+	r := Evaluate(src, "kube-system", "pods", nodeSlicePool("/29", "node-1", "1"))
+	if r.Err != "" || r.UsedKeysErr != "" {
+		t.Fatalf("Evaluate = %+v", r)
+	}
+	want := map[string][]string{
+		"node-1": {"pods-node-1-10.233.7.0-29", "node-1-10.233.7.0-29"},
+		"1":      {"pods-1-10.233.7.8-29", "1-10.233.7.8-29"},
+	}
+	if !reflect.DeepEqual(r.UsedKeys, want) {
+		t.Fatalf("keys %q, want %q", r.UsedKeys, want)
+	}
+	pool := func(name, rng string, n int) UsedResult {
+		allocs := map[string]any{}
+		for i := range n {
+			allocs[fmt.Sprint(i+1)] = map[string]any{"id": fmt.Sprint("c", i), "podref": fmt.Sprint("default/p", i)}
+		}
+		return EvaluateUsedFrom(src.UsedFrom, "kube-system", name, map[string]any{
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"range": rng, "allocations": allocs}})
+	}
+	// What the node index gives node "1": every IPPool whose name has the
+	// tail "1" before its slice.
+	objs := []UsedResult{pool("pods-node-1-10.233.7.0-29", "10.233.7.0/29", 5), pool("pods-1-10.233.7.8-29", "10.233.7.8/29", 2)}
+	valid := Mirror{Value: "6", Origin: "s nodeslicepools.whereabouts.cni.cncf.io/kube-system/pods"}
+	for _, tc := range []struct {
+		node, want string
+	}{
+		{node: "1", want: "2"},
+		{node: "node-1", want: "5"},
+		{node: "gone", want: underlay.InvalidPrefix + "usedFrom.sourceKey gives no key for this node"},
+	} {
+		t.Run(tc.node, func(t *testing.T) {
+			if got := WithUsedFrom(valid, r.JoinFor(tc.node, true), objs).Used; got != tc.want {
+				t.Fatalf("used %q, want %q", got, tc.want)
+			}
+		})
+	}
+	t.Run("a sourceKey that gives no map of keys", func(t *testing.T) {
+		x, err := compile(`{"n1": 1}`, cel.MapType(cel.StringType, cel.DynType), CostLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := x.KeysByNode(map[string]any{}); err == nil || !strings.Contains(err.Error(), `gives node "n1" int`) {
+			t.Fatalf("KeysByNode = %v, want an error naming the node and the type", err)
+		}
+	})
 }
