@@ -59,9 +59,13 @@ var Presets = map[string]Source{
 	// service/ipallocator NewCIDRRange, for CIDRs of more than 2
 	// addresses). Its router, health and ingress IPs come out of the
 	// default pool (infra_ip_allocation.go, ipam.PoolDefault()) and are
-	// not for pods. The count is the IPv4 addresses of every pool's CIDRs
-	// less those; to count one pool (the underlay one), filter on a.pool in
-	// your own capacity expression (docs/scheduling.md shows it). No
+	// not for pods. The count is the IPv4 addresses of the default pool's
+	// CIDRs less those: the pool every pod that names none draws from
+	// (pkg/ipam: ipam.PoolDefault(), the agent's --ipam-default-ip-pool),
+	// the pods draws: all charges. Other pools are left out: their free IPs
+	// serve only pods that name them. To count another pool (an underlay
+	// one, draws: marked), write your own capacity expression filtering on
+	// a.pool (docs/scheduling.md shows it). No
 	// MaxCapacity: a pool grows by CIDRs of its CiliumPodIPPool, with no
 	// per-node bound on the CiliumNode.
 	"cilium-multi-pool": {
@@ -135,10 +139,13 @@ var Presets = map[string]Source{
 	},
 }
 
-// ciliumMultiPool counts the IPv4 addresses of spec.ipam.pools.allocated,
-// less the agent's router (CiliumInternalIP), health and ingress IPs that
-// fall in them.
-const ciliumMultiPool = `cel.bind(allocs, object.?spec.?ipam.?pools.?allocated.orValue([]),
+// ciliumMultiPool counts the IPv4 addresses of the default pool's CIDRs in
+// spec.ipam.pools.allocated, less the agent's router (CiliumInternalIP),
+// health and ingress IPs that fall in them. Only the default pool: a pod
+// that names no pool (ipam.cilium.io/ip-pool) takes its IP there, and a
+// sum over every pool reads a node whose default pool is full as free
+// while another pool has room.
+const ciliumMultiPool = `cel.bind(allocs, object.?spec.?ipam.?pools.?allocated.orValue([]).filter(a, a.?pool.orValue("") == "default"),
   allocs.map(a,
     a.?cidrs.orValue([]).filter(c, cidr(c).ip().family() == 4).map(c,
       math.bitShiftLeft(1, 32 - cidr(c).prefixLength())

@@ -80,11 +80,11 @@ func TestPresets(t *testing.T) {
 			obj: ipamtest.CiliumNodeENIMultiPool("n1", "u", 144, 96, 69, ipamtest.IP(0), ipamtest.IP(1)), want: 94},
 		{name: "ENI, v1.20 agent: an endpoint IP outside the allocation is not the pool's", preset: "cilium-eni",
 			obj: ipamtest.CiliumNodeENIMultiPool("n1", "u", 12, 12, 0, "10.99.0.1", ipamtest.IP(1)), want: 11},
-		{name: "multi-pool: a /28 less network and broadcast, plus a delegated /28", preset: "cilium-multi-pool",
+		{name: "multi-pool: a /28 less network and broadcast; a delegated /28 of another pool is not counted", preset: "cilium-multi-pool",
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
 				{Pool: "underlay", CIDRs: []string{"10.20.0.16/28"}, AllowFirstIP: true, AllowLastIP: true},
-			}), want: 14 + 16},
+			}), want: 14},
 		{name: "multi-pool: router and health come out of the default pool", preset: "cilium-multi-pool",
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
@@ -93,7 +93,13 @@ func TestPresets(t *testing.T) {
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
 				{Pool: "underlay", CIDRs: []string{"10.20.0.16/28"}, AllowFirstIP: true, AllowLastIP: true},
-			}, "10.10.0.1", "10.10.0.2", "10.10.0.3"), want: 11 + 16},
+			}, "10.10.0.1", "10.10.0.2", "10.10.0.3"), want: 11},
+		{name: "multi-pool: free IPs only in another pool are not the default pool's", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
+				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
+				{Pool: "storage", CIDRs: []string{"10.30.0.0/27", "10.30.0.32/28"}},
+				{Pool: "underlay", CIDRs: []string{"10.20.0.16/28"}, AllowFirstIP: true, AllowLastIP: true},
+			}, "10.10.0.1", "10.10.0.2"), want: 12},
 		{name: "multi-pool: IPv6 CIDRs and tiny CIDRs", preset: "cilium-multi-pool",
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"fd00::/120", "10.10.0.0/31", "10.10.0.2/32", "10.10.1.0/30"}},
