@@ -91,7 +91,15 @@ var Presets = map[string]Source{
 	// (cns/ipampool/v2/monitor.go:145-156 buildNNCSpec, called from
 	// reconcile only when the target changes), so names of IPs already gone
 	// from status stay listed. The count is the dynamic assignments whose
-	// name is not listed. Static (block) network containers are left out.
+	// name is not listed. A static network container (assignmentMode
+	// static: type overlay, Azure CNI Overlay's pod CIDR, or vnetblock,
+	// static block allocation; nodenetworkconfig.go:97-112) is a block CNS
+	// serves whole and that does not grow: CNS lists every address of its
+	// primaryIP prefix and, for vnetblock, of each ipAssignment's CIDR as
+	// the node's pod IPs (cns/kubecontroller/nodenetworkconfig/
+	// conversion.go:101-138, conversion_linux.go:19-52), so those IPv4
+	// addresses are the count. Leaving it out read 0, and under draws: all
+	// no pod could be placed on the node.
 	// MaxCapacity is status.scaler.maxIPCount, capped at 250 as CNS caps
 	// its request (v2/monitor.go:18,85).
 	"azure-cns": {
@@ -101,10 +109,15 @@ var Presets = map[string]Source{
 		Resource:  &Resource{Group: "acn.azure.com", Version: "v1alpha", Resource: "nodenetworkconfigs"},
 		Namespace: "kube-system",
 		Node:      "object.metadata.name",
-		Capacity: `object.?status.?networkContainers.orValue([])
-  .filter(nc, nc.?assignmentMode.orValue("dynamic") == "dynamic")
-  .map(nc, nc.?ipAssignments.orValue([])
-    .filter(a, !(a.?name.orValue("") in object.?spec.?ipsNotInUse.orValue([]))).size()).sum()`,
+		Capacity: `object.?status.?networkContainers.orValue([]).map(nc,
+  nc.?assignmentMode.orValue("dynamic") == "static"
+  ? ([nc.?primaryIP.orValue("")]
+     + (nc.?type.orValue("vnet") == "vnetblock" ? nc.?ipAssignments.orValue([]).map(a, a.?ip.orValue("")) : []))
+    .filter(c, isCIDR(c) && cidr(c).ip().family() == 4)
+    .map(c, math.bitShiftLeft(1, 32 - cidr(c).prefixLength())).sum()
+  : nc.?ipAssignments.orValue([])
+    .filter(a, !(a.?name.orValue("") in object.?spec.?ipsNotInUse.orValue([]))).size()
+).sum()`,
 		MaxCapacity: `object.?status.?scaler.?maxIPCount.optFlatMap(m, m > 0 ? optional.of(math.least(m, 250)) : optional.none())`,
 	},
 	// whereabouts' node slices (v0.9.2, IPv4 only): its node-slice

@@ -109,6 +109,16 @@ func TestPresets(t *testing.T) {
 			err: "network address parse error"},
 		{name: "Azure CNS: the assigned IPs less those CNS releases", preset: "azure-cns",
 			obj: ipamtest.NodeNetworkConfig("n1", "u", 32, 32, 4), want: 28},
+		// CNS serves every address of a static container's primaryIP
+		// prefix and, for vnetblock, of each ipAssignment's CIDR
+		// (cns/kubecontroller/nodenetworkconfig/conversion_linux.go:19-52;
+		// its test expects these 12 for this container).
+		{name: "Azure CNS: a static vnetblock container's blocks", preset: "azure-cns",
+			obj: ipamtest.NodeNetworkConfigStatic("n1", "u", "vnetblock", "10.224.0.4/30", "10.224.0.8/30", "10.224.0.12/30"), want: 12},
+		{name: "Azure CNS: a static overlay container's pod CIDR", preset: "azure-cns",
+			obj: ipamtest.NodeNetworkConfigStatic("n1", "u", "overlay", "10.244.3.0/24"), want: 256},
+		{name: "Azure CNS: a vnetblock container's IPv6 block is not counted (a pod's IPv4 address is the scarce one)", preset: "azure-cns",
+			obj: ipamtest.NodeNetworkConfigStatic("n1", "u", "vnetblock", "10.224.0.16/28", "fd00::/120"), want: 16},
 		{name: "Azure CNS v2: names left in ipsNotInUse after a scale-down are not subtracted", preset: "azure-cns",
 			obj: ipamtest.NodeNetworkConfig("n1", "u", 16, 16, 0, 16), want: 16},
 		{name: "Azure CNS v2: IPs being released and stale names", preset: "azure-cns",
