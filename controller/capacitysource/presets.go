@@ -93,11 +93,11 @@ var Presets = map[string]Source{
 	// from status stay listed. The count is the dynamic assignments whose
 	// name is not listed. A static network container (assignmentMode
 	// static: type overlay, Azure CNI Overlay's pod CIDR, or vnetblock,
-	// static block allocation; nodenetworkconfig.go:97-112) is a block CNS
+	// static block allocation; nodenetworkconfig.go:97-113) is a block CNS
 	// serves whole and that does not grow: CNS lists every address of its
 	// primaryIP prefix and, for vnetblock, of each ipAssignment's CIDR as
 	// the node's pod IPs (cns/kubecontroller/nodenetworkconfig/
-	// conversion.go:101-138, conversion_linux.go:19-52), so those IPv4
+	// conversion.go:101-140, conversion_linux.go:19-56), so those IPv4
 	// addresses are the count. Leaving it out read 0, and under draws: all
 	// no pod could be placed on the node.
 	// MaxCapacity is status.scaler.maxIPCount, capped at 250 as CNS caps

@@ -111,7 +111,7 @@ func TestPresets(t *testing.T) {
 			obj: ipamtest.NodeNetworkConfig("n1", "u", 32, 32, 4), want: 28},
 		// CNS serves every address of a static container's primaryIP
 		// prefix and, for vnetblock, of each ipAssignment's CIDR
-		// (cns/kubecontroller/nodenetworkconfig/conversion_linux.go:19-52;
+		// (cns/kubecontroller/nodenetworkconfig/conversion_linux.go:19-56;
 		// its test expects these 12 for this container).
 		{name: "Azure CNS: a static vnetblock container's blocks", preset: "azure-cns",
 			obj: ipamtest.NodeNetworkConfigStatic("n1", "u", "vnetblock", "10.224.0.4/30", "10.224.0.8/30", "10.224.0.12/30"), want: 12},

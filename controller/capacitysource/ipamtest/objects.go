@@ -246,7 +246,7 @@ func NodeNetworkConfig(node string, uid types.UID, requested, ips, notInUse int,
 // NodeNetworkConfigStatic is an Azure CNS NodeNetworkConfig of a node whose
 // pods take their IPs from one static network container (assignmentMode
 // static, ACN v1.8.12 crd/nodenetworkconfig/api/v1alpha/
-// nodenetworkconfig.go:97-112): ncType "overlay" (Azure CNI Overlay: the
+// nodenetworkconfig.go:97-113): ncType "overlay" (Azure CNI Overlay: the
 // node's pod CIDR in primaryIP) or "vnetblock" (static block allocation:
 // the node's first block in primaryIP, more blocks as ipAssignments'
 // CIDRs), shaped as ACN's own tests write them
