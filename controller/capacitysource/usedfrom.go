@@ -122,9 +122,10 @@ type UsedResult struct {
 	NodeErr string
 	// Used is the IPs in use when Err is "".
 	Used int64
-	// Key is the object's key when the source joins by key.
-	Key string
-	// Err says why the object gives no count (or, joining by key, no key).
+	// Key is the object's key when the source joins by key; KeyErr says
+	// why the key expression gave none.
+	Key, KeyErr string
+	// Err says why the object gives no count.
 	Err string
 }
 
@@ -137,14 +138,15 @@ func EvaluateUsedFrom(u *CompiledUsedFrom, namespace, name string, obj map[strin
 		return r
 	}
 	r.Nodes = nodes
-	if r.Used, err = u.Used.Count(obj); err != nil {
-		r.Used, r.Err = 0, fmt.Sprintf("usedFrom.used expression: %v", err)
-		return r
-	}
+	// The key first: an object of another pool whose count fails is left
+	// out by its key, not charged to the node as invalid.
 	if u.Key != nil {
 		if r.Key, err = u.Key.String(obj); err != nil {
-			r.Used, r.Err = 0, fmt.Sprintf("usedFrom.key expression: %v", err)
+			r.KeyErr = fmt.Sprintf("usedFrom.key expression: %v", err)
 		}
+	}
+	if r.Used, err = u.Used.Count(obj); err != nil {
+		r.Used, r.Err = 0, fmt.Sprintf("usedFrom.used expression: %v", err)
 	}
 	return r
 }
@@ -224,11 +226,15 @@ func WithUsedFrom(m Mirror, j Join, objs []UsedResult) Mirror {
 	}
 	objs = slices.DeleteFunc(append([]UsedResult(nil), objs...), func(o UsedResult) bool {
 		// An object whose key failed stays: it may be this node's.
-		return j.Keyed && o.Err == "" && !slices.Contains(j.Keys, o.Key)
+		return j.Keyed && o.KeyErr == "" && !slices.Contains(j.Keys, o.Key)
 	})
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Ref < objs[j].Ref })
 	var sum int64
 	for _, o := range objs {
+		if j.Keyed && o.KeyErr != "" {
+			m.Used = underlay.InvalidPrefix + o.Ref + ": " + o.KeyErr
+			return m
+		}
 		if o.Err != "" {
 			m.Used = underlay.InvalidPrefix + o.Ref + ": " + o.Err
 			return m
