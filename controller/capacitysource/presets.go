@@ -219,7 +219,7 @@ var whereaboutsIPPools = &UsedFrom{
 	// IPPool, IPPoolName{NetworkName, NodeName, IpRange: the node's slice}
 	// (ipam.go:587-604, 106-121), so the NodeSlicePool (named network_name,
 	// or the config's name without one: controller.go:555-561 getSliceName,
-	// ipam.go:537-542) gives each node the name of that pool, with and
+	// ipam.go:536-541) gives each node the name of that pool, with and
 	// without the network (which of the two the object cannot tell), and
 	// an IPPool's key is its name. Another network's IPPool on the node,
 	// or an earlier slice's, does not count.
