@@ -50,9 +50,9 @@ type Result struct {
 	UsedErr string
 
 	// UsedKeys are, when the source's usedFrom joins by key, the keys of
-	// the usedFrom objects that count for each node (usedFrom.sourceKey);
-	// UsedKeysErr says why the expression gave none.
-	UsedKeys    map[string][]string
+	// the usedFrom objects that count for the object's nodes
+	// (usedFrom.sourceKey); UsedKeysErr says why the expression gave none.
+	UsedKeys    []string
 	UsedKeysErr string
 }
 

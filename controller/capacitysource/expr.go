@@ -101,8 +101,8 @@ func gives(out, want *cel.Type) bool {
 	if want == cel.StringType && out.Kind() == types.ListKind {
 		return true
 	}
-	// A map of keys (usedFrom.sourceKey) is checked entry by entry when
-	// it runs (KeysByNode).
+	// A map of keys by node (usedFrom.key) is checked entry by entry when
+	// it runs (Key).
 	if want.Kind() == types.MapKind && out.Kind() == types.MapKind {
 		return true
 	}
@@ -214,56 +214,57 @@ func (x *Expression) NodeNames(obj map[string]any) (nodes []string, list bool, e
 	return nil, false, fmt.Errorf("gives %s %s, want a string or a list of strings", v.Type().TypeName(), short(v))
 }
 
-// String runs an expression that gives a string (usedFrom.key) on obj.
-func (x *Expression) String(obj map[string]any) (string, error) {
+// Key runs a usedFrom.key expression on obj: one key (a string), or a map
+// from a node's name to the object's key for that node. Anything else is an
+// error.
+func (x *Expression) Key(obj map[string]any) (key string, byNode map[string]string, err error) {
 	v, err := x.eval(obj)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	s, ok := v.(types.String)
-	if !ok {
-		return "", fmt.Errorf("gives %s %s, want a string", v.Type().TypeName(), short(v))
+	switch t := v.(type) {
+	case types.String:
+		return string(t), nil, nil
+	case traits.Mapper:
+		byNode = map[string]string{}
+		for it := t.Iterator(); it.HasNext() == types.True; {
+			k := it.Next()
+			node, ok1 := k.(types.String)
+			val, ok2 := t.Get(k).(types.String)
+			if !ok1 || !ok2 {
+				return "", nil, fmt.Errorf("gives a map with %s %s: %s, want node names to keys (strings)", k.Type().TypeName(), short(k), short(t.Get(k)))
+			}
+			byNode[string(node)] = string(val)
+		}
+		return "", byNode, nil
 	}
-	return string(s), nil
+	return "", nil, fmt.Errorf("gives %s %s, want a string or a map of node names to keys", v.Type().TypeName(), short(v))
 }
 
-// KeysByNode runs a usedFrom.sourceKey expression on obj: a map from a
-// node's name to a key (a string) or keys (a list of strings). Anything
-// else is an error.
-func (x *Expression) KeysByNode(obj map[string]any) (map[string][]string, error) {
+// Keys runs a usedFrom.sourceKey expression on obj: a key (a string) or
+// keys (a list of strings; "" is a key like any other). Anything else is
+// an error.
+func (x *Expression) Keys(obj map[string]any) ([]string, error) {
 	v, err := x.eval(obj)
 	if err != nil {
 		return nil, err
 	}
-	m, ok := v.(traits.Mapper)
-	if !ok {
-		return nil, fmt.Errorf("gives %s %s, want a map of node names to keys", v.Type().TypeName(), short(v))
-	}
-	out := map[string][]string{}
-	for it := m.Iterator(); it.HasNext() == types.True; {
-		k := it.Next()
-		node, ok := k.(types.String)
-		if !ok {
-			return nil, fmt.Errorf("gives a map with key %s %s, want node names (strings)", k.Type().TypeName(), short(k))
-		}
+	switch t := v.(type) {
+	case types.String:
+		return []string{string(t)}, nil
+	case traits.Lister:
 		var keys []string
-		switch e := m.Get(k).(type) {
-		case types.String:
-			keys = []string{string(e)}
-		case traits.Lister:
-			for li := e.Iterator(); li.HasNext() == types.True; {
-				s, ok := li.Next().(types.String)
-				if !ok {
-					return nil, fmt.Errorf("gives node %q a list that is not all strings", string(node))
-				}
-				keys = append(keys, string(s))
+		for it := t.Iterator(); it.HasNext() == types.True; {
+			e := it.Next()
+			s, ok := e.(types.String)
+			if !ok {
+				return nil, fmt.Errorf("gives a list with %s %s, want a list of strings", e.Type().TypeName(), short(e))
 			}
-		default:
-			return nil, fmt.Errorf("gives node %q %s %s, want a key (a string) or a list of keys", string(node), e.Type().TypeName(), short(e))
+			keys = append(keys, string(s))
 		}
-		out[string(node)] = keys
+		return keys, nil
 	}
-	return out, nil
+	return nil, fmt.Errorf("gives %s %s, want a string or a list of strings", v.Type().TypeName(), short(v))
 }
 
 // short renders a value for an error message, cut to a readable length.

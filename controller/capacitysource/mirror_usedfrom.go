@@ -107,7 +107,7 @@ func (si *sourceInformer) usedFromOf(node string) []UsedResult {
 	out := make([]UsedResult, 0, len(objs))
 	for _, o := range objs {
 		if e, ok := o.(*evaluatedUsed); ok {
-			out = append(out, e.UsedResult)
+			out = append(out, e.UsedResult.ForNode(node))
 		}
 	}
 	return out
@@ -138,5 +138,5 @@ func (si *sourceInformer) joinFor(node string) Join {
 	if !ok {
 		return Join{Keyed: keyed}
 	}
-	return e.JoinFor(node, keyed)
+	return e.JoinFor(keyed)
 }

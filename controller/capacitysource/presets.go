@@ -205,8 +205,7 @@ var ciliumCloud = Source{
 // tail of what precedes the slice ("pods-node-1" gives pods-node-1, node-1
 // and 1: a network name may hold "-" too), which only decides which nodes
 // an IPPool's change requeues; the key join (Key, SourceKey) decides which
-// IPPool counts for a node: exactly the one named after the node's current
-// slice of the source's network.
+// IPPools count for a node: those of the source's network.
 var whereaboutsIPPools = &UsedFrom{
 	Resource: &Resource{Group: "whereabouts.cni.cncf.io", Version: "v1alpha1", Resource: "ippools"},
 	Node: `cel.bind(suffix, "-" + object.?spec.?range.orValue("").replace("/", "-").replace(":", "-"),
@@ -215,19 +214,25 @@ var whereaboutsIPPools = &UsedFrom{
       lists.range(size(parts)).map(i, parts.slice(i, size(parts)).join("-")))
   : [])`,
 	Used: `size(object.?spec.?allocations.orValue({}))`,
-	// The join: the plugin allocates a node's pods of a network from one
-	// IPPool, IPPoolName{NetworkName, NodeName, IpRange: the node's slice}
-	// (ipam.go:587-604, 106-121), so the NodeSlicePool (named network_name,
-	// or the config's name without one: controller.go:555-561 getSliceName,
-	// ipam.go:536-541) gives each node the name of that pool, with and
-	// without the network (which of the two the object cannot tell), and
-	// an IPPool's key is its name. Another network's IPPool on the node,
-	// or an earlier slice's, does not count.
-	Key: `object.metadata.name`,
-	SourceKey: `object.?status.?allocations.orValue([]).filter(a, a.?nodeName.orValue("") != "")
-  .transformMapEntry(i, a, {a.nodeName:
-    cel.bind(tail, a.nodeName + "-" + a.?sliceRange.orValue("").replace("/", "-").replace(":", "-"),
-      [object.metadata.name + "-" + tail, tail])})`,
+	// The join: the plugin allocates a node's pods of a network from the
+	// IPPools named <network_name>-<node>-<slice> (ipam.go:587-604,
+	// 106-121), and the NodeSlicePool is named network_name, or the
+	// configuration's name without one (controller.go:555-561
+	// getSliceName, ipam.go:536-541 getNodeSliceName). So an IPPool's key
+	// for each node its name may be of is the network part before it
+	// ("pods-node-1-<slice>": node-1 -> pods, 1 -> pods-node, and
+	// pods-node-1 -> "" as a pool of a network without network_name), and
+	// the source's keys are its name and "" (the NodeSlicePool cannot say
+	// whether network_name is set; an unnamed network's pool can only
+	// over-charge). Another network's IPPool on the node does not count.
+	// The per-node part is on the IPPool's side, a handful of tails, not
+	// on the NodeSlicePool's, which lists every slice of the network.
+	Key: `cel.bind(suffix, "-" + object.?spec.?range.orValue("").replace("/", "-").replace(":", "-"),
+  size(suffix) > 1 && object.metadata.name.endsWith(suffix)
+  ? cel.bind(parts, object.metadata.name.substring(0, size(object.metadata.name) - size(suffix)).split("-"),
+      lists.range(size(parts)).transformMapEntry(i, x, {parts.slice(i, size(parts)).join("-"): parts.slice(0, i).join("-")}))
+  : {})`,
+	SourceKey: `[string(object.metadata.name), ""]`,
 }
 
 // PresetNames lists the presets, sorted.

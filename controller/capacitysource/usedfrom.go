@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/google/cel-go/cel"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -30,15 +31,18 @@ type UsedFrom struct {
 	// int from 0 to 1048576.
 	Used string `json:"used,omitempty"`
 	// Key, optional with SourceKey, is a CEL expression over object (the
-	// usedFrom object): its key, a string. With it, an object counts for a
-	// node only if its key is one SourceKey gives for that node: an IPAM
-	// that keeps several networks' use on one node (whereabouts: one IPPool
-	// per network and node) is read for the network the source counts.
+	// usedFrom object): its key, a string, or a map from each node it maps
+	// to, to its key for that node. With it, an object counts for a node
+	// only if its key there is one SourceKey gives: an IPAM that keeps
+	// several networks' use on one node (whereabouts: one IPPool per
+	// network and node) is read for the network the source counts.
 	Key string `json:"key,omitempty"`
 	// SourceKey, set with Key, is a CEL expression over object (the
-	// source's object): a map from each node the object maps to, to the
-	// key (a string) or keys (a list of strings) of the usedFrom objects
-	// that count for that node.
+	// source's object): the key (a string) or keys (a list of strings) of
+	// the usedFrom objects that count for the nodes it maps to. It is one
+	// value per source object, never per node: an object that lists every
+	// node (a NodeSlicePool) would otherwise pay per node within one
+	// evaluation's cost limit.
 	SourceKey string `json:"sourceKey,omitempty"`
 }
 
@@ -76,10 +80,10 @@ func (s *Source) validateUsedFrom(p *field.Path) field.ErrorList {
 	switch {
 	case u.Key != "" && u.SourceKey == "":
 		errs = append(errs, field.Required(p.Child("sourceKey"),
-			"usedFrom.key is set: a CEL expression over the source's object giving, for each node it maps to, the key or keys of the usedFrom objects that count there"))
+			"usedFrom.key is set: a CEL expression over the source's object giving the key or keys of the usedFrom objects that count for its nodes"))
 	case u.Key == "" && u.SourceKey != "":
 		errs = append(errs, field.Required(p.Child("key"),
-			"usedFrom.sourceKey is set: a CEL expression over the usedFrom object giving its key"))
+			"usedFrom.sourceKey is set: a CEL expression over the usedFrom object giving its key, or a map of node names to its key there"))
 	}
 	return errs
 }
@@ -102,12 +106,25 @@ func compileUsedFrom(u *UsedFrom, limit uint64) (*CompiledUsedFrom, error) {
 		return c, nil
 	}
 	if c.Key, err = compile(u.Key, cel.StringType, limit); err != nil {
-		return nil, fmt.Errorf("usedFrom.key: %w", err)
+		var mapErr error
+		if c.Key, mapErr = compile(u.Key, cel.MapType(cel.StringType, cel.DynType), limit); mapErr != nil {
+			return nil, fmt.Errorf("usedFrom.key: %w", orWant(err, "a map of node names to keys"))
+		}
 	}
-	if c.SourceKey, err = compile(u.SourceKey, cel.MapType(cel.StringType, cel.DynType), limit); err != nil {
-		return nil, fmt.Errorf("usedFrom.sourceKey: %w", err)
+	// A string or a list of strings, as a node expression.
+	if c.SourceKey, err = compile(u.SourceKey, cel.StringType, limit); err != nil {
+		return nil, fmt.Errorf("usedFrom.sourceKey: %w", orWant(err, "a list of strings"))
 	}
 	return c, nil
+}
+
+// orWant adds to a compile error that an expression gives the wrong type
+// the other type it may give.
+func orWant(err error, other string) error {
+	if strings.HasPrefix(err.Error(), "gives ") {
+		return fmt.Errorf("%w or %s", err, other)
+	}
+	return err
 }
 
 // UsedResult is what one usedFrom object says: the nodes it maps to and
@@ -122,9 +139,12 @@ type UsedResult struct {
 	NodeErr string
 	// Used is the IPs in use when Err is "".
 	Used int64
-	// Key is the object's key when the source joins by key; KeyErr says
-	// why the key expression gave none.
-	Key, KeyErr string
+	// Key is the object's key when the source joins by key and its key
+	// expression gives one string; KeyByNode its key for each node when
+	// the expression gives a map. KeyErr says why it gave neither.
+	Key       string
+	KeyByNode map[string]string
+	KeyErr    string
 	// Err says why the object gives no count.
 	Err string
 }
@@ -141,7 +161,7 @@ func EvaluateUsedFrom(u *CompiledUsedFrom, namespace, name string, obj map[strin
 	// The key first: an object of another pool whose count fails is left
 	// out by its key, not charged to the node as invalid.
 	if u.Key != nil {
-		if r.Key, err = u.Key.String(obj); err != nil {
+		if r.Key, r.KeyByNode, err = u.Key.Key(obj); err != nil {
 			r.KeyErr = fmt.Sprintf("usedFrom.key expression: %v", err)
 		}
 	}
@@ -151,6 +171,15 @@ func EvaluateUsedFrom(u *CompiledUsedFrom, namespace, name string, obj map[strin
 	return r
 }
 
+// ForNode is o as it counts for node: with a key per node, the key there
+// ("" where the map does not name the node: no key the source gives).
+func (o UsedResult) ForNode(node string) UsedResult {
+	if o.KeyByNode != nil {
+		o.Key, o.KeyByNode = o.KeyByNode[node], nil
+	}
+	return o
+}
+
 // Join is what a node's covering object says of the usedFrom objects that
 // count for the node.
 type Join struct {
@@ -158,17 +187,17 @@ type Join struct {
 	// object that maps to the node does.
 	Keyed bool
 	Keys  []string
-	// Err says why the covering object gives no keys for the node.
+	// Err says why the covering object gives no keys.
 	Err string
 }
 
 // evaluateSourceKeys runs a source's usedFrom.sourceKey, if it has one,
-// into r: the keys for every node the object names.
+// into r.
 func evaluateSourceKeys(s *Compiled, obj map[string]any, r *Result) {
 	if s.UsedFrom == nil || s.UsedFrom.SourceKey == nil || r.Err != "" {
 		return
 	}
-	keys, err := s.UsedFrom.SourceKey.KeysByNode(obj)
+	keys, err := s.UsedFrom.SourceKey.Keys(obj)
 	if err != nil {
 		r.UsedKeysErr = fmt.Sprintf("usedFrom.sourceKey expression: %v", err)
 		return
@@ -176,21 +205,16 @@ func evaluateSourceKeys(s *Compiled, obj map[string]any, r *Result) {
 	r.UsedKeys = keys
 }
 
-// JoinFor is the Join r gives node, for a source that joins by key when
-// keyed. A node the keys do not name is an error: which objects count
-// there is unknown, and counting none would pass for nothing in use.
-func (r Result) JoinFor(node string, keyed bool) Join {
-	if !keyed {
+// JoinFor is the Join r gives its nodes, for a source that joins by key
+// when keyed.
+func (r Result) JoinFor(keyed bool) Join {
+	switch {
+	case !keyed:
 		return Join{}
-	}
-	if r.UsedKeysErr != "" {
+	case r.UsedKeysErr != "":
 		return Join{Keyed: true, Err: r.UsedKeysErr}
 	}
-	keys, ok := r.UsedKeys[node]
-	if !ok {
-		return Join{Keyed: true, Err: "usedFrom.sourceKey gives no key for this node"}
-	}
-	return Join{Keyed: true, Keys: keys}
+	return Join{Keyed: true, Keys: r.UsedKeys}
 }
 
 // WithUsedFrom is m, the mirror of a node whose covering source reads its

@@ -118,10 +118,10 @@ sources:
 	for _, tc := range []struct{ name, node, used, key, sourceKey, want string }{
 		{name: "node not a string", node: "1", want: "sources[0] (mine): usedFrom.node: gives int"},
 		{name: "used not an int", used: "'x'", want: "sources[0] (mine): usedFrom.used: gives string"},
-		{name: "key not a string", key: "1", sourceKey: "{}", want: "sources[0] (mine): usedFrom.key: gives int, want string"},
-		{name: "sourceKey not a map", key: "object.metadata.name", sourceKey: `"x"`,
-			want: "sources[0] (mine): usedFrom.sourceKey: gives string, want map(string, dyn)"},
-		{name: "key does not compile", key: "objet.metadata.name", sourceKey: "{}", want: "sources[0] (mine): usedFrom.key: ERROR"},
+		{name: "key not a string", key: "1", sourceKey: "'k'", want: "sources[0] (mine): usedFrom.key: gives int, want string or a map of node names to keys"},
+		{name: "sourceKey not a key", key: "object.metadata.name", sourceKey: "1",
+			want: "sources[0] (mine): usedFrom.sourceKey: gives int, want string or a list of strings"},
+		{name: "key does not compile", key: "objet.metadata.name", sourceKey: "'k'", want: "sources[0] (mine): usedFrom.key: ERROR"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			node, used := "object.metadata.name", "1"
@@ -191,9 +191,10 @@ func TestPresetWhereaboutsUsedFrom(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := EvaluateUsedFrom(src.UsedFrom, "kube-system", tc.obj["metadata"].(map[string]any)["name"].(string), tc.obj)
-			name := tc.obj["metadata"].(map[string]any)["name"].(string)
-			if r.NodeErr != "" || r.Err != "" || !slices.Equal(r.Nodes, tc.nodes) || r.Used != tc.used || r.Key != name {
-				t.Fatalf("EvaluateUsedFrom = %+v, want nodes %q, used %d and key %q", r, tc.nodes, tc.used, name)
+			// A key for every node it maps to (TestPresetWhereaboutsJoin
+			// checks which).
+			if r.NodeErr != "" || r.Err != "" || r.KeyErr != "" || !slices.Equal(r.Nodes, tc.nodes) || r.Used != tc.used || len(r.KeyByNode) != len(tc.nodes) {
+				t.Fatalf("EvaluateUsedFrom = %+v, want nodes %q, each with a key, and used %d", r, tc.nodes, tc.used)
 			}
 		})
 	}
@@ -339,24 +340,17 @@ func TestMirrorUsedFromPerNetwork(t *testing.T) {
 	}
 }
 
-// TestPresetWhereaboutsJoin: the NodeSlicePool gives each node with a slice
-// the names of the one IPPool the plugin allocates its pods from
-// (<network_name>-<node>-<slice>, or <node>-<slice> for a network without
-// network_name: which one the NodeSlicePool cannot tell), so a node whose
-// name is another's tail is not charged that node's IPs, and a node
-// without a slice gets no key (its used figure is then invalid, never 0).
+// TestPresetWhereaboutsJoin: an IPPool's key for each node its name may be
+// of is the network part before that node, and the NodeSlicePool's keys are
+// its name and "" (a network without network_name): so a node's used
+// figure is its network's pools, another network's pool on the node does
+// not count, and a node whose name is another's tail is not charged that
+// node's IPs.
 func TestPresetWhereaboutsJoin(t *testing.T) {
 	src := presetSource(t, "whereabouts-node-slice")
 	r := Evaluate(src, "kube-system", "pods", nodeSlicePool("/29", "node-1", "1"))
-	if r.Err != "" || r.UsedKeysErr != "" {
-		t.Fatalf("Evaluate = %+v", r)
-	}
-	want := map[string][]string{
-		"node-1": {"pods-node-1-10.233.7.0-29", "node-1-10.233.7.0-29"},
-		"1":      {"pods-1-10.233.7.8-29", "1-10.233.7.8-29"},
-	}
-	if !reflect.DeepEqual(r.UsedKeys, want) {
-		t.Fatalf("keys %q, want %q", r.UsedKeys, want)
+	if r.Err != "" || r.UsedKeysErr != "" || !slices.Equal(r.UsedKeys, []string{"pods", ""}) {
+		t.Fatalf("Evaluate = %+v, want keys pods and \"\"", r)
 	}
 	pool := func(name, rng string, n int) UsedResult {
 		allocs := map[string]any{}
@@ -366,30 +360,59 @@ func TestPresetWhereaboutsJoin(t *testing.T) {
 		return EvaluateUsedFrom(src.UsedFrom, "kube-system", name, map[string]any{
 			"metadata": map[string]any{"name": name}, "spec": map[string]any{"range": rng, "allocations": allocs}})
 	}
-	// What the node index gives node "1": every IPPool whose name has the
-	// tail "1" before its slice.
-	objs := []UsedResult{pool("pods-node-1-10.233.7.0-29", "10.233.7.0/29", 5), pool("pods-1-10.233.7.8-29", "10.233.7.8/29", 2)}
+	p := pool("pods-node-1-10.233.7.0-29", "10.233.7.0/29", 5)
+	if want := map[string]string{"pods-node-1": "", "node-1": "pods", "1": "pods-node"}; p.KeyErr != "" || !reflect.DeepEqual(p.KeyByNode, want) {
+		t.Fatalf("IPPool keys %q (%s), want %q", p.KeyByNode, p.KeyErr, want)
+	}
+	// What the node index gives each node: every IPPool whose name has
+	// the node as a tail before its slice.
+	objs := []UsedResult{p, pool("pods-1-10.233.7.8-29", "10.233.7.8/29", 2),
+		pool("storage-node-1-10.99.0.0-29", "10.99.0.0/29", 4), pool("node-1-10.233.9.0-29", "10.233.9.0/29", 1)}
 	valid := Mirror{Value: "6", Origin: "s nodeslicepools.whereabouts.cni.cncf.io/kube-system/pods"}
 	for _, tc := range []struct {
 		node, want string
 	}{
 		{node: "1", want: "2"},
-		{node: "node-1", want: "5"},
-		{node: "gone", want: underlay.InvalidPrefix + "usedFrom.sourceKey gives no key for this node"},
+		// pods' pool, and the pool of a network without network_name
+		// (which can only over-charge), not storage's.
+		{node: "node-1", want: "6"},
 	} {
 		t.Run(tc.node, func(t *testing.T) {
-			if got := WithUsedFrom(valid, r.JoinFor(tc.node, true), objs).Used; got != tc.want {
+			var mine []UsedResult
+			for _, o := range objs {
+				if slices.Contains(o.Nodes, tc.node) {
+					mine = append(mine, o.ForNode(tc.node))
+				}
+			}
+			if got := WithUsedFrom(valid, r.JoinFor(true), mine).Used; got != tc.want {
 				t.Fatalf("used %q, want %q", got, tc.want)
 			}
 		})
 	}
-	t.Run("a sourceKey that gives no map of keys", func(t *testing.T) {
+	t.Run("a key that gives no map of strings", func(t *testing.T) {
 		x, err := compile(`{"n1": 1}`, cel.MapType(cel.StringType, cel.DynType), CostLimit)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := x.KeysByNode(map[string]any{}); err == nil || !strings.Contains(err.Error(), `gives node "n1" int`) {
-			t.Fatalf("KeysByNode = %v, want an error naming the node and the type", err)
+		if _, _, err := x.Key(map[string]any{}); err == nil || !strings.Contains(err.Error(), `want node names to keys`) {
+			t.Fatalf("Key = %v, want an error naming what the map holds", err)
 		}
 	})
+}
+
+// TestPresetWhereaboutsJoinCost: the join adds nothing per slice to the
+// NodeSlicePool's evaluation: 16384 slices (a /10 cut into /24s), every one
+// a node's, stay within one evaluation's cost limit (a per-node map of keys
+// built there exceeded it at 16384).
+func TestPresetWhereaboutsJoinCost(t *testing.T) {
+	src := presetSource(t, "whereabouts-node-slice")
+	allocs := make([]any, 16384)
+	for i := range allocs {
+		allocs[i] = map[string]any{"nodeName": fmt.Sprintf("ip-10-0-%d-%d.ec2.internal", i/256, i%256), "sliceRange": fmt.Sprintf("10.%d.%d.0/24", i/256, i%256)}
+	}
+	r := Evaluate(src, "kube-system", "pods", map[string]any{"metadata": map[string]any{"name": "pods"},
+		"spec": map[string]any{"range": "10.0.0.0/10", "sliceSize": "/24"}, "status": map[string]any{"allocations": allocs}})
+	if r.NodeErr != "" || r.Err != "" || r.UsedKeysErr != "" || len(r.Nodes) != len(allocs) {
+		t.Fatalf("Evaluate: %d nodes, %q %q %q", len(r.Nodes), r.NodeErr, r.Err, r.UsedKeysErr)
+	}
 }
