@@ -173,11 +173,12 @@ var capacitySources = []ipamSource{
 					cidrs = append(cidrs, fmt.Sprintf("10.20.%d.%d/32", i/250, i%250))
 				}
 			}
-			return ipamtest.CiliumNodeMultiPool(node, uid, []ipamtest.PoolAllocation{{Pool: "underlay", CIDRs: cidrs, AllowFirstIP: true, AllowLastIP: true}})
+			// The preset counts the default pool only (issue 55 §5).
+			return ipamtest.CiliumNodeMultiPool(node, uid, []ipamtest.PoolAllocation{{Pool: "default", CIDRs: cidrs, AllowFirstIP: true, AllowLastIP: true}})
 		},
 		// A CIDR of more addresses than any node holds.
 		malformed: func(node string, uid types.UID, _ int) *unstructured.Unstructured {
-			return ipamtest.CiliumNodeMultiPool(node, uid, []ipamtest.PoolAllocation{{Pool: "underlay", CIDRs: []string{"10.0.0.0/8"}}})
+			return ipamtest.CiliumNodeMultiPool(node, uid, []ipamtest.PoolAllocation{{Pool: "default", CIDRs: []string{"10.0.0.0/8"}}})
 		},
 		reason: "larger than 1048576",
 	},

@@ -48,6 +48,12 @@ type Result struct {
 	Used    int64
 	HasUsed bool
 	UsedErr string
+
+	// UsedKeys are, when the source's usedFrom joins by key, the keys of
+	// the usedFrom objects that count for the object's nodes
+	// (usedFrom.sourceKey); UsedKeysErr says why the expression gave none.
+	UsedKeys    []string
+	UsedKeysErr string
 }
 
 // Evaluate runs a source's expressions on one object.
@@ -73,6 +79,7 @@ func Evaluate(s *Compiled, namespace, name string, obj map[string]any) Result {
 		}
 	}
 	evaluateUsed(s, obj, &r)
+	evaluateSourceKeys(s, obj, &r)
 	return r
 }
 

@@ -101,6 +101,11 @@ func gives(out, want *cel.Type) bool {
 	if want == cel.StringType && out.Kind() == types.ListKind {
 		return true
 	}
+	// A map of keys by node (usedFrom.key) is checked entry by entry when
+	// it runs (Key).
+	if want.Kind() == types.MapKind && out.Kind() == types.MapKind {
+		return true
+	}
 	if want.Kind() == types.OpaqueKind && want.TypeName() == "optional_type" {
 		if out.Kind() == types.OpaqueKind && out.TypeName() == "optional_type" {
 			return gives(out.Parameters()[0], want.Parameters()[0])
@@ -207,6 +212,59 @@ func (x *Expression) NodeNames(obj map[string]any) (nodes []string, list bool, e
 		return nodes, true, nil
 	}
 	return nil, false, fmt.Errorf("gives %s %s, want a string or a list of strings", v.Type().TypeName(), short(v))
+}
+
+// Key runs a usedFrom.key expression on obj: one key (a string), or a map
+// from a node's name to the object's key for that node. Anything else is an
+// error.
+func (x *Expression) Key(obj map[string]any) (key string, byNode map[string]string, err error) {
+	v, err := x.eval(obj)
+	if err != nil {
+		return "", nil, err
+	}
+	switch t := v.(type) {
+	case types.String:
+		return string(t), nil, nil
+	case traits.Mapper:
+		byNode = map[string]string{}
+		for it := t.Iterator(); it.HasNext() == types.True; {
+			k := it.Next()
+			node, ok1 := k.(types.String)
+			val, ok2 := t.Get(k).(types.String)
+			if !ok1 || !ok2 {
+				return "", nil, fmt.Errorf("gives a map with %s %s: %s, want node names to keys (strings)", k.Type().TypeName(), short(k), short(t.Get(k)))
+			}
+			byNode[string(node)] = string(val)
+		}
+		return "", byNode, nil
+	}
+	return "", nil, fmt.Errorf("gives %s %s, want a string or a map of node names to keys", v.Type().TypeName(), short(v))
+}
+
+// Keys runs a usedFrom.sourceKey expression on obj: a key (a string) or
+// keys (a list of strings; "" is a key like any other). Anything else is
+// an error.
+func (x *Expression) Keys(obj map[string]any) ([]string, error) {
+	v, err := x.eval(obj)
+	if err != nil {
+		return nil, err
+	}
+	switch t := v.(type) {
+	case types.String:
+		return []string{string(t)}, nil
+	case traits.Lister:
+		var keys []string
+		for it := t.Iterator(); it.HasNext() == types.True; {
+			e := it.Next()
+			s, ok := e.(types.String)
+			if !ok {
+				return nil, fmt.Errorf("gives a list with %s %s, want a list of strings", e.Type().TypeName(), short(e))
+			}
+			keys = append(keys, string(s))
+		}
+		return keys, nil
+	}
+	return nil, fmt.Errorf("gives %s %s, want a string or a list of strings", v.Type().TypeName(), short(v))
 }
 
 // short renders a value for an error message, cut to a readable length.

@@ -107,20 +107,36 @@ func (si *sourceInformer) usedFromOf(node string) []UsedResult {
 	out := make([]UsedResult, 0, len(objs))
 	for _, o := range objs {
 		if e, ok := o.(*evaluatedUsed); ok {
-			out = append(out, e.UsedResult)
+			out = append(out, e.UsedResult.ForNode(node))
 		}
 	}
 	return out
 }
 
 // withUsedFrom applies WithUsedFrom for the source that decided want, if
-// it reads a usedFrom resource.
+// it reads a usedFrom resource, joined by the keys its object gives node.
 func (c *Controller) withUsedFrom(want Mirror, node string) Mirror {
 	src := sourceOf(want)
 	for _, si := range c.sources {
 		if si.src.Name == src && si.used != nil {
-			return WithUsedFrom(want, si.usedFromOf(node))
+			return WithUsedFrom(want, si.joinFor(node), si.usedFromOf(node))
 		}
 	}
 	return want
+}
+
+// joinFor is the Join of node's object of si. A valid mirror has exactly
+// one; with none or several the capacity is invalid and WithUsedFrom
+// leaves it alone.
+func (si *sourceInformer) joinFor(node string) Join {
+	keyed := si.src.UsedFrom.SourceKey != nil
+	objs, _ := si.inf.GetIndexer().ByIndex(nodeIndex, node)
+	if len(objs) != 1 {
+		return Join{Keyed: keyed}
+	}
+	e, ok := objs[0].(*evaluated)
+	if !ok {
+		return Join{Keyed: keyed}
+	}
+	return e.JoinFor(keyed)
 }

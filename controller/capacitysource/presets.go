@@ -59,9 +59,13 @@ var Presets = map[string]Source{
 	// service/ipallocator NewCIDRRange, for CIDRs of more than 2
 	// addresses). Its router, health and ingress IPs come out of the
 	// default pool (infra_ip_allocation.go, ipam.PoolDefault()) and are
-	// not for pods. The count is the IPv4 addresses of every pool's CIDRs
-	// less those; to count one pool (the underlay one), filter on a.pool in
-	// your own capacity expression (docs/scheduling.md shows it). No
+	// not for pods. The count is the IPv4 addresses of the default pool's
+	// CIDRs less those: the pool every pod that names none draws from
+	// (pkg/ipam: ipam.PoolDefault(), the agent's --ipam-default-ip-pool),
+	// the pods draws: all charges. Other pools are left out: their free IPs
+	// serve only pods that name them. To count another pool (an underlay
+	// one, draws: marked), write your own capacity expression filtering on
+	// a.pool (docs/scheduling.md shows it). No
 	// MaxCapacity: a pool grows by CIDRs of its CiliumPodIPPool, with no
 	// per-node bound on the CiliumNode.
 	"cilium-multi-pool": {
@@ -87,7 +91,15 @@ var Presets = map[string]Source{
 	// (cns/ipampool/v2/monitor.go:145-156 buildNNCSpec, called from
 	// reconcile only when the target changes), so names of IPs already gone
 	// from status stay listed. The count is the dynamic assignments whose
-	// name is not listed. Static (block) network containers are left out.
+	// name is not listed. A static network container (assignmentMode
+	// static: type overlay, Azure CNI Overlay's pod CIDR, or vnetblock,
+	// static block allocation; nodenetworkconfig.go:97-113) is a block CNS
+	// serves whole and that does not grow: CNS lists every address of its
+	// primaryIP prefix and, for vnetblock, of each ipAssignment's CIDR as
+	// the node's pod IPs (cns/kubecontroller/nodenetworkconfig/
+	// conversion.go:101-140, conversion_linux.go:19-56), so those IPv4
+	// addresses are the count. Leaving it out read 0, and under draws: all
+	// no pod could be placed on the node.
 	// MaxCapacity is status.scaler.maxIPCount, capped at 250 as CNS caps
 	// its request (v2/monitor.go:18,85).
 	"azure-cns": {
@@ -97,10 +109,15 @@ var Presets = map[string]Source{
 		Resource:  &Resource{Group: "acn.azure.com", Version: "v1alpha", Resource: "nodenetworkconfigs"},
 		Namespace: "kube-system",
 		Node:      "object.metadata.name",
-		Capacity: `object.?status.?networkContainers.orValue([])
-  .filter(nc, nc.?assignmentMode.orValue("dynamic") == "dynamic")
-  .map(nc, nc.?ipAssignments.orValue([])
-    .filter(a, !(a.?name.orValue("") in object.?spec.?ipsNotInUse.orValue([]))).size()).sum()`,
+		Capacity: `object.?status.?networkContainers.orValue([]).map(nc,
+  nc.?assignmentMode.orValue("dynamic") == "static"
+  ? ([nc.?primaryIP.orValue("")]
+     + (nc.?type.orValue("vnet") == "vnetblock" ? nc.?ipAssignments.orValue([]).map(a, a.?ip.orValue("")) : []))
+    .filter(c, isCIDR(c) && cidr(c).ip().family() == 4)
+    .map(c, math.bitShiftLeft(1, 32 - cidr(c).prefixLength())).sum()
+  : nc.?ipAssignments.orValue([])
+    .filter(a, !(a.?name.orValue("") in object.?spec.?ipsNotInUse.orValue([]))).size()
+).sum()`,
 		MaxCapacity: `object.?status.?scaler.?maxIPCount.optFlatMap(m, m > 0 ? optional.of(math.least(m, 250)) : optional.none())`,
 	},
 	// whereabouts' node slices (v0.9.2, IPv4 only): its node-slice
@@ -135,10 +152,13 @@ var Presets = map[string]Source{
 	},
 }
 
-// ciliumMultiPool counts the IPv4 addresses of spec.ipam.pools.allocated,
-// less the agent's router (CiliumInternalIP), health and ingress IPs that
-// fall in them.
-const ciliumMultiPool = `cel.bind(allocs, object.?spec.?ipam.?pools.?allocated.orValue([]),
+// ciliumMultiPool counts the IPv4 addresses of the default pool's CIDRs in
+// spec.ipam.pools.allocated, less the agent's router (CiliumInternalIP),
+// health and ingress IPs that fall in them. Only the default pool: a pod
+// that names no pool (ipam.cilium.io/ip-pool) takes its IP there, and a
+// sum over every pool reads a node whose default pool is full as free
+// while another pool has room.
+const ciliumMultiPool = `cel.bind(allocs, object.?spec.?ipam.?pools.?allocated.orValue([]).filter(a, a.?pool.orValue("") == "default"),
   allocs.map(a,
     a.?cidrs.orValue([]).filter(c, cidr(c).ip().family() == 4).map(c,
       math.bitShiftLeft(1, 32 - cidr(c).prefixLength())
@@ -181,14 +201,11 @@ var ciliumCloud = Source{
 // <network_name>-<node>-<slice>, or <node>-<slice> for a network without
 // network_name, with the slice (spec.range) written with "-" for "/" and
 // ":" (ipam.go:106-134 IPPoolName, normalizeRange), and made, empty, at
-// the node's first pod (ipam.go:136-161). Nothing in the IPPool names the
-// node but its name, and a network name may hold "-" too, so the node
-// expression names every tail of what precedes the slice ("pods-node-1"
-// gives pods-node-1, node-1 and 1): the node among them is charged, and
-// so is a node whose whole name is another tail (a node "1" beside
-// "node-1") — which can only over-charge it. An IPPool of a network
-// without node slices (<network_name>-<range>) names no node's tail but
-// by the same accident.
+// the node's first pod (ipam.go:136-161). The node expression names every
+// tail of what precedes the slice ("pods-node-1" gives pods-node-1, node-1
+// and 1: a network name may hold "-" too), which only decides which nodes
+// an IPPool's change requeues; the key join (Key, SourceKey) decides which
+// IPPools count for a node: those of the source's network.
 var whereaboutsIPPools = &UsedFrom{
 	Resource: &Resource{Group: "whereabouts.cni.cncf.io", Version: "v1alpha1", Resource: "ippools"},
 	Node: `cel.bind(suffix, "-" + object.?spec.?range.orValue("").replace("/", "-").replace(":", "-"),
@@ -197,6 +214,25 @@ var whereaboutsIPPools = &UsedFrom{
       lists.range(size(parts)).map(i, parts.slice(i, size(parts)).join("-")))
   : [])`,
 	Used: `size(object.?spec.?allocations.orValue({}))`,
+	// The join: the plugin allocates a node's pods of a network from the
+	// IPPools named <network_name>-<node>-<slice> (ipam.go:587-604,
+	// 106-121), and the NodeSlicePool is named network_name, or the
+	// configuration's name without one (controller.go:555-561
+	// getSliceName, ipam.go:536-541 getNodeSliceName). So an IPPool's key
+	// for each node its name may be of is the network part before it
+	// ("pods-node-1-<slice>": node-1 -> pods, 1 -> pods-node, and
+	// pods-node-1 -> "" as a pool of a network without network_name), and
+	// the source's keys are its name and "" (the NodeSlicePool cannot say
+	// whether network_name is set; an unnamed network's pool can only
+	// over-charge). Another network's IPPool on the node does not count.
+	// The per-node part is on the IPPool's side, a handful of tails, not
+	// on the NodeSlicePool's, which lists every slice of the network.
+	Key: `cel.bind(suffix, "-" + object.?spec.?range.orValue("").replace("/", "-").replace(":", "-"),
+  size(suffix) > 1 && object.metadata.name.endsWith(suffix)
+  ? cel.bind(parts, object.metadata.name.substring(0, size(object.metadata.name) - size(suffix)).split("-"),
+      lists.range(size(parts)).transformMapEntry(i, x, {parts.slice(i, size(parts)).join("-"): parts.slice(0, i).join("-")}))
+  : {})`,
+	SourceKey: `[string(object.metadata.name), ""]`,
 }
 
 // PresetNames lists the presets, sorted.

@@ -80,11 +80,11 @@ func TestPresets(t *testing.T) {
 			obj: ipamtest.CiliumNodeENIMultiPool("n1", "u", 144, 96, 69, ipamtest.IP(0), ipamtest.IP(1)), want: 94},
 		{name: "ENI, v1.20 agent: an endpoint IP outside the allocation is not the pool's", preset: "cilium-eni",
 			obj: ipamtest.CiliumNodeENIMultiPool("n1", "u", 12, 12, 0, "10.99.0.1", ipamtest.IP(1)), want: 11},
-		{name: "multi-pool: a /28 less network and broadcast, plus a delegated /28", preset: "cilium-multi-pool",
+		{name: "multi-pool: a /28 less network and broadcast; a delegated /28 of another pool is not counted", preset: "cilium-multi-pool",
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
 				{Pool: "underlay", CIDRs: []string{"10.20.0.16/28"}, AllowFirstIP: true, AllowLastIP: true},
-			}), want: 14 + 16},
+			}), want: 14},
 		{name: "multi-pool: router and health come out of the default pool", preset: "cilium-multi-pool",
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
@@ -93,7 +93,13 @@ func TestPresets(t *testing.T) {
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
 				{Pool: "underlay", CIDRs: []string{"10.20.0.16/28"}, AllowFirstIP: true, AllowLastIP: true},
-			}, "10.10.0.1", "10.10.0.2", "10.10.0.3"), want: 11 + 16},
+			}, "10.10.0.1", "10.10.0.2", "10.10.0.3"), want: 11},
+		{name: "multi-pool: free IPs only in another pool are not the default pool's", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
+				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
+				{Pool: "storage", CIDRs: []string{"10.30.0.0/27", "10.30.0.32/28"}},
+				{Pool: "underlay", CIDRs: []string{"10.20.0.16/28"}, AllowFirstIP: true, AllowLastIP: true},
+			}, "10.10.0.1", "10.10.0.2"), want: 12},
 		{name: "multi-pool: IPv6 CIDRs and tiny CIDRs", preset: "cilium-multi-pool",
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"fd00::/120", "10.10.0.0/31", "10.10.0.2/32", "10.10.1.0/30"}},
@@ -103,6 +109,16 @@ func TestPresets(t *testing.T) {
 			err: "network address parse error"},
 		{name: "Azure CNS: the assigned IPs less those CNS releases", preset: "azure-cns",
 			obj: ipamtest.NodeNetworkConfig("n1", "u", 32, 32, 4), want: 28},
+		// CNS serves every address of a static container's primaryIP
+		// prefix and, for vnetblock, of each ipAssignment's CIDR
+		// (cns/kubecontroller/nodenetworkconfig/conversion_linux.go:19-56;
+		// its test expects these 12 for this container).
+		{name: "Azure CNS: a static vnetblock container's blocks", preset: "azure-cns",
+			obj: ipamtest.NodeNetworkConfigStatic("n1", "u", "vnetblock", "10.224.0.4/30", "10.224.0.8/30", "10.224.0.12/30"), want: 12},
+		{name: "Azure CNS: a static overlay container's pod CIDR", preset: "azure-cns",
+			obj: ipamtest.NodeNetworkConfigStatic("n1", "u", "overlay", "10.244.3.0/24"), want: 256},
+		{name: "Azure CNS: a vnetblock container's IPv6 block is not counted (a pod's IPv4 address is the scarce one)", preset: "azure-cns",
+			obj: ipamtest.NodeNetworkConfigStatic("n1", "u", "vnetblock", "10.224.0.16/28", "fd00::/120"), want: 16},
 		{name: "Azure CNS v2: names left in ipsNotInUse after a scale-down are not subtracted", preset: "azure-cns",
 			obj: ipamtest.NodeNetworkConfig("n1", "u", 16, 16, 0, 16), want: 16},
 		{name: "Azure CNS v2: IPs being released and stale names", preset: "azure-cns",

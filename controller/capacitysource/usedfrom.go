@@ -2,8 +2,10 @@ package capacitysource
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/google/cel-go/cel"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -28,6 +30,20 @@ type UsedFrom struct {
 	// Used is a CEL expression over object: the IPs in use it reports, an
 	// int from 0 to 1048576.
 	Used string `json:"used,omitempty"`
+	// Key, optional with SourceKey, is a CEL expression over object (the
+	// usedFrom object): its key, a string, or a map from each node it maps
+	// to, to its key for that node. With it, an object counts for a node
+	// only if its key there is one SourceKey gives: an IPAM that keeps
+	// several networks' use on one node (whereabouts: one IPPool per
+	// network and node) is read for the network the source counts.
+	Key string `json:"key,omitempty"`
+	// SourceKey, set with Key, is a CEL expression over object (the
+	// source's object): the key (a string) or keys (a list of strings) of
+	// the usedFrom objects that count for the nodes it maps to. It is one
+	// value per source object, never per node: an object that lists every
+	// node (a NodeSlicePool) would otherwise pay per node within one
+	// evaluation's cost limit.
+	SourceKey string `json:"sourceKey,omitempty"`
 }
 
 // CompiledUsedFrom is a UsedFrom ready to run.
@@ -36,6 +52,8 @@ type CompiledUsedFrom struct {
 	Namespace string
 	Node      *Expression
 	Used      *Expression
+	// Key and SourceKey are nil when the source does not join by key.
+	Key, SourceKey *Expression
 }
 
 // validateUsedFrom checks an expanded source's usedFrom: a resource, both
@@ -58,6 +76,15 @@ func (s *Source) validateUsedFrom(p *field.Path) field.ErrorList {
 	if u.Used == "" {
 		errs = append(errs, field.Required(p.Child("used"), "a CEL expression giving the IPs in use an object reports"))
 	}
+	// A key on one side alone joins nothing: say which one is missing.
+	switch {
+	case u.Key != "" && u.SourceKey == "":
+		errs = append(errs, field.Required(p.Child("sourceKey"),
+			"usedFrom.key is set: a CEL expression over the source's object giving the key or keys of the usedFrom objects that count for its nodes"))
+	case u.Key == "" && u.SourceKey != "":
+		errs = append(errs, field.Required(p.Child("key"),
+			"usedFrom.sourceKey is set: a CEL expression over the usedFrom object giving its key, or a map of node names to its key there"))
+	}
 	return errs
 }
 
@@ -74,7 +101,30 @@ func compileUsedFrom(u *UsedFrom, limit uint64) (*CompiledUsedFrom, error) {
 	if err != nil {
 		return nil, fmt.Errorf("usedFrom.used: %w", err)
 	}
-	return &CompiledUsedFrom{Resource: *u.Resource, Namespace: u.Namespace, Node: node, Used: used}, nil
+	c := &CompiledUsedFrom{Resource: *u.Resource, Namespace: u.Namespace, Node: node, Used: used}
+	if u.Key == "" {
+		return c, nil
+	}
+	if c.Key, err = compile(u.Key, cel.StringType, limit); err != nil {
+		var mapErr error
+		if c.Key, mapErr = compile(u.Key, cel.MapType(cel.StringType, cel.DynType), limit); mapErr != nil {
+			return nil, fmt.Errorf("usedFrom.key: %w", orWant(err, "a map of node names to keys"))
+		}
+	}
+	// A string or a list of strings, as a node expression.
+	if c.SourceKey, err = compile(u.SourceKey, cel.StringType, limit); err != nil {
+		return nil, fmt.Errorf("usedFrom.sourceKey: %w", orWant(err, "a list of strings"))
+	}
+	return c, nil
+}
+
+// orWant adds to a compile error that an expression gives the wrong type
+// the other type it may give.
+func orWant(err error, other string) error {
+	if strings.HasPrefix(err.Error(), "gives ") {
+		return fmt.Errorf("%w or %s", err, other)
+	}
+	return err
 }
 
 // UsedResult is what one usedFrom object says: the nodes it maps to and
@@ -89,6 +139,12 @@ type UsedResult struct {
 	NodeErr string
 	// Used is the IPs in use when Err is "".
 	Used int64
+	// Key is the object's key when the source joins by key and its key
+	// expression gives one string; KeyByNode its key for each node when
+	// the expression gives a map. KeyErr says why it gave neither.
+	Key       string
+	KeyByNode map[string]string
+	KeyErr    string
 	// Err says why the object gives no count.
 	Err string
 }
@@ -102,10 +158,63 @@ func EvaluateUsedFrom(u *CompiledUsedFrom, namespace, name string, obj map[strin
 		return r
 	}
 	r.Nodes = nodes
+	// The key first: an object of another pool whose count fails is left
+	// out by its key, not charged to the node as invalid.
+	if u.Key != nil {
+		if r.Key, r.KeyByNode, err = u.Key.Key(obj); err != nil {
+			r.KeyErr = fmt.Sprintf("usedFrom.key expression: %v", err)
+		}
+	}
 	if r.Used, err = u.Used.Count(obj); err != nil {
 		r.Used, r.Err = 0, fmt.Sprintf("usedFrom.used expression: %v", err)
 	}
 	return r
+}
+
+// ForNode is o as it counts for node: with a key per node, the key there
+// ("" where the map does not name the node: no key the source gives).
+func (o UsedResult) ForNode(node string) UsedResult {
+	if o.KeyByNode != nil {
+		o.Key, o.KeyByNode = o.KeyByNode[node], nil
+	}
+	return o
+}
+
+// Join is what a node's covering object says of the usedFrom objects that
+// count for the node.
+type Join struct {
+	// Keyed: only objects whose key is in Keys count; otherwise every
+	// object that maps to the node does.
+	Keyed bool
+	Keys  []string
+	// Err says why the covering object gives no keys.
+	Err string
+}
+
+// evaluateSourceKeys runs a source's usedFrom.sourceKey, if it has one,
+// into r.
+func evaluateSourceKeys(s *Compiled, obj map[string]any, r *Result) {
+	if s.UsedFrom == nil || s.UsedFrom.SourceKey == nil || r.Err != "" {
+		return
+	}
+	keys, err := s.UsedFrom.SourceKey.Keys(obj)
+	if err != nil {
+		r.UsedKeysErr = fmt.Sprintf("usedFrom.sourceKey expression: %v", err)
+		return
+	}
+	r.UsedKeys = keys
+}
+
+// JoinFor is the Join r gives its nodes, for a source that joins by key
+// when keyed.
+func (r Result) JoinFor(keyed bool) Join {
+	switch {
+	case !keyed:
+		return Join{}
+	case r.UsedKeysErr != "":
+		return Join{Keyed: true, Err: r.UsedKeysErr}
+	}
+	return Join{Keyed: true, Keys: r.UsedKeys}
 }
 
 // WithUsedFrom is m, the mirror of a node whose covering source reads its
@@ -117,26 +226,39 @@ func EvaluateUsedFrom(u *CompiledUsedFrom, namespace, name string, obj map[strin
 //     when the first CNI ADD on the node finds none), so before that it
 //     holds nothing there.
 //   - several: their sum. Each IP an object lists is held until the IPAM
-//     lets it go, whichever object lists it: a whereabouts node keeps the
-//     IPPool of an earlier slice, allocations and all, after its
-//     NodeSlicePool is re-sliced (nothing in v0.9.2 deletes an IPPool;
-//     the plugin's DEL looks only in the pool of the node's current slice,
-//     ipam.go:588-619, 666-672), and its IPs are freed only by the
-//     reconciler. A sum can only over-charge; treating it as invalid would
-//     hold the node at 0 until someone deletes the old pool.
+//     lets it go, whichever object lists it. A source whose objects of
+//     several pools map to one node says which count with a key join
+//     (below); without one, a sum can only over-charge, where treating it
+//     as invalid would hold the node at 0.
 //   - one that fails: the used figure is invalid, with the reason, and the
 //     rule makes the node invalid (a node whose IPAM cannot say what it
 //     holds is not counted as holding nothing).
 //
+// With a key join (j.Keyed), only the objects whose key is one of j.Keys
+// count: whereabouts keeps each network's use on a node in an IPPool of its
+// own, and the NodeSlicePool a source reads is one network's. A join that
+// fails makes the used figure invalid.
+//
 // A node the source does not cover, or whose capacity is invalid, keeps m.
-func WithUsedFrom(m Mirror, objs []UsedResult) Mirror {
+func WithUsedFrom(m Mirror, j Join, objs []UsedResult) Mirror {
 	if m.Value == "" || m.Invalid() {
 		return m
 	}
-	objs = append([]UsedResult(nil), objs...)
+	if j.Err != "" {
+		m.Used = underlay.InvalidPrefix + j.Err
+		return m
+	}
+	objs = slices.DeleteFunc(append([]UsedResult(nil), objs...), func(o UsedResult) bool {
+		// An object whose key failed stays: it may be this node's.
+		return j.Keyed && o.KeyErr == "" && !slices.Contains(j.Keys, o.Key)
+	})
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Ref < objs[j].Ref })
 	var sum int64
 	for _, o := range objs {
+		if j.Keyed && o.KeyErr != "" {
+			m.Used = underlay.InvalidPrefix + o.Ref + ": " + o.KeyErr
+			return m
+		}
 		if o.Err != "" {
 			m.Used = underlay.InvalidPrefix + o.Ref + ": " + o.Err
 			return m

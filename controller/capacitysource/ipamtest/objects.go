@@ -242,3 +242,34 @@ func NodeNetworkConfig(node string, uid types.UID, requested, ips, notInUse int,
 		},
 	}}
 }
+
+// NodeNetworkConfigStatic is an Azure CNS NodeNetworkConfig of a node whose
+// pods take their IPs from one static network container (assignmentMode
+// static, ACN v1.8.12 crd/nodenetworkconfig/api/v1alpha/
+// nodenetworkconfig.go:97-113): ncType "overlay" (Azure CNI Overlay: the
+// node's pod CIDR in primaryIP) or "vnetblock" (static block allocation:
+// the node's first block in primaryIP, more blocks as ipAssignments'
+// CIDRs), shaped as ACN's own tests write them
+// (cns/kubecontroller/nodenetworkconfig/conversion_test.go:20-28, 91-120).
+// A static container has no scaler: it does not grow.
+func NodeNetworkConfigStatic(node string, uid types.UID, ncType, primaryIP string, blocks ...string) *unstructured.Unstructured {
+	assignments := make([]any, len(blocks))
+	for i, b := range blocks {
+		assignments[i] = map[string]any{"name": fmt.Sprintf("f0a1b2c3-0000-4000-8000-%012d", i), "ip": b}
+	}
+	nc := map[string]any{
+		"id": "d9a5b0f2-5a8e-4e47-8a9b-6c1f3a2e9b10", "assignmentMode": "static", "type": ncType,
+		"primaryIP": primaryIP, "subnetName": "pods", "subnetAddressSpace": "10.224.0.0/14",
+		"defaultGateway": "10.224.0.1", "nodeIP": "10.228.0.6", "version": int64(1), "status": "NCUpdateSuccess",
+	}
+	if len(blocks) > 0 {
+		nc["ipAssignments"] = assignments
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "acn.azure.com/v1alpha",
+		"kind":       "NodeNetworkConfig",
+		"metadata":   map[string]any{"name": node, "namespace": "kube-system", "ownerReferences": ownedByNode(node, uid)},
+		"spec":       map[string]any{"requestedIPCount": int64(0)},
+		"status":     map[string]any{"assignedIPCount": int64(0), "status": "Updated", "networkContainers": []any{nc}},
+	}}
+}
