@@ -36,7 +36,10 @@ const nodeIndex = "node"
 
 // Config wires a Controller.
 type Config struct {
-	Client  kubernetes.Interface
+	Client kubernetes.Interface
+	// Writer patches the Nodes, with a rate limit of its own; nil is
+	// Client.
+	Writer  kubernetes.Interface
 	Dynamic dynamic.Interface
 	Sources []*Compiled
 	// Recorder records a Warning Event on a Node whose capacity becomes
@@ -91,6 +94,9 @@ func (e *evaluated) DeepCopyObject() runtime.Object { c := *e; return &c }
 
 // New builds the controller and its informers; Run starts them.
 func New(cfg Config) (*Controller, error) {
+	if cfg.Writer == nil {
+		cfg.Writer = cfg.Client
+	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
 	}
@@ -321,7 +327,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.setState(name, stateOf(want))
 		return nil
 	}
-	_, err = c.cfg.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	_, err = c.cfg.Writer.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	switch {
 	case apierrors.IsNotFound(err):
 		c.setState(name, nodeState{})
