@@ -145,6 +145,8 @@ type UsedResult struct {
 	Key       string
 	KeyByNode map[string]string
 	KeyErr    string
+	// noKey: ForNode found no key for the node in KeyByNode.
+	noKey bool
 	// Err says why the object gives no count.
 	Err string
 }
@@ -171,14 +173,18 @@ func EvaluateUsedFrom(u *CompiledUsedFrom, namespace, name string, obj map[strin
 	return r
 }
 
-// ForNode is o as it counts for node: with a key per node, the key there
-// ("" where the map does not name the node: no key the source gives).
+// ForNode is o as it counts for node: with a key per node, the key there;
+// where the map does not name the node, no key, so that it counts for no
+// key the source gives ("" included).
 func (o UsedResult) ForNode(node string) UsedResult {
 	if o.KeyByNode != nil {
-		o.Key, o.KeyByNode = o.KeyByNode[node], nil
+		o.Key, o.noKey = o.KeyByNode[node], !hasKey(o.KeyByNode, node)
+		o.KeyByNode = nil
 	}
 	return o
 }
+
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 
 // Join is what a node's covering object says of the usedFrom objects that
 // count for the node.
@@ -250,7 +256,7 @@ func WithUsedFrom(m Mirror, j Join, objs []UsedResult) Mirror {
 	}
 	objs = slices.DeleteFunc(append([]UsedResult(nil), objs...), func(o UsedResult) bool {
 		// An object whose key failed stays: it may be this node's.
-		return j.Keyed && o.KeyErr == "" && !slices.Contains(j.Keys, o.Key)
+		return j.Keyed && o.KeyErr == "" && (o.noKey || !slices.Contains(j.Keys, o.Key))
 	})
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Ref < objs[j].Ref })
 	var sum int64

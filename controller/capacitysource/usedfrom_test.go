@@ -389,6 +389,12 @@ func TestPresetWhereaboutsJoin(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a node the key's map does not name", func(t *testing.T) {
+		o := UsedResult{Ref: "z", Nodes: []string{"n9"}, Used: 3, KeyByNode: map[string]string{"other": ""}}
+		if got := WithUsedFrom(valid, r.JoinFor(true), []UsedResult{o.ForNode("n9")}).Used; got != "0" {
+			t.Fatalf("used %q, want 0: an object with no key for the node counts for no key, \"\" included", got)
+		}
+	})
 	t.Run("a key that gives no map of strings", func(t *testing.T) {
 		x, err := compile(`{"n1": 1}`, cel.MapType(cel.StringType, cel.DynType), CostLimit)
 		if err != nil {
