@@ -79,17 +79,7 @@ func TestRealNodePrevented(t *testing.T) {
 			t.Errorf("after three IPs freed and taken: %s, want 20 Running and 2 Pending", st)
 		}
 		checkRunningIPs(t, s.RealNodes, st)
-		waitIPAMSettled(ctx, t, watch, 10)
-		watch.end()
-		polls := watch.check(t)
-		failed, err := sandboxFailures(ctx, s, ns, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(failed) > 0 {
-			t.Errorf("%d sandboxes failed; first: %s", len(failed), failed[0])
-		}
-		t.Logf("%d polls: the IPAM never handed out more than capscale counted", polls)
+		checkIPAMNeverOver(ctx, t, s, ns, watch, 10)
 	})
 }
 
@@ -119,6 +109,24 @@ func checkPendingReason(ctx context.Context, t *testing.T, s *stack.Stack, ns st
 
 // waitIPAMSettled waits until every real node's IPAM and capscale both count
 // want.
+// checkIPAMNeverOver waits for watch to settle at want per node, ends it,
+// and fails the test for any poll where the IPAM handed out more than
+// capscale counted, and for any failed sandbox in ns.
+func checkIPAMNeverOver(ctx context.Context, t *testing.T, s *stack.Stack, ns string, watch *ipamWatch, want int) {
+	t.Helper()
+	waitIPAMSettled(ctx, t, watch, want)
+	watch.end()
+	polls := watch.check(t)
+	failed, err := sandboxFailures(ctx, s, ns, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d sandboxes failed; first: %s", len(failed), failed[0])
+	}
+	t.Logf("%d polls: the IPAM never handed out more than capscale counted", polls)
+}
+
 func waitIPAMSettled(ctx context.Context, t *testing.T, w *ipamWatch, want int) {
 	t.Helper()
 	var last string

@@ -76,16 +76,6 @@ func TestRealNodeWhereaboutsUnion(t *testing.T) {
 			_, c := st.running[n0]["c"]
 			return !still && b && c && len(st.running[n0]) == whereaboutsSlice && len(st.creating) == 0 && len(st.pending) == 0
 		})
-		waitIPAMSettled(ctx, t, watch, whereaboutsSlice)
-		watch.end()
-		polls := watch.check(t)
-		failed, err := sandboxFailures(ctx, s, ns, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(failed) > 0 {
-			t.Errorf("%d sandboxes failed; first: %s", len(failed), failed[0])
-		}
-		t.Logf("%d polls: whereabouts never handed out more than capscale counted", polls)
+		checkIPAMNeverOver(ctx, t, s, ns, watch, whereaboutsSlice)
 	})
 }

@@ -101,17 +101,7 @@ func TestRealNodeWhereabouts(t *testing.T) {
 		}
 		checkPendingReason(ctx, t, s, ns, st.pending, reason)
 		replaceForceDeleted(ctx, t, s, ns, st)
-		waitIPAMSettled(ctx, t, watch, whereaboutsSlice)
-		watch.end()
-		polls := watch.check(t)
-		failed, err := sandboxFailures(ctx, s, ns, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(failed) > 0 {
-			t.Errorf("%d sandboxes failed; first: %s", len(failed), failed[0])
-		}
-		t.Logf("%d polls: whereabouts never handed out more than capscale counted", polls)
+		checkIPAMNeverOver(ctx, t, s, ns, watch, whereaboutsSlice)
 	})
 }
 
