@@ -404,7 +404,7 @@ metadata:
   namespace: {{ include "capscale.namespace" .root }}
   labels:
     {{- include "capscale.labels" .root | nindent 4 }}
-    {{- with merge (dict) ($sm.additionalLabels | default dict) ($sm.labels | default dict) }}
+    {{- with merge (dict) ($sm.labels | default dict) ($sm.additionalLabels | default dict) }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
 spec:
