@@ -133,7 +133,7 @@ tls:
 extender:
   mode: extender
   defaultCapacity: 32
-  schedulerReplicas: 3
+  replicas: 3
   resources:
     requests: {cpu: 200m, memory: 100Mi}
   kubeScheduler:
