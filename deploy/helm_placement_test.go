@@ -282,7 +282,7 @@ func TestHelmPodDisruptionBudgets(t *testing.T) {
 			}
 		}
 	}
-	one, err := helmTemplate(t, "-f", writeValues(t, "extender: {schedulerReplicas: 1}\nmetricsAdapter: {replicas: 1}\nworkloadAPI: {replicas: 1}\ncontroller: {replicas: 1}\n"))
+	one, err := helmTemplate(t, "-f", writeValues(t, "extender: {replicas: 1}\nmetricsAdapter: {replicas: 1}\nworkloadAPI: {replicas: 1}\ncontroller: {replicas: 1}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ tls:
 extender:
   mode: extender
   defaultCapacity: 32
-  schedulerReplicas: 3
+  replicas: 3
   resources:
     requests: {cpu: 200m, memory: 100Mi}
   kubeScheduler:
@@ -330,7 +330,7 @@ func TestHelmCustomValues(t *testing.T) {
 		name: "only the adapter",
 		values: `
 createNamespace: false
-extender: {enabled: false}
+scheduler: {enabled: false}
 workloadAPI: {enabled: false}
 controller: {enabled: false}
 metricsAdapter: {replicas: 1}
@@ -420,6 +420,22 @@ metricsAdapter:
 		{"volume without source", "extender: {extraVolumes: [{name: ca}]}\n", "/extender/extraVolumes/0"},
 		{"relative mount path", "metricsAdapter: {extraVolumeMounts: [{name: ca, mountPath: etc/ca}]}\n", "/metricsAdapter/extraVolumeMounts/0/mountPath"},
 		{"plugin resources misplaced", "extender: {pluginScheduler: {requests: {cpu: 1}}}\n", "'requests' not allowed"},
+		{"PDB minAvailable as a word", "controller: {podDisruptionBudget: {minAvailable: one}}\n", "/controller/podDisruptionBudget/minAvailable"},
+		{"PDB unknown eviction policy", "extender: {podDisruptionBudget: {unhealthyPodEvictionPolicy: Never}}\n", "/extender/podDisruptionBudget/unhealthyPodEvictionPolicy"},
+		{"PDB misspelt", "workloadAPI: {podDisruptionBudget: {minAvaliable: 1}}\n", "'minAvaliable' not allowed"},
+		{"component priority class as a number", "metricsAdapter: {priorityClassName: 1}\n", "/metricsAdapter/priorityClassName"},
+		{"negative revisionHistoryLimit", "controller: {revisionHistoryLimit: -1}\n", "/controller/revisionHistoryLimit"},
+		{"unknown update strategy", "metricsAdapter: {updateStrategy: {type: BlueGreen}}\n", "/metricsAdapter/updateStrategy/type"},
+		{"digest without algorithm", "image: {digest: abc}\n", "/image/digest"},
+		{"scheduler replicas as a string", "extender: {replicas: \"2\"}\n", "/extender/replicas"},
+		{"deprecated schedulerReplicas zero", "extender: {schedulerReplicas: 0}\n", "/extender/schedulerReplicas"},
+		{"scheduler.enabled as a string", "scheduler: {enabled: \"no\"}\n", "/scheduler/enabled"},
+		{"additionalLabels as a list", "monitoring: {serviceMonitor: {additionalLabels: [a]}}\n", "/monitoring/serviceMonitor/additionalLabels"},
+		{"scrapeTimeout not a duration", "monitoring: {serviceMonitor: {scrapeTimeout: 10}}\n", "/monitoring/serviceMonitor/scrapeTimeout"},
+		{"relabeling misspelt", "monitoring: {serviceMonitor: {relabelings: [{sourceLabel: [a]}]}}\n", "sourceLabel"},
+		{"metricRelabeling unknown action", "monitoring: {serviceMonitor: {metricRelabelings: [{action: delete}]}}\n", "/monitoring/serviceMonitor/metricRelabelings/0/action"},
+		{"prometheusRule enabled as a string", "monitoring: {prometheusRule: {enabled: \"yes\"}}\n", "/monitoring/prometheusRule/enabled"},
+		{"prometheusRule pendingFor not a duration", "monitoring: {prometheusRule: {pendingFor: ten}}\n", "/monitoring/prometheusRule/pendingFor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := helmTemplate(t, "-f", writeValues(t, tc.values))

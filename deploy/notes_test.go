@@ -97,7 +97,10 @@ func TestNotesCommands(t *testing.T) {
 		{name: "cert-manager", args: []string{"--set", "tls.certManager.enabled=true"}, want: "cert-manager"},
 		{name: "monitoring", args: []string{"--set", "monitoring.serviceMonitor.enabled=true", "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"}},
 		{name: "before Kubernetes 1.36", args: []string{"--kube-version", "1.35.0"}, want: "admissionPolicies: skipped"},
-		{name: "no scheduler, no workload API", args: []string{"--set", "extender.enabled=false", "--set", "workloadAPI.enabled=false"}},
+		{name: "no scheduler, no workload API", args: []string{"--set", "extender.mode=extender", "--set", "extender.enabled=false", "--set", "workloadAPI.enabled=false"}},
+		{name: "no scheduler in plugin mode", args: []string{"--set", "scheduler.enabled=false"}},
+		{name: "extender.enabled=false in plugin mode", args: []string{"--set", "extender.enabled=false"}, want: "scheduler.enabled=false"},
+		{name: "deprecated schedulerReplicas", args: []string{"--set", "extender.schedulerReplicas=3"}, want: "extender.replicas"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			notes, err := chartNotes(t, tc.args...)

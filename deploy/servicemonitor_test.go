@@ -45,8 +45,12 @@ type smEndpoint struct {
 	Scheme        string `json:"scheme"`
 	Path          string `json:"path"`
 	Interval      string `json:"interval"`
+	ScrapeTimeout string `json:"scrapeTimeout"`
 	HonorLabels   bool   `json:"honorLabels"`
-	Authorization *struct {
+	// RelabelConfig (types.go), with the fields values.schema.json allows.
+	Relabelings       []smRelabel `json:"relabelings"`
+	MetricRelabelings []smRelabel `json:"metricRelabelings"`
+	Authorization     *struct {
 		Type        string                    `json:"type"`
 		Credentials *corev1.SecretKeySelector `json:"credentials"`
 	} `json:"authorization"`
@@ -57,6 +61,17 @@ type smEndpoint struct {
 			Secret *corev1.SecretKeySelector `json:"secret"`
 		} `json:"ca"`
 	} `json:"tlsConfig"`
+}
+
+// smRelabel is prometheus-operator's RelabelConfig.
+type smRelabel struct {
+	SourceLabels []string `json:"sourceLabels"`
+	Separator    string   `json:"separator"`
+	TargetLabel  string   `json:"targetLabel"`
+	Regex        string   `json:"regex"`
+	Modulus      uint64   `json:"modulus"`
+	Replacement  string   `json:"replacement"`
+	Action       string   `json:"action"`
 }
 
 // serviceMonitors decodes the ServiceMonitors of a render strictly.

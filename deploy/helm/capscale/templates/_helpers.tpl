@@ -25,9 +25,17 @@ app.kubernetes.io/part-of: capscale
 {{ .Values.namespace }}
 {{- end }}
 
-{{/* capscale's image, tag defaulting to the chart's appVersion. */}}
+{{/*
+capscale's image: repository@digest when image.digest is set (the digest
+wins over the tag, as in ingress-nginx's chart), else repository:tag, the tag
+defaulting to the chart's appVersion.
+*/}}
 {{- define "capscale.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
 {{- end }}
 
 {{/* The pod-level security context of every capscale pod (podSecurityContext). */}}
@@ -64,15 +72,15 @@ metadata:
 
 {{/*
 imagePullSecrets and priorityClassName on every capscale pod, given
-(dict "root" $ "priority" DEFAULT): priorityClassName, else DEFAULT (the
-scheduler's system-cluster-critical), else none.
+(dict "root" $ "priority" COMPONENT'S): the component's priorityClassName,
+else the global priorityClassName, else none.
 */}}
 {{- define "capscale.podSpecValues" -}}
 {{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .root.Values.priorityClassName | default .priority }}
+{{- with .priority | default .root.Values.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
 {{- end }}
@@ -166,11 +174,21 @@ tolerations:
 
 {{/*
 A PodDisruptionBudget for a component of more than one replica, given
-(dict "root" $ "name" NAME "replicas" N): a drain evicts one pod at a time,
-so a leader-elected component keeps a stand-by and a served one an endpoint.
+(dict "root" $ "name" NAME "replicas" N "pdb" ITS podDisruptionBudget): unless
+pdb.enabled is false. By default minAvailable: 1, so a drain evicts one pod
+at a time and a leader-elected component keeps a stand-by, a served one an
+endpoint; pdb.minAvailable or pdb.maxUnavailable (not both, as the API
+refuses) replace it. One replica gets none: it would block every drain.
 */}}
 {{- define "capscale.podDisruptionBudget" -}}
-{{- if gt (int .replicas) 1 }}
+{{- $p := .pdb | default dict }}
+{{- if and (or (kindIs "invalid" $p.enabled) $p.enabled) (gt (int .replicas) 1) }}
+{{- $min := $p.minAvailable }}
+{{- $max := $p.maxUnavailable }}
+{{- if and (not (kindIs "invalid" $min)) (not (kindIs "invalid" $max)) }}
+{{- fail (printf "%s: podDisruptionBudget sets both minAvailable and maxUnavailable; a PodDisruptionBudget takes one of them: set the other to null" .name) }}
+{{- end }}
+{{- if and (kindIs "invalid" $min) (kindIs "invalid" $max) }}{{ $min = 1 }}{{ end }}
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
@@ -180,7 +198,14 @@ metadata:
   labels:
     {{- include "capscale.labels" .root | nindent 4 }}
 spec:
-  minAvailable: 1
+  {{- if not (kindIs "invalid" $min) }}
+  minAvailable: {{ include "capscale.intOrString" $min }}
+  {{- else }}
+  maxUnavailable: {{ include "capscale.intOrString" $max }}
+  {{- end }}
+  {{- with $p.unhealthyPodEvictionPolicy }}
+  unhealthyPodEvictionPolicy: {{ . }}
+  {{- end }}
   selector:
     matchLabels: {app.kubernetes.io/name: {{ .name }}}
 {{- end }}
@@ -379,15 +404,19 @@ metadata:
   namespace: {{ include "capscale.namespace" .root }}
   labels:
     {{- include "capscale.labels" .root | nindent 4 }}
-    {{- with $sm.labels }}
+    {{- with merge (dict) ($sm.labels | default dict) ($sm.additionalLabels | default dict) }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
 spec:
   selector:
     matchLabels: {app.kubernetes.io/name: {{ .name }}}
   endpoints:
+  {{- $common := dict "path" "/metrics" "interval" $sm.interval }}
+  {{- with $sm.scrapeTimeout }}{{ $_ := set $common "scrapeTimeout" . }}{{ end }}
+  {{- with $sm.relabelings }}{{ $_ := set $common "relabelings" . }}{{ end }}
+  {{- with $sm.metricRelabelings }}{{ $_ := set $common "metricRelabelings" . }}{{ end }}
   {{- range .endpoints }}
-  - {{- toYaml (merge (deepCopy .) (dict "path" "/metrics" "interval" $sm.interval)) | nindent 4 }}
+  - {{- toYaml (merge (deepCopy .) $common) | nindent 4 }}
   {{- end }}
 {{- end }}
 
@@ -452,4 +481,44 @@ pre-upgrade
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end }}
+
+{{/* An int-or-string value (minAvailable: 1 or "50%") as YAML. */}}
+{{- define "capscale.intOrString" -}}
+{{- if kindIs "string" . }}{{ quote . }}{{ else }}{{ int . }}{{ end }}
+{{- end }}
+
+{{/*
+"true" when the chart runs capscale-scheduler: scheduler.enabled, and in
+extender and native mode also extender.enabled, whose sidecar the scheduler
+there is (the chart's old switch, kept for those modes). Plugin mode runs no
+extender, so extender.enabled does not turn its scheduler off.
+*/}}
+{{- define "capscale.schedulerEnabled" -}}
+{{- if and .Values.scheduler.enabled (or (eq .Values.extender.mode "plugin") .Values.extender.enabled) }}true{{ end -}}
+{{- end }}
+
+{{/*
+capscale-scheduler's replicas: extender.replicas, the key every component
+has; the deprecated extender.schedulerReplicas wins when set (NOTES.txt says
+so), so that values written for older charts keep their count.
+*/}}
+{{- define "capscale.schedulerReplicas" -}}
+{{- $e := .Values.extender -}}
+{{- if kindIs "invalid" $e.schedulerReplicas }}{{ int $e.replicas }}{{ else }}{{ int $e.schedulerReplicas }}{{ end -}}
+{{- end }}
+
+{{/*
+A Deployment's revisionHistoryLimit and strategy, given a component's
+values: rendered only when set (revisionHistoryLimit: null and
+updateStrategy: {} leave Kubernetes' defaults, 10 and RollingUpdate 25%/25%).
+*/}}
+{{- define "capscale.deploymentStrategy" -}}
+{{- if not (kindIs "invalid" .revisionHistoryLimit) }}
+revisionHistoryLimit: {{ int .revisionHistoryLimit }}
+{{- end }}
+{{- with .updateStrategy }}
+strategy:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
