@@ -377,7 +377,7 @@ func sourceCost(ctx context.Context, nodes, events int, binDir string, nodeLease
 	}
 	rssMiB := func(s string) string { f := strings.Fields(s); return f[1] + " MiB" }
 	return []row{
-		{Measure: fmt.Sprintf("Capacity source at %d nodes: every Node mirrored after capscale-controller's start (default --kube-api-qps 20)", nodes),
+		{Measure: fmt.Sprintf("Capacity source at %d nodes: every Node mirrored after capscale-controller's start (default --capacity-source-qps 200)", nodes),
 			Figure: fmt.Sprintf("%.0f s", mirrorAll.Seconds())},
 		{Measure: fmt.Sprintf("Capacity source at %d nodes: capscale-controller RSS with the source / without", nodes),
 			Figure: rssMiB(withRSS) + " / " + rssMiB(baseRSS)},
