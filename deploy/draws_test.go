@@ -14,12 +14,13 @@ import (
 // TestDrawsAndAwaitMirror (issue 49 §2, §4): with capacity sources on, the
 // chart and deploy/capacity-sources tell the extender and the workload API
 // to wait for the mirror (the plugin's args too, in the chart), and render
-// the same cluster-wide draws-all policy when a source draws all; a source
-// that says draws: marked gets no such policy, and awaitMirror: false
-// turns the wait off.
+// the same cluster-wide draws-all policies (the IP and capscale-scheduler)
+// when a source draws all; a source that says draws: marked gets no such
+// policy, and awaitMirror: false turns the wait off.
 func TestDrawsAndAwaitMirror(t *testing.T) {
 	const await = "--await-capacity-source"
 	policy := objectKey("MutatingAdmissionPolicy", "", "capscale-draws-all-ip")
+	routing := objectKey("MutatingAdmissionPolicy", "", "capscale-draws-all-scheduler")
 	scheduler := objectKey("Deployment", "capscale-system", "capscale-scheduler")
 	workload := objectKey("Deployment", "capscale-system", "capscale-workload-api")
 
@@ -47,16 +48,22 @@ func TestDrawsAndAwaitMirror(t *testing.T) {
 			t.Errorf("%s: the workload API does not wait for the mirror", name)
 		}
 	}
-	w, ok := want[policy]
-	if !ok {
-		t.Fatal("deploy/capacity-sources lacks the draws-all policy")
-	}
-	g, ok := on[policy]
-	if !ok {
-		t.Fatal("the chart with a preset source lacks the draws-all policy")
-	}
-	if normalized := withoutHelmLabels(g.raw, labelsOf(w.raw)); !reflect.DeepEqual(normalized, w.raw) {
-		t.Errorf("draws-all policy differs (- deploy, + chart):\n%s", diff.Diff(w.raw, normalized))
+	// The IP and the move to capscale-scheduler, and their bindings: deploy/
+	// runs capscale-scheduler as a second scheduler, as the chart does.
+	for _, key := range []string{policy, routing, objectKey("MutatingAdmissionPolicyBinding", "", "capscale-draws-all-ip"), objectKey("MutatingAdmissionPolicyBinding", "", "capscale-draws-all-scheduler")} {
+		w, ok := want[key]
+		if !ok {
+			t.Errorf("deploy/capacity-sources lacks %s", key)
+			continue
+		}
+		g, ok := on[key]
+		if !ok {
+			t.Errorf("the chart with a preset source lacks %s", key)
+			continue
+		}
+		if normalized := withoutHelmLabels(g.raw, labelsOf(w.raw)); !reflect.DeepEqual(normalized, w.raw) {
+			t.Errorf("%s differs (- deploy, + chart):\n%s", key, diff.Diff(w.raw, normalized))
+		}
 	}
 
 	marked, err := helmTemplate(t, "--set", "extender.mode=extender", "-f", writeValues(t, `controller:

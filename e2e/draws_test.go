@@ -73,10 +73,10 @@ func podNetworkPods(ctx context.Context, s *stack.Stack) (map[string]int, error)
 // TestDrawsAll (issue 49 §2): two nodes whose pools (3 and 2 IPs) serve
 // every pod-network pod. Two unmarked pods of an unlabelled namespace are
 // placed before deploy/capacity-sources/draws-all.yaml exists (they escape it and
-// are charged by the rule); with the policy applied, a burst of 4 more
-// unmarked pods and 6 marked pods, 12 in all for 5 IPs: polled during the
-// burst, no node ever holds more pod-network pods than its pool, and
-// exactly 5 hold one at the end.
+// are charged by the rule); with its policies applied (the IP and
+// capscale-scheduler), a burst of 4 more unmarked pods and 6 marked pods,
+// 12 in all for 5 IPs: polled during the burst, no node ever holds more
+// pod-network pods than its pool, and exactly 5 hold one at the end.
 func TestDrawsAll(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m schedulingMode) {
 		src := ownIPAM(t)
@@ -111,6 +111,13 @@ func TestDrawsAll(t *testing.T) {
 		if s.Opts.Native {
 			// The publisher leaves what they draw out of allocatable.
 			waitAllocatable(ctx, t, s, map[string]int64{n0: int64(3 - early[n0]), n1: int64(2 - early[n1])}, 30*time.Second)
+		}
+		if s.Opts.Native {
+			// draws-all.yaml moves default-scheduler pods to
+			// capscale-scheduler, which native mode's plane lacks.
+			if _, err := s.StartNativeSchedulerReplica(ctx, "capscale-scheduler"); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if _, err := s.Kubectl(ctx, "apply", "-f", stack.DeployFile("capacity-sources/draws-all.yaml")); err != nil {
 			t.Fatal(err)
@@ -150,8 +157,8 @@ func TestDrawsAll(t *testing.T) {
 }
 
 // waitPolicyGivesIP waits until a pod created in ns comes back from
-// admission with an underlay IP: the API server loads a new policy in a
-// moment.
+// admission with an underlay IP and capscale-scheduler: the API server
+// loads each new policy on its own in a moment.
 func waitPolicyGivesIP(ctx context.Context, t *testing.T, s *stack.Stack, ns string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -160,7 +167,7 @@ func waitPolicyGivesIP(ctx context.Context, t *testing.T, s *stack.Stack, ns str
 			return false, nil
 		}
 		_, ok := p.Spec.Containers[0].Resources.Limits[corev1.ResourceName("capscale.io/underlay-ip")]
-		return ok, nil
+		return ok && p.Spec.SchedulerName == "capscale-scheduler", nil
 	})
 	if err != nil {
 		t.Fatalf("the draws-all policy gives no IP: %v", err)

@@ -17,6 +17,13 @@ import (
 // leaderElection is kept as written: two such processes with the same lease
 // are an HA pair.
 func (p *Plane) StartScheduler(ctx context.Context, name, config, kubeconfig string) (*Process, error) {
+	return p.StartSchedulerBinary(ctx, name, p.schedulerBin(), config, kubeconfig)
+}
+
+// StartSchedulerBinary is StartScheduler with the binary bin instead of the
+// plane's scheduler binary: plugin mode's capscale-scheduler beside the
+// plane's stock kube-scheduler.
+func (p *Plane) StartSchedulerBinary(ctx context.Context, name, bin, config, kubeconfig string) (*Process, error) {
 	var m map[string]any
 	if err := yaml.Unmarshal([]byte(config), &m); err != nil || m == nil {
 		return nil, fmt.Errorf("parsing scheduler config for %s: %v", name, err)
@@ -43,7 +50,7 @@ func (p *Plane) StartScheduler(ctx context.Context, name, config, kubeconfig str
 	if err != nil {
 		return nil, err
 	}
-	proc, err := p.StartProcess(name, p.schedulerBin(),
+	proc, err := p.StartProcess(name, bin,
 		"--config="+cfgFile,
 		"--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
 		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),

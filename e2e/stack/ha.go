@@ -36,16 +36,24 @@ func (r *SchedulerReplica) Kill() {
 // StartPluginSchedulerReplica applies deploy/plugin/capscale-scheduler.yaml
 // without its Deployment and starts one replica of plugin mode's
 // capscale-scheduler named name, as ServiceAccount capscale-scheduler with
-// that RBAC alone, leader election as the ConfigMap has it. The stack must
-// be in plugin mode (its scheduler binary is capscale-scheduler).
+// that RBAC alone, leader election as the ConfigMap has it, and
+// awaitCapacitySource where the stack has capacity sources (as
+// deploy/capacity-sources and the chart set it). The binary is
+// capscale-scheduler (SchedulerBinary if set) whatever the plane's own
+// scheduler is: beside a stack not in plugin mode, the plane's stock
+// kube-scheduler stays the cluster's default-scheduler.
 func (s *Stack) StartPluginSchedulerReplica(ctx context.Context, name string) (*SchedulerReplica, error) {
-	if !s.Opts.Plugin {
-		return nil, fmt.Errorf("StartPluginSchedulerReplica: the stack is not in plugin mode")
-	}
 	file := DeployFile("plugin/capscale-scheduler.yaml")
 	docs, config, err := schedulerManifests(file)
 	if err != nil {
 		return nil, err
+	}
+	if s.Opts.CapacitySources != "" && !s.Opts.NoAwaitCapacitySource {
+		config = AwaitCapacitySource(config)
+	}
+	bin := filepath.Join(s.Opts.BinDir, "capscale-scheduler")
+	if s.Opts.SchedulerBinary != "" {
+		bin = s.Opts.SchedulerBinary
 	}
 	rbac := filepath.Join(s.Dir, "capscale-scheduler-plugin-rbac.yaml")
 	if err := os.WriteFile(rbac, docs, 0o600); err != nil {
@@ -59,7 +67,7 @@ func (s *Stack) StartPluginSchedulerReplica(ctx context.Context, name string) (*
 		return nil, err
 	}
 	r := &SchedulerReplica{Name: name}
-	if r.Scheduler, err = s.StartScheduler(ctx, name, config, kc); err != nil {
+	if r.Scheduler, err = s.StartSchedulerBinary(ctx, name, bin, config, kc); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -389,6 +389,58 @@ passes the cluster's): Helm's own list names groups, never kinds.
 {{- end }}
 
 {{/*
+What every capscale MutatingAdmissionPolicy leaves alone, so that nothing the
+cluster needs to recover waits on capscale (docs/scheduling.md "What the
+policies never touch"):
+- capscale.admissionNamespaces, the namespaceSelector's expression: pods in
+  kube-system and in capscale's own namespace. The apiserver sets
+  kubernetes.io/metadata.name on every Namespace itself, so no one can
+  remove it or put it on another namespace.
+- capscale.admissionPriority, a matchCondition: pods of the priority classes
+  system-cluster-critical and system-node-critical, which mark what the
+  cluster needs to recover wherever it runs (Karpenter, cilium-operator,
+  metrics-server outside kube-system). A tenant's pod that uses them still
+  escapes only the request: the rule charges every pod-network pod on a
+  draws-all node (internal/underlay/draws.go), and a ResourceQuota with a
+  PriorityClass scopeSelector is how an admin keeps tenants off them.
+*/}}
+{{- define "capscale.admissionNamespaces" -}}
+- key: kubernetes.io/metadata.name
+  operator: NotIn
+  values: {{ list "kube-system" (include "capscale.namespace" .) | uniq | toJson }}
+{{- end }}
+
+{{- define "capscale.admissionPriority" -}}
+- name: not-system-critical
+  expression: |-
+    !(object.spec.?priorityClassName.orValue('') in ['system-cluster-critical', 'system-node-critical'])
+{{- end }}
+
+{{/*
+capscale.ipSchedulers: the schedulers that count capscale.io/underlay-ip, as
+a CEL list; the IP policies give the request only to their pods. kube-scheduler's
+NodeResourcesFit fails every node for a pod asking for an extended resource
+that no Node advertises, which is the case in plugin and extender mode for
+any framework-based scheduler capscale does not extend (a second profile,
+Volcano, YuniKorn). capscale-scheduler counts it in every mode.
+default-scheduler counts it in native mode (Node status carries the
+capacity), and with admissionPolicies.schedulerName=false in extender mode,
+which says capscale extends the cluster's default scheduler. With
+admissionPolicies.schedulerName the routing policy of the same pair moves
+every default-scheduler pod the IP policy matches to capscale-scheduler (the
+two share every other condition), so default-scheduler is in the list
+there too: whichever of the two the apiserver runs first, the pods that get
+the request are exactly the pods that end up on a scheduler that counts it.
+*/}}
+{{- define "capscale.ipSchedulers" -}}
+{{- if or .Values.admissionPolicies.schedulerName (ne .Values.extender.mode "plugin") -}}
+['capscale-scheduler', 'default-scheduler']
+{{- else -}}
+['capscale-scheduler']
+{{- end -}}
+{{- end }}
+
+{{/*
 A ServiceMonitor in capscale's namespace selecting the Service labelled
 app.kubernetes.io/name NAME, given (dict "root" $ "name" NAME "endpoints"
 LIST): each endpoint scrapes /metrics every monitoring.serviceMonitor.interval
