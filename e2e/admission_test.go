@@ -31,7 +31,8 @@ import (
 // capscale.io/underlay=true gets one IP per pod and capscale-scheduler, and
 // the rule places it: 4 IPs on two nodes, 5 replicas, exactly 4 bound. A
 // hostNetwork pod there, a pod in an unmarked namespace, an explicit value
-// and another scheduler are left as they are.
+// and another scheduler's pod (no IP, its scheduler kept) are left as they
+// are.
 func TestUnderlayPodPolicy(t *testing.T) {
 	s := startPluginStack(t, 2, func(int) string { return "2" })
 	ctx := testContext(t, 4*time.Minute)
@@ -126,7 +127,9 @@ func TestUnderlayPodPolicy(t *testing.T) {
 		{pod: explicit, need: 2, scheduler: "capscale-scheduler"},
 		{pod: initOnly, need: 1, scheduler: "capscale-scheduler"},
 		{pod: zero, need: 0, scheduler: "capscale-scheduler"},
-		{pod: other, need: 1, scheduler: "my-scheduler"},
+		// Another scheduler's pod gets no IP either (issue 55 §2): its
+		// scheduler's NodeResourcesFit would find no node advertising it.
+		{pod: other, need: 0, scheduler: "my-scheduler"},
 	} {
 		got, err := s.Client.CoreV1().Pods(tc.pod.Namespace).Create(ctx, tc.pod, metav1.CreateOptions{})
 		if err != nil {
