@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +8,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/capscale/capscale/internal/mdheadings"
 )
 
 // The chart's own words to an operator (NOTES.txt after helm install, the
@@ -204,33 +205,14 @@ func checkChartText(t *testing.T, text string, base []string) {
 	}
 }
 
-// markdownHeadings are the headings of a Markdown file outside fenced code,
-// without their marks, code spans' backticks and links' targets.
+// markdownHeadings are the headings of the Markdown file at path
+// (mdheadings.Of).
 func markdownHeadings(path string) ([]string, error) {
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = f.Close() }()
-	link := regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
-	var out []string
-	fenced := false
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		line := s.Text()
-		if strings.HasPrefix(line, "```") {
-			fenced = !fenced
-			continue
-		}
-		if fenced || !strings.HasPrefix(line, "#") {
-			continue
-		}
-		h := strings.TrimSpace(strings.TrimLeft(line, "#"))
-		h = link.ReplaceAllString(h, "$1")
-		out = append(out, strings.ReplaceAll(h, "`", ""))
-	}
-	return out, s.Err()
+	return mdheadings.Of(string(b)), nil
 }
 
 // TestValuesComments: values.yaml's comments, which `helm show values`

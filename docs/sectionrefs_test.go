@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/capscale/capscale/internal/mdheadings"
 )
 
 // sectionRefRE is a section named in prose rather than linked, as the help
@@ -48,8 +50,8 @@ func TestSectionRefs(t *testing.T) {
 	}
 }
 
-// pageHeadings are the headings of a Markdown page outside fenced code,
-// without marks, backticks and link targets.
+// pageHeadings are the headings of the Markdown page at path
+// (mdheadings.Of).
 func pageHeadings(t *testing.T, path string) []string {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -57,19 +59,5 @@ func pageHeadings(t *testing.T, path string) []string {
 		t.Errorf("%v", err)
 		return nil
 	}
-	var out []string
-	fenced := false
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "```") {
-			fenced = !fenced
-			continue
-		}
-		if fenced || !strings.HasPrefix(line, "#") {
-			continue
-		}
-		h := strings.TrimSpace(strings.TrimLeft(line, "#"))
-		h = headingLinkRE.ReplaceAllString(h, "$1")
-		out = append(out, strings.ReplaceAll(h, "`", ""))
-	}
-	return out
+	return mdheadings.Of(string(b))
 }
