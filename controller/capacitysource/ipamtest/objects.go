@@ -223,24 +223,18 @@ func NodeNetworkConfig(node string, uid types.UID, requested, ips, notInUse int,
 	if len(releasing) > 0 {
 		spec["ipsNotInUse"] = releasing
 	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "acn.azure.com/v1alpha",
-		"kind":       "NodeNetworkConfig",
-		"metadata":   map[string]any{"name": node, "namespace": "kube-system", "ownerReferences": ownedByNode(node, uid)},
-		"spec":       spec,
-		"status": map[string]any{
-			"assignedIPCount": int64(ips),
-			"status":          "Updated",
-			"scaler":          map[string]any{"batchSize": int64(16), "releaseThresholdPercent": int64(150), "requestThresholdPercent": int64(50), "maxIPCount": int64(250)},
-			"networkContainers": []any{map[string]any{
-				"id": "d9a5b0f2-5a8e-4e47-8a9b-6c1f3a2e9b10", "assignmentMode": "dynamic", "type": "vnet",
-				"primaryIP": "10.240.0.4", "subnetName": "pods", "subnetAddressSpace": "10.240.0.0/16",
-				"defaultGateway": "10.240.0.1", "nodeIP": "10.224.0.4", "version": int64(1), "status": "NCUpdateSuccess",
-				"subnetID": "pods", "vnetID": "vnet-1", "subcriptionID": "s", "resourceGroupID": "rg",
-				"ipAssignments": assignments,
-			}},
-		},
-	}}
+	return nodeNetworkConfig(node, uid, spec, map[string]any{
+		"assignedIPCount": int64(ips),
+		"status":          "Updated",
+		"scaler":          map[string]any{"batchSize": int64(16), "releaseThresholdPercent": int64(150), "requestThresholdPercent": int64(50), "maxIPCount": int64(250)},
+		"networkContainers": []any{map[string]any{
+			"id": "d9a5b0f2-5a8e-4e47-8a9b-6c1f3a2e9b10", "assignmentMode": "dynamic", "type": "vnet",
+			"primaryIP": "10.240.0.4", "subnetName": "pods", "subnetAddressSpace": "10.240.0.0/16",
+			"defaultGateway": "10.240.0.1", "nodeIP": "10.224.0.4", "version": int64(1), "status": "NCUpdateSuccess",
+			"subnetID": "pods", "vnetID": "vnet-1", "subcriptionID": "s", "resourceGroupID": "rg",
+			"ipAssignments": assignments,
+		}},
+	})
 }
 
 // NodeNetworkConfigStatic is an Azure CNS NodeNetworkConfig of a node whose
@@ -265,11 +259,18 @@ func NodeNetworkConfigStatic(node string, uid types.UID, ncType, primaryIP strin
 	if len(blocks) > 0 {
 		nc["ipAssignments"] = assignments
 	}
+	return nodeNetworkConfig(node, uid, map[string]any{"requestedIPCount": int64(0)},
+		map[string]any{"assignedIPCount": int64(0), "status": "Updated", "networkContainers": []any{nc}})
+}
+
+// nodeNetworkConfig is node's NodeNetworkConfig, owned by its Node as CNS's
+// controller writes it, with spec and status.
+func nodeNetworkConfig(node string, uid types.UID, spec, status map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "acn.azure.com/v1alpha",
 		"kind":       "NodeNetworkConfig",
 		"metadata":   map[string]any{"name": node, "namespace": "kube-system", "ownerReferences": ownedByNode(node, uid)},
-		"spec":       map[string]any{"requestedIPCount": int64(0)},
-		"status":     map[string]any{"assignedIPCount": int64(0), "status": "Updated", "networkContainers": []any{nc}},
+		"spec":       spec,
+		"status":     status,
 	}}
 }
