@@ -242,13 +242,27 @@ func TestAdapterDelegation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := forwarded(ctx, t, s, 200) + forwarded(ctx, t, s, 403)
-	code, body, err := adapterGet(ctx, s, "/apis/external.metrics.k8s.io/v1beta1/namespaces/"+adapterNS+"/"+delegateMetric+"?labelSelector=foo%3Dbar", token)
+	// The HPA controller reads the delegate's metric every 15 s, so a count
+	// of forwarded requests moves on its own; the delegate's own request log
+	// (httplog at -v=3) is read instead, for selectors no HPA asks for. The
+	// authorized probe shows that a forwarded request does show there.
+	probe := fmt.Sprintf("/apis/external.metrics.k8s.io/v1beta1/namespaces/%s/%s?labelSelector=probe%%3D", adapterNS, delegateMetric)
+	code, body, err := adapterGet(ctx, s, probe+"nobody", token)
 	if err != nil || code != http.StatusForbidden || !strings.Contains(body, "system:serviceaccount:"+adapterNS+":nobody") {
 		t.Errorf("unauthorized caller: %d %v %s; want capscale's 403 naming the caller", code, err, body)
 	}
-	if after := forwarded(ctx, t, s, 200) + forwarded(ctx, t, s, 403); after != before {
-		t.Errorf("an unauthorized request was forwarded (%v -> %v)", before, after)
+	if code, body, err := adapterGet(ctx, s, probe+"admin", ""); err != nil || code >= 500 {
+		t.Fatalf("authorized probe: %d %v %s", code, err, body)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
+		log, err := os.ReadFile(ta.Proc.LogFile)
+		return err == nil && strings.Contains(string(log), "probe%3Dadmin"), nil
+	})
+	if err != nil {
+		t.Fatalf("the authorized probe never reached the delegate's request log: %v\n%s", err, ta.Proc.Tail(20))
+	}
+	if log, err := os.ReadFile(ta.Proc.LogFile); err != nil || strings.Contains(string(log), "probe%3Dnobody") {
+		t.Errorf("an unauthorized request was forwarded to the delegate (log read: %v)", err)
 	}
 
 	// 3. The delegate stops: its metric is a 503, its HPA holds; capscale's

@@ -112,7 +112,9 @@ func (s *Stack) RestartTestAdapter(ctx context.Context, a *TestAdapter) error {
 	proc, err := s.StartProcess(fmt.Sprintf("test-adapter-%d", a.starts), a.bin,
 		fmt.Sprintf("--secure-port=%d", a.Port), "--bind-address=127.0.0.1",
 		"--tls-cert-file="+a.cert.CertFile, "--tls-private-key-file="+a.cert.KeyFile,
-		"--lister-kubeconfig="+a.kubeconfig, "--authentication-kubeconfig="+a.kubeconfig, "--authorization-kubeconfig="+a.kubeconfig)
+		"--lister-kubeconfig="+a.kubeconfig, "--authentication-kubeconfig="+a.kubeconfig, "--authorization-kubeconfig="+a.kubeconfig,
+		// httplog logs every request's URI at 3: the delegate tests read it.
+		"-v=3")
 	if err != nil {
 		return err
 	}
