@@ -136,6 +136,7 @@ func (o *Options) Config() (*Config, error) {
 			Sources:  o.sources,
 			Recorder: b.NewRecorder(scheme, corev1.EventSource{Component: "capscale-capacity-sources"}),
 			Metrics:  capacitysource.NewMetrics(reg),
+			Workers:  o.SourceWorkers,
 		})
 		if err != nil {
 			return nil, err

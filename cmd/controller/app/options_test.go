@@ -34,6 +34,8 @@ func TestOptions(t *testing.T) {
 		{name: "bad lease namespace", args: []string{"--leader-elect-resource-namespace=Not_A_Name"}, want: "--leader-elect-resource-namespace"},
 		{name: "tiny retry delay", args: []string{"--max-retry-delay=10ms"}, want: "--max-retry-delay"},
 		{name: "capacity sources", args: []string{"--capacity-sources=" + writeFile(t, "sources: [{name: cilium, preset: cilium-eni}]")}},
+		{name: "no mirror workers", args: []string{"--capacity-source-workers=0"}, want: "--capacity-source-workers"},
+		{name: "zero mirror QPS", args: []string{"--capacity-source-qps=0"}, want: "--capacity-source-qps"},
 		{name: "missing capacity sources", args: []string{"--capacity-sources=/does/not/exist"}, want: "--capacity-sources"},
 		{name: "capacity source that does not compile", want: "sources[0] (typo): capacity: ",
 			args: []string{"--capacity-sources=" + writeFile(t, "sources: [{name: typo, preset: cilium-eni, capacity: 'size(objct)'}]")}},
