@@ -41,7 +41,7 @@ const ciliumSources = "sources: [{name: cilium, preset: cilium-eni, nodeSelector
 
 // capacitySourceBench runs the lag part in each of modes, then the cost
 // part at costNodes nodes (0 skips it).
-func capacitySourceBench(ctx context.Context, modes string, changes, costNodes, costEvents int, binDir string, nodeLease time.Duration) error {
+func capacitySourceBench(ctx context.Context, modes string, changes, costNodes, costEvents int, churn churnOptions, binDir string, nodeLease time.Duration) error {
 	run := thisRun(time.Now(), loadAverage())
 	var rows []row
 	for _, m := range strings.Split(modes, ",") {
@@ -55,7 +55,8 @@ func capacitySourceBench(ctx context.Context, modes string, changes, costNodes, 
 		rows = append(rows, lag...)
 	}
 	if costNodes > 0 {
-		cost, err := sourceCost(ctx, costNodes, costEvents, binDir, nodeLease)
+		churn.nodes = costNodes
+		cost, err := sourceCost(ctx, costNodes, costEvents, churn, binDir, nodeLease)
 		if err != nil {
 			return err
 		}
@@ -287,7 +288,7 @@ func benchUnderlayPod(ns, name string) *corev1.Pod {
 // --kube-api-qps, the RSS of each process, and the controller's CPU per
 // object change: events that move no capacity (an IP used or released, the
 // common case) and events that do (a Node patch each).
-func sourceCost(ctx context.Context, nodes, events int, binDir string, nodeLease time.Duration) ([]row, error) {
+func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binDir string, nodeLease time.Duration) ([]row, error) {
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -375,9 +376,15 @@ func sourceCost(ctx context.Context, nodes, events int, binDir string, nodeLease
 	if err != nil {
 		return nil, err
 	}
+	var churnRows []row
+	if churn.rate > 0 {
+		if churnRows, err = sourceChurn(ctx, s, dyn, uids, churn); err != nil {
+			return nil, err
+		}
+	}
 	rssMiB := func(s string) string { f := strings.Fields(s); return f[1] + " MiB" }
-	return []row{
-		{Measure: fmt.Sprintf("Capacity source at %d nodes: every Node mirrored after capscale-controller's start (default --capacity-source-qps 200)", nodes),
+	return append([]row{
+		{Measure: fmt.Sprintf("Capacity source at %d nodes: every Node mirrored after capscale-controller's start (default --capacity-source-qps 200, --capacity-source-workers 16)", nodes),
 			Figure: fmt.Sprintf("%.0f s", mirrorAll.Seconds())},
 		{Measure: fmt.Sprintf("Capacity source at %d nodes: capscale-controller RSS with the source / without", nodes),
 			Figure: rssMiB(withRSS) + " / " + rssMiB(baseRSS)},
@@ -385,7 +392,7 @@ func sourceCost(ctx context.Context, nodes, events int, binDir string, nodeLease
 			Figure: fmt.Sprintf("%.0f µs", noop)},
 		{Measure: fmt.Sprintf("Capacity source at %d nodes: controller CPU per object change that moves the capacity, its Node patch included (%d changes)", nodes, events),
 			Figure: fmt.Sprintf("%.0f µs", moving)},
-	}, nil
+	}, churnRows...), nil
 }
 
 func clientsFor(s *stack.Stack) (dynamic.Interface, error) {

@@ -96,6 +96,9 @@ func main() {
 	sourceChanges := flag.Int("source-changes", 100, "capacity-source: IPAM object changes timed per mode")
 	costNodes := flag.Int("source-cost-nodes", 5000, "capacity-source: kwok nodes (a CiliumNode each) for the cost part; 0 skips it")
 	costEvents := flag.Int("source-cost-events", 5000, "capacity-source: object changes of each kind whose controller CPU is measured")
+	churnRate := flag.Int("source-churn-rate", 50, "capacity-source: capacity changes a second across the cost part's nodes, timed to the Node and to waiting probe pods; 0 skips the churn")
+	churnLength := flag.Duration("source-churn-length", time.Minute, "capacity-source: how long the churn runs (and the idle window it is compared with)")
+	churnProbes := flag.Int("source-churn-probes", 20, "capacity-source: nodes with a pod waiting for one of the churn's changes")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
 	if !slices.Contains(throughputModes, *mode) {
@@ -156,7 +159,8 @@ func main() {
 	case "keda":
 		err = kedaBench(ctx, keda)
 	case "capacity-source":
-		err = capacitySourceBench(ctx, *capacityModes, *sourceChanges, *costNodes, *costEvents, *binDir, *nodeLease)
+		err = capacitySourceBench(ctx, *capacityModes, *sourceChanges, *costNodes, *costEvents,
+			churnOptions{rate: *churnRate, length: *churnLength, probes: *churnProbes}, *binDir, *nodeLease)
 	case "soak":
 		err = soakRun(ctx, *soakModes, *nodes, *soakDuration, *soakRate, *soakOut, *binDir, *nodeLease)
 	case "all":
