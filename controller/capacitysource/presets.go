@@ -157,10 +157,28 @@ var Presets = map[string]Source{
 // health and ingress IPs that fall in them. Only the default pool: a pod
 // that names no pool (ipam.cilium.io/ip-pool) takes its IP there, and a
 // sum over every pool reads a node whose default pool is full as free
-// while another pool has room.
-const ciliumMultiPool = `cel.bind(allocs, object.?spec.?ipam.?pools.?allocated.orValue([]).filter(a, a.?pool.orValue("") == "default"),
+// while another pool has room. In ENI mode (status.eni.enis) a v1.20
+// agent reads its CIDRs from the ENIs it does not exclude (eni.go:588-640;
+// aws/types/types.go:204-216 IsExcludedBySpec) and keeps advertising one
+// the ENIs no longer carry while any IP of it is in use, though it hands
+// out none of its free IPs (pool.go:313-322, 89-104): such a CIDR is not
+// counted. Its pods still are, as pods, so the count is under by their
+// IPs until they end, never over. The CIDRs the agent released
+// (pool.go:195-258) are not in allocated, and it gives pods none of them
+// until its demand takes them back: not counted either.
+const ciliumMultiPool = `cel.bind(enis, object.?status.?eni.?enis.orValue({}),
+cel.bind(eniSpec, object.?spec.?eni.orValue({}),
+cel.bind(carried, enis.filter(k,
+      enis[k].?number.orValue(0) >= eniSpec[?"first-interface-index"].orValue(0)
+      && !(size(eniSpec[?"exclude-interface-tags"].orValue({})) > 0
+        && eniSpec[?"exclude-interface-tags"].orValue({}).all(t,
+             enis[k].?tags.orValue({})[?t] == eniSpec[?"exclude-interface-tags"].orValue({})[?t])))
+    .map(k, enis[k].?prefixes.orValue([])
+      + enis[k].?addresses.orValue([]).filter(x, isIP(x) && ip(x).family() == 4).map(x, x + "/32"))
+    .flatten().filter(c, isCIDR(c)).map(c, string(cidr(c))),
+cel.bind(allocs, object.?spec.?ipam.?pools.?allocated.orValue([]).filter(a, a.?pool.orValue("") == "default"),
   allocs.map(a,
-    a.?cidrs.orValue([]).filter(c, cidr(c).ip().family() == 4).map(c,
+    a.?cidrs.orValue([]).filter(c, cidr(c).ip().family() == 4 && (size(enis) == 0 || string(cidr(c)) in carried)).map(c,
       math.bitShiftLeft(1, 32 - cidr(c).prefixLength())
       - (cidr(c).prefixLength() <= 30 ? (a.?allowFirstIP.orValue(false) ? 0 : 1) + (a.?allowLastIP.orValue(false) ? 0 : 1) : 0)
     ).sum()
@@ -168,7 +186,8 @@ const ciliumMultiPool = `cel.bind(allocs, object.?spec.?ipam.?pools.?allocated.o
   - (object.?spec.?addresses.orValue([]).filter(x, x.?type.orValue("") == "CiliumInternalIP").map(x, x.?ip.orValue(""))
      + [object.?spec.?health.?ipv4.orValue(""), object.?spec.?ingress.?ipv4.orValue("")])
     .filter(i, isIP(i) && ip(i).family() == 4
-      && allocs.exists(a, a.?cidrs.orValue([]).exists(c, cidr(c).ip().family() == 4 && cidr(c).containsIP(i)))).size())`
+      && allocs.exists(a, a.?cidrs.orValue([]).exists(c, cidr(c).ip().family() == 4
+        && (size(enis) == 0 || string(cidr(c)) in carried) && cidr(c).containsIP(i)))).size()))))`
 
 // ciliumCRD counts spec.ipam.pool less the agent's own endpoints in
 // status.ipam.used (an owner without "/") and the IPs in the release

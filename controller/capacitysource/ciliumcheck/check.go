@@ -23,6 +23,10 @@ import (
 // allowed or not).
 type Pool struct {
 	Ranges []*ipallocator.Range
+	// Removed are CIDRs the agent's source no longer carries while an IP
+	// of theirs is in use: kept, and advertised, but never allocated from
+	// (pool.go:260-330 updatePool, 89-104 allocateNext).
+	Removed map[netip.Prefix]bool
 }
 
 // NewPool is a pool of cidrs.
@@ -38,12 +42,12 @@ func NewPool(cidrs []netip.Prefix, allowFirstLast bool) *Pool {
 	return p
 }
 
-// Next allocates the next free IP in the first CIDR that has one, as
-// cidrPool.allocateNext does.
+// Next allocates the next free IP in the first CIDR that has one and is
+// not removed, as cidrPool.allocateNext does.
 func (p *Pool) Next(t testing.TB) netip.Addr {
 	t.Helper()
 	for _, r := range p.Ranges {
-		if r.Free() > 0 {
+		if r.Free() > 0 && !p.Removed[r.CIDR()] {
 			a, err := r.AllocateNext()
 			if err != nil {
 				t.Fatal(err)
@@ -55,13 +59,75 @@ func (p *Pool) Next(t testing.TB) netip.Addr {
 	return netip.Addr{}
 }
 
-// Free is what the allocator can still hand out.
+// Free is what the allocator can still hand out: a removed CIDR's free
+// IPs are not (pool.go:160-175 dump counts them out too).
 func (p *Pool) Free() int {
 	n := 0
 	for _, r := range p.Ranges {
-		n += r.Free()
+		if !p.Removed[r.CIDR()] {
+			n += r.Free()
+		}
 	}
 	return n
+}
+
+// Update is the agent reading its CIDRs again from their source (in ENI
+// mode status.eni.enis, pkg/ipam/eni.go:588-640), as cidrPool.updatePool
+// does (pool.go:260-330): a CIDR gone from the source leaves the pool when
+// none of its IPs is in use and is marked removed otherwise; a new one
+// joins the pool.
+func (p *Pool) Update(cidrs []netip.Prefix, allowFirstLast bool) {
+	carried := map[netip.Prefix]bool{}
+	for _, c := range cidrs {
+		carried[c] = true
+	}
+	var kept []*ipallocator.Range
+	have := map[netip.Prefix]bool{}
+	for _, r := range p.Ranges {
+		if !carried[r.CIDR()] {
+			if r.Used() == 0 {
+				continue
+			}
+			if p.Removed == nil {
+				p.Removed = map[netip.Prefix]bool{}
+			}
+			p.Removed[r.CIDR()] = true
+		}
+		kept = append(kept, r)
+		have[r.CIDR()] = true
+	}
+	for _, c := range NewPool(cidrs, allowFirstLast).Ranges {
+		if !have[c.CIDR()] {
+			kept = append(kept, c)
+		}
+	}
+	p.Ranges = kept
+}
+
+// ReleaseExcess drops the CIDRs the agent gives back once its pods no
+// longer need them, as cidrPool.releaseExcessCIDRsMultiPool does
+// (pool.go:195-258, called from multipool_manager.go:644-656 with what
+// must stay free: the pre-allocate, in ENI mode's linear demand,
+// multipool_manager.go:560-575): walking the CIDRs from the last, an
+// unused one goes while what stays free is still at least freeNeeded.
+// The agent then advertises only what is left (multipool_manager.go:657
+// inUseCIDRs).
+// Like the agent, it counts a removed CIDR's free IPs as free here.
+func (p *Pool) ReleaseExcess(freeNeeded int) {
+	free := 0
+	for _, r := range p.Ranges {
+		free += r.Free()
+	}
+	var kept []*ipallocator.Range
+	for i := len(p.Ranges) - 1; i >= 0; i-- {
+		r := p.Ranges[i]
+		if r.Used() == 0 && free-r.Free() >= freeNeeded {
+			free -= r.Free()
+			continue
+		}
+		kept = append([]*ipallocator.Range{r}, kept...)
+	}
+	p.Ranges = kept
 }
 
 // CIDRs are the pool's CIDRs, sorted, as the agent writes them.
@@ -98,10 +164,14 @@ var fixtures, root string
 // allocator could still give pods on it. capscale's
 // TestPresetsOnCiliumWritten (controller/capacitysource) reads them.
 type fixture struct {
-	Preset      string         `json:"preset"`
-	Objects     string         `json:"objects"`
-	Allocatable int            `json:"allocatable"`
-	Object      *v2.CiliumNode `json:"object"`
+	Preset      string `json:"preset"`
+	Objects     string `json:"objects"`
+	Allocatable int    `json:"allocatable"`
+	// Under is how far the preset may stay under Allocatable, and why: IPs
+	// the agent holds that the object does not show (never over).
+	Under    int            `json:"under,omitempty"`
+	UnderWhy string         `json:"underWhy,omitempty"`
+	Object   *v2.CiliumNode `json:"object"`
 }
 
 var unsafe = regexp.MustCompile(`[^a-z0-9]+`)
@@ -111,7 +181,21 @@ var unsafe = regexp.MustCompile(`[^a-z0-9]+`)
 // (Main says where).
 func Report(t testing.TB, preset, objects string, cn *v2.CiliumNode, allocatable int) {
 	t.Helper()
-	b, err := json.MarshalIndent(fixture{Preset: preset, Objects: objects, Allocatable: allocatable, Object: cn}, "", "  ")
+	report(t, fixture{Preset: preset, Objects: objects, Allocatable: allocatable, Object: cn})
+}
+
+// ReportUnder is Report for an object that does not show all the agent
+// holds: the preset's count is to be exactly allocatable - under, and why
+// says what it cannot see.
+func ReportUnder(t testing.TB, preset, objects string, cn *v2.CiliumNode, allocatable, under int, why string) {
+	t.Helper()
+	report(t, fixture{Preset: preset, Objects: objects, Allocatable: allocatable, Under: under, UnderWhy: why, Object: cn})
+}
+
+func report(t testing.TB, fx fixture) {
+	t.Helper()
+	preset, objects := fx.Preset, fx.Objects
+	b, err := json.MarshalIndent(fx, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}

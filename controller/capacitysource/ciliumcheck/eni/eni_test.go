@@ -48,6 +48,13 @@ func (c *capture) Update(_, n *v2.CiliumNode) (*v2.CiliumNode, error)       { re
 func (c *capture) UpdateStatus(_, n *v2.CiliumNode) (*v2.CiliumNode, error) { return c.keep(n) }
 func (c *capture) Get(string) (*v2.CiliumNode, error)                       { return &v2.CiliumNode{}, nil }
 
+// reset forgets what was written, so that sync waits for a new write.
+func (c *capture) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last = nil
+}
+
 func (c *capture) written() *v2.CiliumNode {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -60,13 +67,20 @@ func (c *capture) written() *v2.CiliumNode {
 // operator is cilium-operator's ENI IPAM for one m5.large instance with
 // one ENI attached, against Cilium's mock EC2 API.
 type operator struct {
-	mngr *nodemanager.NodeManager
-	k8s  *capture
+	mngr      *nodemanager.NodeManager
+	k8s       *capture
+	ec2       *apimock.API
+	instances *eniipam.InstancesManager
+	eni       string
 }
 
 const instanceID = "i-capscale-0"
 
-func newOperator(t *testing.T) *operator {
+func newOperator(t *testing.T) *operator { return newOperatorWith(t, false) }
+
+// newOperatorWith is newOperator with prefix delegation on or off: on, the
+// operator gives the ENI /28 prefixes rather than secondary IPs.
+func newOperatorWith(t *testing.T, prefixDelegation bool) *operator {
 	t.Helper()
 	subnet := &ipamtypes.Subnet{ID: "s-1", AvailabilityZone: "us-west-1", VirtualNetworkID: "vpc-1", AvailableAddresses: 200}
 	vpc := &ipamtypes.VirtualNetwork{ID: "vpc-1", PrimaryCIDR: iputil.PrefixFrom(netip.MustParsePrefix("10.10.0.0/16"))}
@@ -90,11 +104,42 @@ func newOperator(t *testing.T) *operator {
 		t.Fatal(err)
 	}
 	k := &capture{}
-	mngr, err := nodemanager.NewNodeManager(hivetest.Logger(t), instances, k, metricsmock.NewMockMetrics(), 10, false, 0, false)
+	mngr, err := nodemanager.NewNodeManager(hivetest.Logger(t), instances, k, metricsmock.NewMockMetrics(), 10, false, 0, prefixDelegation)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &operator{mngr: mngr, k8s: k}
+	return &operator{mngr: mngr, k8s: k, ec2: ec2, instances: instances, eni: eni}
+}
+
+// unassignPrefix takes a delegated prefix off the ENI in the mock EC2, as
+// EC2's UnassignPrivateIpAddresses with its prefix does: the mock's own
+// call frees the prefix's addresses but leaves it in the ENI's prefix
+// list, which is dropped here too.
+func (o *operator) unassignPrefix(t *testing.T, prefix netip.Prefix) {
+	t.Helper()
+	if err := o.ec2.UnassignENIPrefixes(t.Context(), o.eni, []string{prefix.String()}); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := o.ec2.GetInstance(t.Context(), nil, nil, instanceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enis := apimock.ENIMap{}
+	for id, iface := range inst.Interfaces {
+		e, ok := iface.(*awstypes.ENI)
+		if !ok {
+			t.Fatalf("interface %s is a %T", id, iface)
+		}
+		var kept []iputil.Prefix
+		for _, p := range e.Prefixes {
+			if p.Prefix != prefix {
+				kept = append(kept, p)
+			}
+		}
+		e.Prefixes = kept
+		enis[id] = e
+	}
+	o.ec2.UpdateENIs(map[string]apimock.ENIMap{instanceID: enis})
 }
 
 // sync hands the operator the agent's CiliumNode and waits until it has
@@ -112,7 +157,12 @@ func (o *operator) sync(t *testing.T, cn *v2.CiliumNode) *v2.CiliumNode {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("the operator did not settle node %s", cn.Name)
+	n, w := o.mngr.Get(cn.Name), o.k8s.written()
+	if n == nil || w == nil {
+		t.Fatalf("the operator did not settle node %s: node %v, written %v", cn.Name, n != nil, w != nil)
+	}
+	t.Fatalf("the operator did not settle node %s: needs %d more, pool %d, available %d, ENIs %d",
+		cn.Name, n.GetNeededAddresses(), len(w.Spec.IPAM.Pool), n.Stats().IPv4.AvailableIPs, len(w.Status.ENI.ENIs))
 	return nil
 }
 
@@ -211,6 +261,93 @@ func TestENIAgentV120(t *testing.T) {
 	}
 	agentWrites(grown, caughtUp, router, health, 2+pods)
 	ciliumcheck.Report(t, "cilium-eni", fmt.Sprintf("v1.20 agent, allocated caught up (%d)", len(caughtUp.Ranges)), grown, caughtUp.Free()+pods)
+}
+
+// TestENIAgentV120Release: pods end and the v1.20 agent gives back the
+// CIDRs it no longer needs (ReleaseExcess: pool.go:195-258), advertising
+// only the rest in spec.ipam.pools.allocated. status.eni.enis still holds
+// every address (the operator releases none here), and the agent takes
+// the released ones back only once its demand outgrows what it kept
+// (pool.go:213-238): until then it gives pods what allocated lists, no
+// more, which is what the preset counts.
+func TestENIAgentV120Release(t *testing.T) {
+	op := newOperator(t)
+	cn := newCiliumNode("n120r")
+	cn.Spec.IPAM.Pools.Requested = ciliumcheck.Demand(2 + 12 + 8)
+	w := op.sync(t, cn)
+	p := ciliumcheck.NewPool(eniCIDRs(w), true)
+	router, health := p.Next(t), p.Next(t)
+	var pods []netip.Addr
+	for range 12 {
+		pods = append(pods, p.Next(t))
+	}
+	// Eleven pods end: their IPs go back to their ranges.
+	for _, a := range pods[1:] {
+		for _, r := range p.Ranges {
+			if r.CIDR().Contains(a) {
+				r.Release(a)
+			}
+		}
+	}
+	before := len(p.Ranges)
+	p.ReleaseExcess(8) // linear demand: in use plus the pre-allocate (eni.go:749)
+	if len(p.Ranges) >= before {
+		t.Fatalf("the agent released nothing: %d CIDRs before and after", before)
+	}
+	agentWrites(w, p, router, health, 2+1)
+	ciliumcheck.Report(t, "cilium-eni", fmt.Sprintf("v1.20 agent, 1 pod, released to %d of %d", len(p.Ranges), before), w, p.Free()+1)
+}
+
+// TestENIAgentV120RemovedPrefix: with prefix delegation the ENI holds /28
+// prefixes. One that holds pods' IPs leaves the ENI (unassigned in EC2,
+// here through Cilium's mock EC2 API, and written out of status.eni by
+// the operator). The v1.20 agent keeps that CIDR for the IPs in use and
+// advertises it in spec.ipam.pools.allocated still, but hands out none of
+// its free IPs (pool.go:313-322 updatePool marks it removed, 89-104
+// allocateNext skips it). The preset counts a CIDR only while an ENI
+// carries it; the removed prefix's pods are still charged as pods, so the
+// count is under what the agent can give by those pods' IPs, never over.
+func TestENIAgentV120RemovedPrefix(t *testing.T) {
+	op := newOperatorWith(t, true)
+	cn := newCiliumNode("n120p")
+	cn.Spec.IPAM.Pools.Requested = ciliumcheck.Demand(2 + 5 + 8)
+	w := op.sync(t, cn)
+	var prefixes []string
+	for _, e := range w.Status.ENI.ENIs {
+		for _, pf := range e.Prefixes {
+			prefixes = append(prefixes, pf.String())
+		}
+	}
+	if len(prefixes) == 0 {
+		t.Fatalf("the operator delegated no prefix: %+v", w.Status.ENI)
+	}
+	p := ciliumcheck.NewPool(eniCIDRs(w), true)
+	router, health := p.Next(t), p.Next(t)
+	const pods = 5
+	for range pods {
+		p.Next(t)
+	}
+	inUse := p.Ranges[0].CIDR() // router, health and the pods are all here
+	op.unassignPrefix(t, inUse)
+	synced, err := op.instances.Resync(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	op.mngr.Resync(t.Context(), synced)
+	agentWrites(w, p, router, health, 2+pods)
+	op.k8s.reset()
+	w = op.sync(t, w)
+	p.Update(eniCIDRs(w), true)
+	if !p.Removed[inUse] {
+		t.Fatalf("the agent did not keep %s as removed: %v (ENI CIDRs now %v)", inUse, p.Removed, eniCIDRs(w))
+	}
+	agentWrites(w, p, router, health, 2+pods)
+	// Router, health and the pods hold IPs of the removed prefix: what the
+	// agent can give pods is the other CIDRs' free IPs, and the preset is
+	// under that by the pods' IPs in the removed prefix (the object does
+	// not say which IPs are in use).
+	ciliumcheck.ReportUnder(t, "cilium-eni", fmt.Sprintf("v1.20 agent, in-use prefix removed, %d pods in it", pods), w, p.Free()+pods, pods,
+		"the pods' IPs in the removed prefix: the object lists the prefix but not which of its IPs are in use")
 }
 
 // eniCIDRs is what a v1.20 agent makes of status.eni.enis
