@@ -13,7 +13,7 @@ import (
 // The figures a page quotes are BENCHMARKS.md's, as its links are files and
 // headings that exist (docs/development.md "The docs").
 //
-// The rule. A *quoting block* of README.md or docs/*.md is a paragraph, a
+// The rule. A *quoting block* of README.md, docs/*.md or docs/design/*.md is a paragraph, a
 // list item or a table row (outside generated tables), or a run of comment
 // lines in a code block or in the chart's values.yaml, that
 // cites BENCHMARKS.md (a link or its name), says "measured" ("measurable",
@@ -413,11 +413,13 @@ func unbenchmarked(t *testing.T, root string) []string {
 	t.Helper()
 	known := readBenchTable(t, filepath.Join(root, "BENCHMARKS.md")).tableFigures()
 	pages := []string{filepath.Join(root, "README.md")}
-	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
+	for _, glob := range []string{"*.md", "design/*.md"} {
+		more, err := filepath.Glob(filepath.Join(root, "docs", glob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, more...)
 	}
-	pages = append(pages, more...)
 	// The chart's values.yaml: its comments are what an operator reads.
 	values := filepath.Join(root, "deploy", "helm", "capscale", "values.yaml")
 	pages = append(pages, values)
