@@ -204,7 +204,7 @@ lint: ## No compiled binary tracked by git; gofmt, go vet and staticcheck (unit 
 	cd controller/capacitysource/ciliumcheck && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 # Scheduling mode of local-up and demo: plugin (capscale-scheduler as the
-# plane's scheduler), extender or native (docs/scheduling.md).
+# plane's scheduler), extender or native (docs/choosing-a-mode.md).
 MODE       ?= plugin
 # Real nodes of local-up (kubelet + containerd + a CNI bridge each; root and
 # make deps) and the pod IPs each holds (docs/development.md "Real nodes").
@@ -214,11 +214,11 @@ REAL_NODE_CAPACITY ?= 10
 # (kube-proxy and the Service kubernetes; docs/development.md).
 SERVICE_NETWORK ?= 0
 # KARPENTER=1: Karpenter with its KWOK cloud provider grows the plane
-# (deploy/examples/karpenter/; docs/scheduling.md "Growing the cluster").
+# (deploy/examples/karpenter/; docs/growing-the-cluster.md).
 KARPENTER ?= 0
 # PUBLISH_CAPACITY=1 (MODE=extender): the extender publishes each node's
 # capacity in its status too, as the chart's extender.publishCapacity, so
-# that Karpenter sees the IPs (docs/scheduling.md "Growing the cluster").
+# that Karpenter sees the IPs (docs/growing-the-cluster.md).
 PUBLISH_CAPACITY ?= 0
 
 .PHONY: local-up

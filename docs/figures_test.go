@@ -13,7 +13,7 @@ import (
 // The figures a page quotes are BENCHMARKS.md's, as its links are files and
 // headings that exist (docs/development.md "The docs").
 //
-// The rule. A *quoting block* of README.md or docs/*.md is a paragraph, a
+// The rule. A *quoting block* of README.md, docs/*.md or docs/design/*.md is a paragraph, a
 // list item or a table row (outside generated tables), or a run of comment
 // lines in a code block or in the chart's values.yaml, that
 // cites BENCHMARKS.md (a link or its name), says "measured" ("measurable",
@@ -413,11 +413,13 @@ func unbenchmarked(t *testing.T, root string) []string {
 	t.Helper()
 	known := readBenchTable(t, filepath.Join(root, "BENCHMARKS.md")).tableFigures()
 	pages := []string{filepath.Join(root, "README.md")}
-	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
+	for _, glob := range []string{"*.md", "design/*.md"} {
+		more, err := filepath.Glob(filepath.Join(root, "docs", glob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, more...)
 	}
-	pages = append(pages, more...)
 	// The chart's values.yaml: its comments are what an operator reads.
 	values := filepath.Join(root, "deploy", "helm", "capscale", "values.yaml")
 	pages = append(pages, values)
@@ -634,6 +636,112 @@ func TestTableProblems(t *testing.T) {
 				t.Errorf("problems %q, want none", got)
 			case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)):
 				t.Errorf("problems %q, want one saying %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// firstScreenLines is what BENCHMARKS.md shows before its "Current
+// figures": one screen.
+const firstScreenLines = 40
+
+// firstScreenLinkRE is a first-screen figure cell: the figure as its row
+// under "Current figures" writes it, linked to its method and history.
+var firstScreenLinkRE = regexp.MustCompile(`^\[([^\]]+)\]\(#([^)\s]+)\)$`)
+
+// firstScreenProblems returns what keeps BENCHMARKS.md's opening from being
+// one screen of current figures: the opening over firstScreenLines, or a
+// row of its table whose figure is not one cell, linked to a heading of the
+// page, and written as the figure cell of a current-figures row (the same
+// digits, the same "(loaded)").
+func firstScreenProblems(page string, tab benchTable) []string {
+	var out []string
+	lines := strings.Split(page, "\n")
+	end := -1
+	for i, line := range lines {
+		if strings.TrimSpace(line) == currentSection {
+			end = i
+			break
+		}
+	}
+	if end < 0 {
+		return []string{"no " + currentSection}
+	}
+	if end > firstScreenLines {
+		out = append(out, fmt.Sprintf("%d lines before %q: the opening is one screen, at most %d", end, currentSection, firstScreenLines))
+	}
+	anchors, _ := scan(page)
+	current := map[string]bool{}
+	for _, row := range tab.rows {
+		if len(row) > 1 {
+			current[row[1]] = true
+		}
+	}
+	rows := 0
+	for i, line := range lines[:end] {
+		trimmed := strings.TrimSpace(line)
+		if !strings.HasPrefix(trimmed, "|") || separatorRE.MatchString(trimmed) {
+			continue
+		}
+		cells := rawCells(trimmed)
+		if cells[len(cells)-1] == "figure" {
+			continue // the header
+		}
+		rows++
+		bad := func(format string, args ...any) {
+			out = append(out, fmt.Sprintf("line %d: ", i+1)+fmt.Sprintf(format, args...))
+		}
+		m := firstScreenLinkRE.FindStringSubmatch(cells[len(cells)-1])
+		if len(cells) != 2 || m == nil {
+			bad("%q: two cells, the measure and its figure as [figure](#its-method-and-history)", trimmed)
+			continue
+		}
+		if !anchors[m[2]] {
+			bad("%s links to #%s, which is no heading of BENCHMARKS.md", m[1], m[2])
+		}
+		if !current[m[1]] {
+			bad("%s is no figure cell of the tables under %q: quote the row's figure as it is written there", m[1], currentSection)
+		}
+	}
+	if rows == 0 {
+		out = append(out, "no table of figures before "+currentSection)
+	}
+	return out
+}
+
+// TestBenchmarksFirstScreen: BENCHMARKS.md opens with one screen of current
+// figures, each a link to its method and history.
+func TestBenchmarksFirstScreen(t *testing.T) {
+	path := filepath.Join("..", "BENCHMARKS.md")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range firstScreenProblems(string(b), readBenchTable(t, path)) {
+		t.Error("BENCHMARKS.md " + p)
+	}
+}
+
+func TestFirstScreenProblems(t *testing.T) {
+	tab := benchTable{rows: [][]string{{"m", "0.96"}, {"n", "2.7 s (loaded)"}}}
+	page := func(rows string) string {
+		return "# B\n\n| measure | figure |\n|---|---|\n" + rows + "\n## Current figures\n\n## Method\n"
+	}
+	for _, tc := range []struct {
+		name, page string
+		want       int
+	}{
+		{name: "good", page: page("| a | [0.96](#method) |\n| b | [2.7 s (loaded)](#method) |\n"), want: 0},
+		{name: "not linked", page: page("| a | 0.96 |\n"), want: 1},
+		{name: "no such anchor", page: page("| a | [0.96](#nowhere) |\n"), want: 1},
+		{name: "not a current figure", page: page("| a | [0.97](#method) |\n"), want: 1},
+		{name: "the load mark dropped", page: page("| b | [2.7 s](#method) |\n"), want: 1},
+		{name: "no table", page: page(""), want: 1},
+		{name: "longer than a screen", page: strings.Repeat("\n", firstScreenLines) + page("| a | [0.96](#method) |\n"), want: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := firstScreenProblems(tc.page, tab); len(got) != tc.want {
+				t.Errorf("got %d problems %q, want %d", len(got), got, tc.want)
 			}
 		})
 	}

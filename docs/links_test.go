@@ -196,3 +196,40 @@ func TestScan(t *testing.T) {
 		t.Errorf("links = %+v, want one to b.md#c on line 5", links)
 	}
 }
+
+// citedAnchorRE is a page and heading anchor cited outside Markdown, from
+// the repository's root: docs/x.md#anchor, BENCHMARKS.md#anchor.
+var citedAnchorRE = regexp.MustCompile(`(?:^|[^\w/.-])((?:docs/(?:design/)?[\w-]+|BENCHMARKS|README)\.md)#([\w-]+)`)
+
+// TestCitedAnchors: every page#anchor a comment, message, manifest or
+// template cites (TestLinks reads only Markdown) is a heading of that page.
+func TestCitedAnchors(t *testing.T) {
+	root := ".."
+	anchorsOf := map[string]map[string]bool{}
+	for _, f := range citingFiles(t, root) {
+		if filepath.Dir(f) == filepath.Join(root, "docs") && strings.HasSuffix(f, "_test.go") {
+			continue // this package's tests hold made-up links
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, m := range citedAnchorRE.FindAllStringSubmatch(line, -1) {
+				anchors, ok := anchorsOf[m[1]]
+				if !ok {
+					page, err := os.ReadFile(filepath.Join(root, m[1]))
+					if err != nil {
+						t.Errorf("%s:%d cites %s#%s: %v", f, i+1, m[1], m[2], err)
+						continue
+					}
+					anchors, _ = scan(string(page))
+					anchorsOf[m[1]] = anchors
+				}
+				if !anchors[m[2]] {
+					t.Errorf("%s:%d cites %s#%s: no such heading", f, i+1, m[1], m[2])
+				}
+			}
+		}
+	}
+}

@@ -15,20 +15,25 @@ import (
 // "Heading", README "Heading".
 var sectionRefRE = regexp.MustCompile(`\b((?:docs/[\w-]+|README|BENCHMARKS)(?:\.md)?) \\?"([^"\\]+)\\?"`)
 
-// TestSectionRefs: every section a page, or a help text generated into
-// one, names as page "Heading" exists: a heading of that page equal to it
-// or starting with it (a heading's words after a colon or a parenthesis
-// may be left out).
+// TestSectionRefs: every section a page, a help text generated into one,
+// or a comment, error message, manifest or chart template names as page
+// "Heading" exists: a heading of that page equal to it or starting with it
+// (a heading's words after a colon or a parenthesis may be left out). A
+// name that a comment breaks across lines is not read.
 func TestSectionRefs(t *testing.T) {
 	root := ".."
 	headings := map[string][]string{}
-	for _, f := range markdownFiles(t, root) {
+	files := append(markdownFiles(t, root), citingFiles(t, root)...)
+	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, line := range strings.Split(string(b), "\n") {
 			for _, m := range sectionRefRE.FindAllStringSubmatch(line, -1) {
+				if m[2] == "Heading" {
+					continue // the form itself, as this test and deploy/'s write it
+				}
 				page := m[1]
 				if !strings.HasSuffix(page, ".md") {
 					page += ".md"
@@ -60,4 +65,36 @@ func pageHeadings(t *testing.T, path string) []string {
 		return nil
 	}
 	return mdheadings.Of(string(b))
+}
+
+// citingExts are the files besides Markdown that cite the docs' sections:
+// Go comments and messages, manifests, the chart's templates and NOTES.txt,
+// scripts.
+var citingExts = map[string]bool{".go": true, ".yaml": true, ".yml": true, ".tpl": true, ".txt": true, ".json": true, ".sh": true}
+
+// citingFiles are the repository's files with a citingExts extension, and
+// its Makefile, build output left out.
+func citingFiles(t *testing.T, root string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "_output", "vendor", "node_modules", "testdata":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if citingExts[filepath.Ext(path)] || d.Name() == "Makefile" {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }

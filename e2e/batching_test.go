@@ -23,7 +23,7 @@ import (
 // PodTopologySpread's system default constraints turned off
 // (defaultingType: List and none listed): the one obstacle that keeps
 // kube-scheduler's opportunistic batching from handing out hints on its
-// default profile (docs/scheduling.md).
+// default profile (docs/design/plugin-signpod.md).
 const batchingConfig = `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:

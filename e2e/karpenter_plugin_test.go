@@ -21,7 +21,7 @@ import (
 // their status (kwok/cloudprovider/cloudprovider.go, toNode): 12 of the 16
 // IPs the label gives them. A real kubelet writes nothing of the kind:
 // TestKarpenterRuleModes runs plugin mode on Nodes as a kubelet registers
-// them (docs/scheduling.md "Growing the cluster").
+// them (docs/growing-the-cluster.md).
 func TestKarpenterPlugin(t *testing.T) {
 	ctx, w := startKarpenterStack(t, stack.Options{Plugin: true}, `[{"op":"remove","path":"/spec/template/spec/startupTaints"}]`)
 	w.limit = 2 * time.Minute

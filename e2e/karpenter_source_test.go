@@ -77,7 +77,7 @@ func TestKarpenterCapacitySource(t *testing.T) {
 // whereabouts' node slices, as the chart's default source is written: no
 // nodeSelector. Such a source covers every node that no other source
 // covers, so a node whereabouts has not sliced yet counts 0 until it has a
-// slice, never the label or the default (docs/scheduling.md "A node that
+// slice, never the label or the default (docs/capacity-sources.md "A node that
 // joins before its IPAM object").
 const slicedSource = "sources:\n- name: whereabouts\n  preset: whereabouts-node-slice\n"
 

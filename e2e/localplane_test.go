@@ -121,7 +121,7 @@ func TestLocalUpDown(t *testing.T) {
 // TestLocalUpPublishCapacity is `make local-up MODE=extender
 // PUBLISH_CAPACITY=1`: the extender runs with the publisher, so every
 // node's capacity by the rule is in its status, where Karpenter reads it
-// (docs/scheduling.md "Growing the cluster"). In plugin mode the flag is
+// (docs/growing-the-cluster.md). In plugin mode the flag is
 // refused before any plane starts: that mode has no publisher.
 func TestLocalUpPublishCapacity(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)

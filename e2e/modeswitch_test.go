@@ -18,7 +18,7 @@ import (
 )
 
 // TestModeSwitch moves a running cluster from extender mode to native mode
-// and back, in docs/scheduling.md's order, with pods bound all along: no node is ever
+// and back, in docs/choosing-a-mode.md's order, with pods bound all along: no node is ever
 // over capacity and the bound count stays exact.
 func TestModeSwitch(t *testing.T) {
 	s := startReuseStack(t, 6, "3")
@@ -105,7 +105,7 @@ func restartExtender(ctx context.Context, t *testing.T, s *stack.Stack, publish 
 }
 
 // TestModeSwitchPlugin moves a running cluster extender → plugin → native
-// → plugin → extender (docs/scheduling.md "Plugin mode"), with pods bound
+// → plugin → extender (docs/plugin-mode.md), with pods bound
 // all along: the bound count stays exact in every mode and no node is over
 // capacity at any poll.
 func TestModeSwitchPlugin(t *testing.T) {

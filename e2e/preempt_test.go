@@ -75,7 +75,7 @@ func preemptionTakesIP(ctx context.Context, t *testing.T, s *stack.Stack, ns str
 // preemptionRefused runs preemptionSetup in extender mode, where
 // kube-scheduler's preemption dry run runs only in-tree filters, which
 // ignore the IPs, finds no victim, and never calls /preempt: the
-// high-priority pod stays Pending (docs/scheduling.md).
+// high-priority pod stays Pending (docs/failure-and-recovery.md).
 func preemptionRefused(ctx context.Context, t *testing.T, s *stack.Stack, ns string) {
 	t.Helper()
 	preemptionSetup(ctx, t, s, ns)
@@ -102,7 +102,7 @@ func preemptionRefused(ctx context.Context, t *testing.T, s *stack.Stack, ns str
 		t.Fatal(err)
 	}
 	if p.Spec.NodeName != "" || p.Status.NominatedNodeName != "" {
-		t.Errorf("high-priority pod bound to %q, nominated %q: extender-mode preemption now works, update docs/scheduling.md", p.Spec.NodeName, p.Status.NominatedNodeName)
+		t.Errorf("high-priority pod bound to %q, nominated %q: extender-mode preemption now works, update docs/failure-and-recovery.md and docs/design/extender-preemption.md", p.Spec.NodeName, p.Status.NominatedNodeName)
 	}
 	if n := scrapeCounter(ctx, t, s, `capscale_extender_http_requests_total{code="200",route="preempt"}`); n != 0 {
 		t.Errorf("/preempt was called %v times", n)

@@ -127,7 +127,7 @@ func waitBoundWithin(ctx context.Context, t *testing.T, s *stack.Stack, ns strin
 // The deletes are graceful and the pods end as the kubelet ends them
 // (kwok's stages, e2e/tools/kwok/kubelet-delete.yaml): terminal, then gone.
 // That is when an IP is free. A force-deleted pod's IP is held for 7 s
-// (docs/scheduling.md "When is an IP free again"; TestRealNodeForceDelete).
+// (docs/failure-and-recovery.md "When is an IP free again"; TestRealNodeForceDelete).
 func freedIPReuse(t *testing.T, s *stack.Stack) {
 	ctx := testContext(t, 6*time.Minute)
 	const ns = "reuse"

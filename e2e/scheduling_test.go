@@ -167,7 +167,7 @@ func TestSchedulingBurst(t *testing.T) {
 func TestSchedulingMostFreeFirst(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m schedulingMode) {
 		if !m.exactRanking {
-			t.Skipf("%s mode does not promise most free IPs first (docs/scheduling.md); TestNativeRanking tests its ranking", m.name)
+			t.Skipf("%s mode does not promise most free IPs first (docs/choosing-a-mode.md); TestNativeRanking tests its ranking", m.name)
 		}
 		caps := []int{10, 9, 8}
 		s := startModeStack(t, m, 3, func(i int) string { return []string{"10", "9", "8"}[i] }, func(i int) int { return caps[i] })
@@ -180,7 +180,7 @@ func TestSchedulingMostFreeFirst(t *testing.T) {
 // (native and plugin mode) one low-priority pod is evicted and the
 // high-priority pod takes its IP. In extender mode kube-scheduler's dry run
 // runs only in-tree filters, finds no victim and never calls /preempt: the
-// pod stays Pending, as docs/scheduling.md says.
+// pod stays Pending, as docs/failure-and-recovery.md says.
 func TestSchedulingPreemption(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m schedulingMode) {
 		s := startModeStack(t, m, 2, func(int) string { return "2" }, func(int) int { return 2 })

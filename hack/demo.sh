@@ -260,7 +260,7 @@ EOT
 bold "Read next"
 cat <<EOT
    README.md                 what capscale is, which scheduling mode to choose, how to install
-   docs/scheduling.md        the capacity rule, the three modes, no over-commit, the binder Lease
+   docs/choosing-a-mode.md   the three modes, what each costs, moving between them
    docs/metrics-adapter.md   sources, step policies and the HPAs that read them
    docs/workload-api.md      restart, stop, start, scale as the caller
    docs/kubectl.md           kubectl capscale: the IPs per node, and the same verbs from kubectl

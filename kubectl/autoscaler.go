@@ -33,7 +33,7 @@ func newAutoscalerCommand(s *session) *cobra.Command {
 		Short: "Karpenter's NodeOverlay and Cluster Autoscaler's node-template tag for each instance type's underlay IPs",
 		Long: `autoscaler tells a node autoscaler what a new node of each instance type will
 offer in underlay IPs, so that it launches nodes for pods Pending for IPs
-(native mode: docs/scheduling.md "Growing the cluster"). It reads the nodes
+(native mode: docs/growing-the-cluster.md). It reads the nodes
 as you (all, those named, or those matching -l), groups them by their
 node.kubernetes.io/instance-type label and takes each node's capacity by the
 rule (annotation, capacity source, label, default); two nodes of one type

@@ -23,5 +23,5 @@
 //     not rank by free IPs.
 //
 // The decisions are plain functions (rule.go); plugin.go and hints.go read
-// the framework's objects and call them. docs/scheduling.md "Plugin mode".
+// the framework's objects and call them. docs/plugin-mode.md.
 package schedplugin

@@ -106,7 +106,7 @@ func (pl *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod
 // PreFilterExtensions returns nil: the framework adds a nominated pod to,
 // or removes a preemption victim from, the NodeInfo it then hands to Filter,
 // and Filter reads the IPs in use from that NodeInfo, so there is nothing
-// for AddPod or RemovePod to track (docs/scheduling.md "Plugin mode").
+// for AddPod or RemovePod to track (docs/design/plugin-prefilter-extensions.md).
 func (pl *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // need is the pod's need from PreFilter, or computed again when the cycle
@@ -189,7 +189,7 @@ func (pl *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod,
 // plugins' weighted sum (1300 points in the default profile), which 0-100
 // cannot hold for more than a handful of counts. Exact "most free IPs
 // first" is the plugin's promise; batching gave underlay pods no hint on
-// kube-scheduler's default profiles anyway (docs/scheduling.md).
+// kube-scheduler's default profiles anyway (docs/design/plugin-signpod.md).
 func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
 	if underlay.PodNeed(pod) > 0 {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods that need underlay IPs are not signable: a batch hint would rank nodes by the other plugins' scores, not by free IPs")

@@ -1,7 +1,7 @@
 // Command capscale-scheduler is kube-scheduler v1.37 with capscale's
-// UnderlayIP plugin compiled in (plugin mode, docs/scheduling.md "Plugin
-// mode"). It takes kube-scheduler's flags and configuration file; a profile
-// enables the plugin in its KubeSchedulerConfiguration.
+// UnderlayIP plugin compiled in (plugin mode, docs/plugin-mode.md). It
+// takes kube-scheduler's flags and configuration file; a profile enables
+// the plugin in its KubeSchedulerConfiguration.
 package main
 
 import (

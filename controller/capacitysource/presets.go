@@ -11,14 +11,14 @@ import (
 // project's own types and controllers, and checked against the objects
 // their own code writes (ciliumcheck/ drives Cilium v1.20.2's operator and
 // allocators; ipamtest/ builds Azure CNS's objects from ACN v1.8.11's
-// source). docs/scheduling.md "Capacity sources" cites the file and field
-// each expression reads. A source that names one takes its resource,
+// source). docs/design/capacity-source-presets.md cites the file and
+// field each expression reads. A source that names one takes its resource,
 // namespace, node, capacity and maxCapacity unless it sets them itself: a
 // preset is only data for the same mechanism.
 //
 // Capacity is what the node's pool holds now, less what the IPAM keeps for
 // itself; MaxCapacity is what the pool may grow to (information only:
-// every mode schedules on Capacity, docs/scheduling.md says why).
+// every mode schedules on Capacity, docs/capacity-sources.md says why).
 var Presets = map[string]Source{
 	// Cilium's ENI IPAM (AWS), agents of v1.19 and of v1.20. cilium-operator
 	// attaches ENIs, lists them in status.eni.enis and their secondary IPs
@@ -65,7 +65,7 @@ var Presets = map[string]Source{
 	// the pods draws: all charges. Other pools are left out: their free IPs
 	// serve only pods that name them. To count another pool (an underlay
 	// one, draws: marked), write your own capacity expression filtering on
-	// a.pool (docs/scheduling.md shows it). No
+	// a.pool (docs/capacity-sources.md shows it). No
 	// MaxCapacity: a pool grows by CIDRs of its CiliumPodIPPool, with no
 	// per-node bound on the CiliumNode.
 	"cilium-multi-pool": {

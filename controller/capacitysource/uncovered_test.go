@@ -30,7 +30,7 @@ sources:
   nodeSelector: {matchLabels: {pool: eni}}
 `
 
-// uncoveredSources is docs/scheduling.md's file for a cluster whose
+// uncoveredSources is docs/capacity-sources.md's file for a cluster whose
 // draws-all source covers one node pool and whose other pool takes its
 // pods' IPs from elsewhere ("A node no source covers, under draws: all").
 const uncoveredSources = eniPoolOnly + `- name: other-cni
@@ -41,7 +41,7 @@ const uncoveredSources = eniPoolOnly + `- name: other-cni
   nodeSelector: {matchLabels: {pool: other}}
 `
 
-// TestUncoveredNodeUnderDrawsAll pins what docs/scheduling.md says of a
+// TestUncoveredNodeUnderDrawsAll pins what docs/capacity-sources.md says of a
 // node no source covers while a source draws all: the mirror marks it
 // none, and the rule gives it the label or --default-capacity, so with the
 // draws-all policy (every pod asks for an IP) it holds at most that many

@@ -271,7 +271,7 @@ func TestMirrorUsedFrom(t *testing.T) {
 }
 
 // TestMirrorUsedFromPerNetwork: a node in two whereabouts networks, the
-// source deciding one of them (the node expression docs/scheduling.md
+// source deciding one of them (the node expression docs/capacity-sources.md
 // gives), each network with 10 pods on the node. The node's used figure
 // is the 10 of the decided network's IPPool, not 20: whereabouts v0.9.2
 // allocates a node's pods of a network from the one IPPool named

@@ -37,7 +37,7 @@ type Bounds struct {
 	WaitingLag time.Duration
 	// ReservationLag: how long a reservation may outlive its pod's bind or
 	// deletion when the informer does not settle it: the reconciler's grace
-	// and interval (5 s + 2 s, docs/scheduling.md) plus Lag.
+	// and interval (5 s + 2 s, docs/extender-mode.md) plus Lag.
 	ReservationLag time.Duration
 	// MaxWait: how long a pod may stay Pending while an IP it fits is free
 	// (5 s, issue 30) plus a sample interval.
@@ -47,7 +47,7 @@ type Bounds struct {
 	Recovery time.Duration
 	// RequeueQPS and RequeueBurst are the extender's --requeue-qps and its
 	// burst; RequeuePerIP the writes one freed IP may cause
-	// (docs/scheduling.md: at most 4).
+	// (docs/failure-and-recovery.md: at most 4).
 	RequeueQPS, RequeueBurst, RequeuePerIP float64
 }
 

@@ -69,7 +69,7 @@ func deployment(name string, replicas int32, ips int64, scheduler string) *appsv
 				// which is when its IPs are free. A force delete's IPs are
 				// held for 7 s, which the checker's free IPs, read from the
 				// API, cannot see; holds have their own tests
-				// (docs/scheduling.md "When is an IP free again").
+				// (docs/failure-and-recovery.md "When is an IP free again").
 				Spec: corev1.PodSpec{
 					SchedulerName: scheduler,
 					Containers: []corev1.Container{{Name: "app", Image: "registry.example/soak:1",

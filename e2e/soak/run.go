@@ -126,7 +126,7 @@ func capacityOf(i int, n *corev1.Node) {
 // fills the cluster before it starts judging and paces its scaling.
 const largeCluster = 1000
 
-// schedulerFor is the profile the underlay pods name, as docs/scheduling.md
+// schedulerFor is the profile the underlay pods name, as docs/extender-mode.md
 // asks of a cluster that wants every pod on a node with the most free IPs:
 // capscale-scheduler, which scores every node, in extender and plugin mode.
 // On default-scheduler an extender sees only kube-scheduler's sample of the

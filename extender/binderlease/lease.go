@@ -90,7 +90,7 @@ func (l *Lease) Until() (time.Time, error) {
 // refusal is why this extender may not bind.
 func (l *Lease) refusal() error {
 	if p := l.other.Load(); p != nil && *p != "" {
-		return fmt.Errorf("refusing to bind: another underlay-IP binder, %q, holds the Lease %s/%s, and this extender's binder ID is %q; two schedulers with capscale extenders would over-commit nodes: run one (docs/scheduling.md \"Two ways to install\")", *p, l.namespace, Name, l.id)
+		return fmt.Errorf("refusing to bind: another underlay-IP binder, %q, holds the Lease %s/%s, and this extender's binder ID is %q; two schedulers with capscale extenders would over-commit nodes: run one (docs/extender-mode.md \"Two ways to install\")", *p, l.namespace, Name, l.id)
 	}
 	return fmt.Errorf("refusing to bind: this extender (binder ID %q) has not renewed the Lease %s/%s within %s", l.id, l.namespace, Name, RenewDeadline)
 }

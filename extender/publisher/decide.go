@@ -73,7 +73,7 @@ type Use struct {
 // arrives, before a lower capacity can reach it, and the kubelet then
 // refuses the pod it bound (OutOfcapscale.io/underlay-ip: Failed), which
 // is worse than the sandbox retry; native mode holds such a pod with a
-// finalizer instead (extender/release, docs/scheduling.md "When is an IP
+// finalizer instead (extender/release, docs/failure-and-recovery.md "When is an IP
 // free again").
 func Decide(node *v1.Node, rule underlay.Rule, u Use) Decision {
 	inUse, drawn := u.InUse, u.Drawn

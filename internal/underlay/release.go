@@ -6,7 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// Native mode's answer to a force delete (docs/scheduling.md "When is an
+// Native mode's answer to a force delete (docs/failure-and-recovery.md "When is an
 // IP free again"). kube-scheduler counts a pod's requests while the object
 // exists and is not terminal, whatever its deletionTimestamp; a pod with a
 // finalizer that is deleted with grace 0 is only marked (deletionTimestamp

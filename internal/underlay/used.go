@@ -68,7 +68,7 @@ func Listed(pod *v1.Pod) bool {
 // different IPs: the IPAM lists a force-deleted pod until its CNI DEL and
 // a bound pod only from its CNI ADD on. So the larger of what the pods and
 // the holds charge, and what the IPAM reports plus the pods it cannot list
-// yet (docs/scheduling.md "When is an IP free again"). A report can only
+// yet (docs/failure-and-recovery.md "When is an IP free again"). A report can only
 // add to the count without it, never take from it: a hold stays until it
 // ends, since a report the mirror wrote before the force delete cannot
 // show the IP the pod still holds.

@@ -75,12 +75,12 @@ func up(args []string) error {
 	bin := fs.String("bin-dir", "_output/bin", "directory with the control-plane and capscale binaries")
 	nodes := fs.Int("nodes", 5, "number of kwok nodes")
 	adapterConfig := fs.String("adapter-config", "", "metrics adapter config file; empty: a demo config polling a local load source")
-	mode := fs.String("mode", "plugin", "scheduling mode: extender, native or plugin (docs/scheduling.md)")
+	mode := fs.String("mode", "plugin", "scheduling mode: extender, native or plugin (docs/choosing-a-mode.md)")
 	realNodes := fs.Int("real-nodes", 0, "number of real nodes (kubelet, containerd, CNI bridge; needs root and make deps)")
 	serviceNetwork := fs.Bool("service-network", false, "give the real nodes' pods Services and the apiserver: kube-proxy (nftables, its own tables) and the Service kubernetes (docs/development.md)")
 	realCapacity := fs.Int("real-node-capacity", plane.DefaultRealNodeCapacity, "pod IPs of each real node: its IPAM range and its capscale.io/underlay-ip-capacity label (1..253)")
-	publish := fs.Bool("publish-capacity", false, "extender mode: the extender publishes each node's capacity in its status too, as the chart's extender.publishCapacity does, so that an autoscaler sees it (docs/scheduling.md)")
-	karpenter := fs.Bool("karpenter", false, "start Karpenter with its KWOK cloud provider and apply deploy/examples/karpenter/ (make karpenter deploy-tools; docs/scheduling.md)")
+	publish := fs.Bool("publish-capacity", false, "extender mode: the extender publishes each node's capacity in its status too, as the chart's extender.publishCapacity does, so that an autoscaler sees it (docs/growing-the-cluster.md)")
+	karpenter := fs.Bool("karpenter", false, "start Karpenter with its KWOK cloud provider and apply deploy/examples/karpenter/ (make karpenter deploy-tools; docs/growing-the-cluster.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func up(args []string) error {
 			if *karpenter {
 				// A NodePool (startup taint, capacity label) and the
 				// NodeOverlay of its IP budget, for Karpenter to grow the
-				// plane with (docs/scheduling.md "Growing the cluster").
+				// plane with (docs/growing-the-cluster.md).
 				if _, err := s.Kubectl(ctx, "apply", "-f", filepath.Join(plane.RepoRoot(), "deploy", "examples", "karpenter")); err != nil {
 					return err
 				}

@@ -390,7 +390,7 @@ passes the cluster's): Helm's own list names groups, never kinds.
 
 {{/*
 What every capscale MutatingAdmissionPolicy leaves alone, so that nothing the
-cluster needs to recover waits on capscale (docs/scheduling.md "What the
+cluster needs to recover waits on capscale (docs/underlay-pods.md "What the
 policies never touch"):
 - capscale.admissionNamespaces, the namespaceSelector's expression: pods in
   kube-system and in capscale's own namespace. The apiserver sets
@@ -476,7 +476,7 @@ spec:
 "true" when the extender runs native mode's capacity publisher
 (--publish-capacity, its RBAC, templates/native-node-writes.yaml): in native
 mode, and in extender mode with extender.publishCapacity, beside the rule,
-so that a node autoscaler sees the IPs (docs/scheduling.md "Extender mode
+so that a node autoscaler sees the IPs (docs/growing-the-cluster.md "Extender mode
 with the publisher"). Plugin mode runs no extender: asking there fails.
 */}}
 {{- define "capscale.publishes" -}}
