@@ -84,7 +84,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "ElasticWebs reconciled in parallel.")
 	fs.DurationVar(&o.MaxRetryDelay, "max-retry-delay", o.MaxRetryDelay, "Longest backoff before a failing ElasticWeb (or one blocked by an object it does not own) is tried again.")
 	fs.StringVar(&o.CapacitySources, "capacity-sources", o.CapacitySources, "File of capacity sources: read each node's underlay-IP capacity from the cluster's IPAM objects (CEL over each object) and mirror it onto the Node's capscale.io/underlay-ip-source-capacity annotation (docs/capacity-sources.md). Empty: no mirror. An expression that does not compile stops the start, naming the source.")
-	fs.Float32Var(&o.SourceQPS, "capacity-source-qps", o.SourceQPS, "Steady Node writes per second of the capacity-source mirror, apart from --kube-api-qps: a fresh install writes every Node once (5000 Nodes in 25 s at 200).")
+	fs.Float32Var(&o.SourceQPS, "capacity-source-qps", o.SourceQPS, "Steady Node writes per second of the capacity-source mirror, apart from --kube-api-qps: a fresh install writes every Node once (5000 Nodes take at least 25 s at 200).")
 	fs.IntVar(&o.SourceBurst, "capacity-source-burst", o.SourceBurst, "Burst of the capacity-source mirror's Node writes.")
 	fs.IntVar(&o.SourceWorkers, "capacity-source-workers", o.SourceWorkers, "Nodes the capacity-source mirror patches in parallel; enough to keep --capacity-source-qps busy while each patch waits on the apiserver.")
 
