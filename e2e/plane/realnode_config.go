@@ -123,7 +123,7 @@ func (n *RealNode) writeRegistryHosts(hosts []string) error {
 // route, so nothing of theirs leaves for the host's own networks.
 func (n *RealNode) cniConfig() ([]byte, error) {
 	if wb := n.whereabouts(); wb != nil {
-		return cniConfList(n, wb.ipam(n.Gateway, filepath.Join(n.Dir, "whereabouts.log")))
+		return cniConfList(n, wb.ipam(n.Gateway, filepath.Join(n.Dir, "whereabouts.log"), n.services))
 	}
 	ipam := map[string]any{
 		"type":    "host-local",
@@ -136,9 +136,15 @@ func (n *RealNode) cniConfig() ([]byte, error) {
 		}}},
 	}
 	if n.services {
-		ipam["routes"] = []map[string]string{{"dst": serviceCIDR}, {"dst": subnetBase.String()}}
+		ipam["routes"] = serviceRoutes()
 	}
 	return cniConfList(n, ipam)
+}
+
+// serviceRoutes are a pod's routes through its bridge with the service
+// network: the service range and the other nodes' pods.
+func serviceRoutes() []map[string]string {
+	return []map[string]string{{"dst": serviceCIDR}, {"dst": subnetBase.String()}}
 }
 
 // cniConfList is the node's network: its bridge, with ipam.

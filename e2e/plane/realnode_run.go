@@ -145,8 +145,14 @@ func (p *Plane) startRealNodes(ctx context.Context) error {
 	if err := p.waitRealNodesReady(ctx, p.RealNodes); err != nil {
 		return err
 	}
-	if wb {
-		return p.waitSlices(ctx, p.RealNodes)
+	if !wb {
+		return nil
+	}
+	if err := p.waitSlices(ctx, p.RealNodes); err != nil {
+		return err
+	}
+	if o.ServiceNetwork {
+		return routeSlices(p.RealNodes)
 	}
 	return nil
 }

@@ -108,8 +108,6 @@ func checkWhereaboutsOptions(o Options) error {
 		return errors.New("IPAM whereabouts needs real nodes (RealNodes > 0)")
 	case len(o.RealNodeCapacities) > 0:
 		return errors.New("IPAM whereabouts gives every node a slice of the same size: RealNodeCapacities cannot be honoured")
-	case o.ServiceNetwork:
-		return errors.New("IPAM whereabouts does not route the service network (the nodes share one range): ServiceNetwork cannot be honoured")
 	}
 	h, err := whereaboutsSliceBits(whereaboutsCapacity(o))
 	if err != nil {
@@ -187,7 +185,7 @@ func (p *Plane) setupWhereabouts(ctx context.Context, name string, rng netip.Pre
 	// The network: the node-slice controller reads range and
 	// node_slice_size from a NetworkAttachmentDefinition's config
 	// (pkg/node-controller/controller.go:339-380).
-	nad, err := json.Marshal(map[string]any{"cniVersion": "0.4.0", "name": name, "type": "bridge", "ipam": wb.ipam(netip.Addr{}, "")})
+	nad, err := json.Marshal(map[string]any{"cniVersion": "0.4.0", "name": name, "type": "bridge", "ipam": wb.ipam(netip.Addr{}, "", false)})
 	if err != nil {
 		return nil, err
 	}
@@ -335,8 +333,10 @@ func (wb *whereaboutsNet) makeBinDir(whereabouts string) error {
 }
 
 // ipam is the whereabouts IPAM configuration of the network: a node's
-// bridge adds its gateway (the bridge's address) and the plugin's log.
-func (wb *whereaboutsNet) ipam(gateway netip.Addr, logFile string) map[string]any {
+// bridge adds its gateway (the bridge's address) and the plugin's log, and
+// with the service network the routes through it (whereabouts hands
+// ipam.routes to the pod as they are: cmd/whereabouts.go:80).
+func (wb *whereaboutsNet) ipam(gateway netip.Addr, logFile string, services bool) map[string]any {
 	ipam := map[string]any{
 		"type":               "whereabouts",
 		"range":              wb.Range.String(),
@@ -351,7 +351,26 @@ func (wb *whereaboutsNet) ipam(gateway netip.Addr, logFile string) map[string]an
 	if logFile != "" {
 		ipam["log_file"], ipam["log_level"] = logFile, "debug"
 	}
+	if services {
+		ipam["routes"] = serviceRoutes()
+	}
 	return ipam
+}
+
+// routeSlices routes each node's slice to its bridge on the host. Every
+// bridge holds an address of the one range with its whole prefix, so the
+// host has the range on each bridge and would reach every pod through the
+// first; a slice's route is more specific. The service network needs it:
+// kube-proxy's and the kubernetes Service's replies, the kubelet's probes
+// and the apiserver's calls to a pod (an APIService) go from the host to
+// the pod. The routes go with the bridges.
+func routeSlices(nodes []*RealNode) error {
+	for _, n := range nodes {
+		if out, err := exec.Command("ip", "route", "replace", n.Slice.String(), "dev", n.Bridge).CombinedOutput(); err != nil {
+			return fmt.Errorf("routing %s's slice %s to %s: %w: %s", n.Name, n.Slice, n.Bridge, err, out)
+		}
+	}
+	return nil
 }
 
 // gateway is the bridge address of the i-th real node: the network's .254,

@@ -1,6 +1,7 @@
 package plane
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -32,7 +33,7 @@ func TestWhereaboutsOptions(t *testing.T) {
 		{name: "unknown IPAM", o: Options{RealNodes: 1, IPAM: "calico"}, err: `unknown IPAM "calico"`},
 		{name: "no real nodes", o: Options{IPAM: IPAMWhereabouts}, err: "needs real nodes"},
 		{name: "per-node capacities", o: Options{RealNodes: 2, IPAM: IPAMWhereabouts, RealNodeCapacities: []int{6, 14}}, err: "same size"},
-		{name: "service network", o: Options{RealNodes: 1, IPAM: IPAMWhereabouts, ServiceNetwork: true}, err: "ServiceNetwork"},
+		{name: "whereabouts with the service network", o: Options{RealNodes: 1, IPAM: IPAMWhereabouts, ServiceNetwork: true}},
 		{name: "a capacity no slice holds", o: Options{RealNodes: 1, IPAM: IPAMWhereabouts, RealNodeCapacity: 10}, err: "2^n-2"},
 		{name: "more nodes than slices", o: Options{RealNodes: 2, Nodes: 1, IPAM: IPAMWhereabouts, RealNodeCapacity: 126}, err: "gives 2 slices"},
 	} {
@@ -57,7 +58,13 @@ func TestWhereaboutsNames(t *testing.T) {
 	if got := wb.ipPoolName("real-node-0", slice); got != "capscale-ab12-real-node-0-10.233.5.8-29" {
 		t.Errorf("ipPoolName = %s", got)
 	}
-	if got := wb.ipam(netip.Addr{}, "")["node_slice_size"]; got != "/29" {
+	if _, ok := wb.ipam(netip.Addr{}, "", false)["routes"]; ok {
+		t.Errorf("routes without the service network")
+	}
+	if got := wb.ipam(netip.MustParseAddr("10.233.5.254"), "", true)["routes"]; fmt.Sprint(got) != fmt.Sprint(serviceRoutes()) {
+		t.Errorf("routes with the service network = %v, want %v", got, serviceRoutes())
+	}
+	if got := wb.ipam(netip.Addr{}, "", false)["node_slice_size"]; got != "/29" {
 		t.Errorf("node_slice_size = %v", got)
 	}
 }

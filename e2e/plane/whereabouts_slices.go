@@ -52,7 +52,7 @@ func (p *Plane) WhereaboutsCNI(ctx context.Context, command, node, namespace, po
 	if p.wb == nil {
 		return "", errors.New("WhereaboutsCNI needs whereabouts' network: StartWhereaboutsSlices first")
 	}
-	conf, err := json.Marshal(map[string]any{"cniVersion": "0.4.0", "name": p.wb.Name, "type": "bridge", "ipam": p.wb.ipam(netip.Addr{}, "")})
+	conf, err := json.Marshal(map[string]any{"cniVersion": "0.4.0", "name": p.wb.Name, "type": "bridge", "ipam": p.wb.ipam(netip.Addr{}, "", false)})
 	if err != nil {
 		return "", err
 	}
