@@ -153,9 +153,13 @@ controller:
 		{"controller-at-zero", func(t *testing.T) {
 			scaleToZero(ctx, t, s, "capscale-controller")
 			unmirror(ctx, t, p, pool)
-			createAdmitted(ctx, t, s, appPod("app-unread"), "capscale-scheduler", 1)
+			// The kube-system pod first: by the time it runs,
+			// capscale-scheduler's informer has long seen the node unread
+			// (an app pod created with the patch could meet its cache
+			// still mirrored).
 			createAdmitted(ctx, t, s, systemPod("system-no-controller"), "default-scheduler", 0)
 			waitRunningOn(ctx, t, s, metav1.NamespaceSystem, "system-no-controller", system, 2*time.Minute)
+			createAdmitted(ctx, t, s, appPod("app-unread"), "capscale-scheduler", 1)
 			checkPendingReason(ctx, t, s, apps, []string{"app-unread"}, underlay.NotReadYet)
 			back := time.Now()
 			scaleDeployment(ctx, t, s, stack.Namespace, "capscale-controller", 2)
