@@ -21,10 +21,13 @@ import (
 )
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "the apiserver's kubeconfig")
-	preAllocate := flag.Int("pre-allocate", 8, "each agent's spec.ipam.pre-allocate")
-	interval := flag.Duration("interval", 200*time.Millisecond, "how often Nodes and Pods are read")
-	flag.Parse()
+	// A flag set of its own: Cilium's packages register flags of theirs
+	// (kubeconfig among them) on the global one.
+	fs := flag.NewFlagSet("enipool", flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", "", "the apiserver's kubeconfig")
+	preAllocate := fs.Int("pre-allocate", 8, "each agent's spec.ipam.pre-allocate")
+	interval := fs.Duration("interval", 200*time.Millisecond, "how often Nodes and Pods are read")
+	_ = fs.Parse(os.Args[1:])
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if err := run(log, *kubeconfig, *preAllocate, *interval); err != nil {
 		log.Error("enipool", "err", err)
