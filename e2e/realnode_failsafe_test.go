@@ -53,11 +53,16 @@ const replacementLimit = 60 * time.Second
 //     schedules and runs, an app pod waits with capscale's reason
 //     (underlay.NotReadYet), and binds once the controller is back.
 //
-// Without the policies' exclusions (kube-system, capscale's namespace, the
-// system-* priority classes; _helpers.tpl capscale.admissionNamespaces and
-// capscale.admissionPriority) each step fails: the replacements are sent to
-// capscale-scheduler, which is gone or finds no node with an IP for them,
-// and the kube-system pod waits for capscale-scheduler.
+// Each exclusion of the policies (_helpers.tpl capscale.admissionNamespaces
+// and capscale.admissionPriority) was reverted in a scratch copy of the
+// chart, and its step failed: without capscale's namespace and the system-*
+// classes, scheduler-deleted ("2 replacements of capscale-scheduler not
+// Running within 1m0s; they are [... (scheduler capscale-scheduler, node
+// "", Pending, 1 IPs) ...]": nothing binds them); without kube-system,
+// scheduler-at-zero ("kube-system/system-no-scheduler admitted with
+// scheduler "capscale-scheduler" and 1 IPs"); without capscale's namespace
+// alone, controller-deleted (its replacements Pending on capscale-scheduler,
+// which finds no node with an IP for them: the system node's is 0).
 func TestRealNodeFailSafe(t *testing.T) {
 	ctx := testContext(t, 30*time.Minute)
 	work := t.TempDir()
