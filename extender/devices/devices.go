@@ -10,9 +10,9 @@
 // (publisher.Decide: the capacity rule, less what its IPAM or its unasking
 // pods take beyond the pods' requests; an invalid value gives the IPs in
 // use). The devices published are the ones allocated now plus free ones up
-// to the budget: a device a claim holds stays published however the budget
-// moves, so a shrink below what is allocated leaves nothing free, never a
-// free device over the budget.
+// to the budget, and none while claims hold more than the budget: a shrink
+// below what is allocated leaves nothing free, and nothing a claim gives
+// back is free until the node is within its budget again.
 //
 // The decisions (Names, Slices, Changes) are plain functions; Publisher is
 // the controller around them.
@@ -69,15 +69,25 @@ func deviceIndex(name string) int {
 // Names are the devices to publish on a node whose budget is budget and
 // whose devices named allocated are held by claims: every allocated one,
 // and the lowest-numbered others until there are budget devices (at most
-// MaxDevices), in order of their number. Free is then budget less what is allocated, never below
-// 0, whatever names earlier budgets gave out. A name that is not
-// DeviceName's (no writer of capscale's pool makes one) is left out.
+// MaxDevices), in order of their number; none at all while more are
+// allocated than the budget. Free is then budget less what is allocated,
+// never below 0, whatever names earlier budgets gave out, and stays so
+// when claims end before the next sync: a device freed then is free only
+// while the node is within its budget. A name that is not DeviceName's (no
+// writer of capscale's pool makes one) is left out.
 func Names(budget int64, allocated []string) []string {
 	held := make(map[int]bool, len(allocated))
 	for _, a := range allocated {
 		if i := deviceIndex(a); i >= 0 {
 			held[i] = true
 		}
+	}
+	if int64(len(held)) > budget {
+		// Over the budget: publish no device at all. A device of a claim
+		// that ends would be free at once, before this publisher could
+		// take it away, and the node is still over (TestDRAMode's
+		// capacity source subtest saw the waiting pod take it).
+		return []string{}
 	}
 	free := max(min(budget, MaxDevices)-int64(len(held)), 0)
 	out := make([]int, 0, len(held)+int(free))
