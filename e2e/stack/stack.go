@@ -59,6 +59,12 @@ type Options struct {
 	// (deploy/native/kube-scheduler-config.yaml unless SchedulerConfigFile
 	// says otherwise). Implies Extender.
 	DRA bool
+	// DRASkipNodeOperations turns DRAOptionalNodeOperations (alpha) on in
+	// kube-apiserver, kube-scheduler and the real nodes' kubelets, and
+	// the publisher marks the slices of nodes that declare it
+	// (--skip-node-operations): real nodes run pods with underlay IPs
+	// without a kubelet plugin. Needs DRA.
+	DRASkipNodeOperations bool
 	// PublishCapacity runs native mode's publisher in the extender
 	// (--publish-capacity, deploy/native/rbac.yaml and node-taint.yaml):
 	// in extender mode, beside the rule, as the chart's
@@ -154,6 +160,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		o.Extender = true
 		o.ExtenderArgs = append([]string{"--publish-devices", "--leader-elect-namespace=" + Namespace}, o.ExtenderArgs...)
+		if o.DRASkipNodeOperations {
+			const gate = "--feature-gates=DRAOptionalNodeOperations=true"
+			o.ExtenderArgs = append(o.ExtenderArgs, "--skip-node-operations")
+			o.Plane.ExtraAPIServerFlags = append(o.Plane.ExtraAPIServerFlags, gate)
+			o.Plane.ExtraSchedulerFlags = append(o.Plane.ExtraSchedulerFlags, gate)
+			o.Plane.KubeletFeatureGates = map[string]bool{"DRAOptionalNodeOperations": true}
+		}
 	}
 	if o.PublishCapacity {
 		if !o.Extender {

@@ -116,8 +116,11 @@ func SliceName(node string, k int) string {
 // Slices are the ResourceSlices of node's pool at generation gen that hold
 // devices, MaxPerSlice to a slice; a node with no device has one empty
 // slice, so that its pool says so. Each is owned by the Node (uid), so that
-// it goes with it.
-func Slices(node string, uid types.UID, gen int64, devices []string) []*resourcev1.ResourceSlice {
+// it goes with it. skipNodeOps says that the kubelet skips the driver's
+// node operations (spec.skipNodeOperations "*", DRAOptionalNodeOperations,
+// alpha in 1.37): set it only for a node that declares that feature, since
+// kube-scheduler places no claim of such devices on any other node.
+func Slices(node string, uid types.UID, gen int64, devices []string, skipNodeOps bool) []*resourcev1.ResourceSlice {
 	n := max((len(devices)+MaxPerSlice-1)/MaxPerSlice, 1)
 	out := make([]*resourcev1.ResourceSlice, 0, n)
 	for k := range n {
@@ -140,6 +143,10 @@ func Slices(node string, uid types.UID, gen int64, devices []string) []*resource
 				Devices:  ds,
 			},
 		})
+		if skipNodeOps {
+			// An IP needs nothing of the kubelet: no plugin call.
+			out[k].Spec.SkipNodeOperations = []resourcev1.SkipNodeOperation{resourcev1.SkipNodeOperationAll}
+		}
 	}
 	return out
 }
@@ -157,16 +164,16 @@ type Change struct {
 // that no allocator ever mixes an old slice with a new one (it uses only
 // the slices of a pool's highest generation, and a pool whose count of
 // slices is not all there is incomplete: nothing is allocated from it).
-func Changes(node string, uid types.UID, have []*resourcev1.ResourceSlice, devices []string) []Change {
+func Changes(node string, uid types.UID, have []*resourcev1.ResourceSlice, devices []string, skipNodeOps bool) []Change {
 	var gen int64
 	for _, s := range have {
 		gen = max(gen, s.Spec.Pool.Generation)
 	}
-	want := Slices(node, uid, gen, devices)
+	want := Slices(node, uid, gen, devices, skipNodeOps)
 	if same(have, want) {
 		return nil
 	}
-	want = Slices(node, uid, gen+1, devices)
+	want = Slices(node, uid, gen+1, devices, skipNodeOps)
 	byName := make(map[string]*resourcev1.ResourceSlice, len(have))
 	for _, s := range have {
 		byName[s.Name] = s

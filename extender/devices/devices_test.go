@@ -70,7 +70,7 @@ func TestSlices(t *testing.T) {
 		devices, wantSlices int
 	}{{0, 1}, {1, 1}, {MaxPerSlice, 1}, {MaxPerSlice + 1, 2}, {MaxDevices, 8}} {
 		t.Run(fmt.Sprint(tc.devices), func(t *testing.T) {
-			got := Slices("n1", "uid-1", 4, Names(int64(tc.devices), nil))
+			got := Slices("n1", "uid-1", 4, Names(int64(tc.devices), nil), false)
 			if len(got) != tc.wantSlices {
 				t.Fatalf("%d devices in %d slices, want %d", tc.devices, len(got), tc.wantSlices)
 			}
@@ -97,13 +97,13 @@ func TestSlices(t *testing.T) {
 
 func TestChanges(t *testing.T) {
 	const node, uid = "n1", types.UID("u1")
-	cur := Slices(node, uid, 3, Names(10, nil))
+	cur := Slices(node, uid, 3, Names(10, nil), false)
 	cur[0].ResourceVersion = "77"
-	if got := Changes(node, uid, cur, Names(10, []string{"ip-4"})); got != nil {
+	if got := Changes(node, uid, cur, Names(10, []string{"ip-4"}), false); got != nil {
 		t.Errorf("an allocation inside the budget writes: %+v", got)
 	}
 	t.Run("budget moves: one update at the next generation", func(t *testing.T) {
-		got := Changes(node, uid, cur, Names(4, nil))
+		got := Changes(node, uid, cur, Names(4, nil), false)
 		if len(got) != 1 || got[0].Update == nil {
 			t.Fatalf("changes: %+v", got)
 		}
@@ -113,18 +113,18 @@ func TestChanges(t *testing.T) {
 		}
 	})
 	t.Run("first publish creates", func(t *testing.T) {
-		got := Changes(node, uid, nil, Names(2, nil))
+		got := Changes(node, uid, nil, Names(2, nil), false)
 		if len(got) != 1 || got[0].Create == nil || got[0].Create.Spec.Pool.Generation != 1 {
 			t.Fatalf("changes: %+v", got)
 		}
 	})
 	t.Run("a pool that grows past a slice and shrinks back", func(t *testing.T) {
-		grown := Changes(node, uid, cur, Names(MaxPerSlice+1, nil))
+		grown := Changes(node, uid, cur, Names(MaxPerSlice+1, nil), false)
 		if len(grown) != 2 || grown[0].Update == nil || grown[1].Create == nil {
 			t.Fatalf("grow: %+v", grown)
 		}
 		two := []*resourcev1.ResourceSlice{grown[0].Update, grown[1].Create}
-		shrunk := Changes(node, uid, two, Names(3, nil))
+		shrunk := Changes(node, uid, two, Names(3, nil), false)
 		if len(shrunk) != 2 || shrunk[0].Update == nil || shrunk[1].Delete == nil || shrunk[1].Delete.Name != SliceName(node, 1) {
 			t.Fatalf("shrink: %+v", shrunk)
 		}
@@ -132,8 +132,14 @@ func TestChanges(t *testing.T) {
 			t.Errorf("pool after the shrink: %+v", g)
 		}
 	})
+	t.Run("a node that declares DRAOptionalNodeOperations: its slices skip node operations", func(t *testing.T) {
+		got := Changes(node, uid, cur, Names(10, nil), true)
+		if len(got) != 1 || got[0].Update == nil || !slices.Equal(got[0].Update.Spec.SkipNodeOperations, []resourcev1.SkipNodeOperation{"*"}) {
+			t.Fatalf("changes: %+v", got)
+		}
+	})
 	t.Run("a node re-created with another UID gets its owner again", func(t *testing.T) {
-		got := Changes(node, "u2", cur, Names(10, nil))
+		got := Changes(node, "u2", cur, Names(10, nil), false)
 		if len(got) != 1 || got[0].Update == nil || got[0].Update.OwnerReferences[0].UID != "u2" {
 			t.Fatalf("changes: %+v", got)
 		}

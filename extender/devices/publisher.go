@@ -40,7 +40,14 @@ type Options struct {
 	// InUseSynced reports whether InUse follows the pods.
 	InUseSynced cache.InformerSynced
 	Registerer  prometheus.Registerer
+	// SkipNodeOperations marks the slices of every node that declares
+	// OptionalNodeOperationsFeature as needing no kubelet plugin.
+	SkipNodeOperations bool
 }
+
+// OptionalNodeOperationsFeature is the feature a kubelet with the
+// DRAOptionalNodeOperations gate declares in its Node's status.
+const OptionalNodeOperationsFeature = "DRAOptionalNodeOperations"
 
 // Publisher keeps every node's pool of Driver equal to Names(budget,
 // allocated). Run it on the leader only.
@@ -53,6 +60,8 @@ type Publisher struct {
 	o      Options
 
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[string]]
+	// skipDropped: the apiserver dropped spec.skipNodeOperations once.
+	skipDropped atomic.Bool
 
 	writes  *prometheus.CounterVec
 	devices prometheus.Gauge
@@ -108,7 +117,8 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, o Option
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*v1.Node)
 			n, ok2 := cur.(*v1.Node)
-			if !ok1 || !ok2 || o.UID != n.UID || !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) || !equality.Semantic.DeepEqual(o.Labels, n.Labels) {
+			if !ok1 || !ok2 || o.UID != n.UID || !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) || !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+				!equality.Semantic.DeepEqual(o.Status.DeclaredFeatures, n.Status.DeclaredFeatures) {
 				p.enqueueNode(cur)
 			}
 		},

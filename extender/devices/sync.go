@@ -3,6 +3,7 @@ package devices
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,7 +46,8 @@ func (p *Publisher) sync(ctx context.Context, name string) error {
 		return err
 	}
 	devices := Names(budget, allocated)
-	for _, c := range Changes(name, node.UID, have, devices) {
+	skip := p.o.SkipNodeOperations && !p.skipDropped.Load() && slices.Contains(node.Status.DeclaredFeatures, OptionalNodeOperationsFeature)
+	for _, c := range Changes(name, node.UID, have, devices, skip) {
 		if err := p.write(ctx, name, c); err != nil {
 			return err
 		}
@@ -62,10 +64,14 @@ func (p *Publisher) write(ctx context.Context, node string, c Change) error {
 	switch {
 	case c.Create != nil:
 		verb = "create"
-		_, err = api.Create(ctx, c.Create, opts)
+		var got *resourcev1.ResourceSlice
+		got, err = api.Create(ctx, c.Create, opts)
+		p.checkSkipKept(c.Create, got)
 	case c.Update != nil:
 		verb = "update"
-		_, err = api.Update(ctx, c.Update, metav1.UpdateOptions{FieldManager: FieldManager})
+		var got *resourcev1.ResourceSlice
+		got, err = api.Update(ctx, c.Update, metav1.UpdateOptions{FieldManager: FieldManager})
+		p.checkSkipKept(c.Update, got)
 	case c.Delete != nil:
 		verb = "delete"
 		err = api.Delete(ctx, c.Delete.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &c.Delete.UID}})
@@ -88,6 +94,19 @@ func (p *Publisher) write(ctx context.Context, node string, c Change) error {
 		klog.V(2).InfoS("Published underlay-IP devices", "node", klog.KRef("", node), "slice", s.Name, "generation", s.Spec.Pool.Generation, "devices", len(s.Spec.Devices))
 	}
 	return nil
+}
+
+// checkSkipKept notes an apiserver that dropped spec.skipNodeOperations
+// (its DRAOptionalNodeOperations gate is off): the publisher stops asking
+// for it, or every write would differ from what it reads back and be made
+// again.
+func (p *Publisher) checkSkipKept(sent, got *resourcev1.ResourceSlice) {
+	if got == nil || len(sent.Spec.SkipNodeOperations) == 0 || len(got.Spec.SkipNodeOperations) > 0 {
+		return
+	}
+	if p.skipDropped.CompareAndSwap(false, true) {
+		klog.ErrorS(nil, "kube-apiserver drops ResourceSlice spec.skipNodeOperations (DRAOptionalNodeOperations off there): publishing without it, so kubelets will call a kubelet plugin of "+Driver, "slice", sent.Name)
+	}
 }
 
 // poolSlices are the slices of node's pool in the cache.

@@ -204,7 +204,7 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 	if o.PublishDevices {
 		devs, err = devices.New(cs, factory.Core().V1().Nodes(), devices.Options{
 			Rule: ledger.Rule(), InUse: ledger.Requested, Drawn: ledger.Drawn, Unlisted: ledger.Unlisted,
-			InUseSynced: synced, Registerer: reg,
+			InUseSynced: synced, Registerer: reg, SkipNodeOperations: o.SkipNodeOperations,
 		})
 		if err != nil {
 			return nil, err
