@@ -29,8 +29,8 @@ import (
 //   - per IP: ten devices; 3 becomes three devices, and ten pods of one
 //     fit, the eleventh does not.
 //   - one multi-allocatable device with a consumable capacity "ips" of 10:
-//     a pod asking 1 consumes the requestPolicy's default (1), but only
-//     nine fit, never more; and a pod asking 3 stays Pending for good,
+//     a pod asking 1 consumes the requestPolicy's default (1), but nine
+//     or ten fit, never more; and a pod asking 3 stays Pending for good,
 //     since the scheduler's claim asks for 3 devices (ExactCount 3, no
 //     capacity request), and the allocator never takes one device twice
 //     for one request.
@@ -148,8 +148,8 @@ func probeModels(ctx context.Context, t *testing.T, p *plane.Plane) {
 					return false, fmt.Errorf("%d pods of one IP bound on a budget of 10", bound)
 				}
 				if !m.want3Bound {
-					// The multi-allocatable device admits 9, not 10, on
-					// v1.37.2 (two runs of two): fewer, never more.
+					// The multi-allocatable device admits 9 or 10 on
+					// v1.37.2 (9 in 4 runs of 8): never more.
 					return bound+pending == 11 && pending >= 1, nil
 				}
 				return bound == 10 && pending == 1, nil
