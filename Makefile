@@ -222,7 +222,7 @@ KARPENTER ?= 0
 PUBLISH_CAPACITY ?= 0
 
 .PHONY: local-up
-local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) $(if $(filter-out 0,$(KARPENTER)),karpenter deploy-tools) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native, REAL_NODES=0, REAL_NODE_CAPACITY=10, SERVICE_NETWORK=0, KARPENTER=0, PUBLISH_CAPACITY=0); writes _output/local/{kubeconfig,env}.
+local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) $(if $(filter-out 0,$(KARPENTER)),karpenter deploy-tools) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native|dra, REAL_NODES=0, REAL_NODE_CAPACITY=10, SERVICE_NETWORK=0, KARPENTER=0, PUBLISH_CAPACITY=0); writes _output/local/{kubeconfig,env}.
 	$(GO) build -o $(BIN)/localplane ./e2e/cmd/localplane
 	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) --mode $(MODE) \
 	  --real-nodes $(REAL_NODES) --real-node-capacity $(REAL_NODE_CAPACITY) \

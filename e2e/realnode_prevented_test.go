@@ -21,6 +21,7 @@ import (
 // realExhausted is what a Pending pod's PodScheduled condition says in each
 // mode when both real nodes' ten IPs are taken.
 var realExhausted = map[string]string{
+	"dra":      "cannot allocate all claims",
 	"extender": "underlay IPs exhausted: 10/10 used, pod needs 1",
 	"plugin":   "underlay IPs exhausted: 10/10 used, pod needs 1",
 	"native":   "Insufficient " + names.UnderlayIPResource,
@@ -35,52 +36,70 @@ var realExhausted = map[string]string{
 // settled). Then, three times, a Running pod is deleted and a Pending one
 // runs on that node in its place, timed (BENCHMARKS.md).
 func TestRealNodePrevented(t *testing.T) {
-	forEachMode(t, func(t *testing.T, m schedulingMode) {
-		s := startRealNodeStack(t, m.stack(plane.Options{}), 2)
-		ctx := testContext(t, 5*time.Minute)
-		if s.Opts.Native {
-			waitAllocatable(ctx, t, s, map[string]int64{plane.RealNodeName(0): 10, plane.RealNodeName(1): 10}, time.Minute)
-		}
-		const ns = "prevented"
-		if err := s.WaitForNamespace(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-		watch := watchIPAM(ctx, t, s, s.RealNodes)
-		var pods []*corev1.Pod
-		for i := range 25 {
-			pods = append(pods, realPod(ns, fmt.Sprintf("p-%02d", i), 1))
-		}
-		createPods(ctx, t, s, pods...)
+	forEachMode(t, realNodePrevented)
+}
 
-		st := waitRealState(ctx, t, s, ns, 3*time.Minute, "20 Running, 5 Pending", func(st realState) bool {
-			return st.runningCount() == 20 && len(st.creating) == 0 && len(st.pending) == 5
-		})
-		for _, n := range s.RealNodes {
-			if got := len(st.running[n.Name]); got != 10 {
-				t.Errorf("%s runs %d pods, want 10 (%s)", n.Name, got, st)
-			}
-		}
-		checkRunningIPs(t, s.RealNodes, st)
-		checkPendingReason(ctx, t, s, ns, st.pending, realExhausted[m.name])
-		waitIPAMSettled(ctx, t, watch, 10)
+// draMode is DRA mode for TestRealNodePrevented's scenario: the plane's
+// stock kube-scheduler allocates the devices capscale publishes, and the
+// kubelets run the pods without a kubelet plugin, DRAOptionalNodeOperations
+// (alpha) turned on in kube-apiserver, kube-scheduler and the kubelets and
+// the slices of the nodes that declare it marked.
+var draMode = schedulingMode{
+	name: "dra",
+	stack: func(po plane.Options) stack.Options {
+		return stack.Options{Plane: po, DRA: true, DRASkipNodeOperations: true}
+	},
+}
 
-		// A freed IP: the deleted pod's IP goes back to the IPAM, and a
-		// Pending pod gets it on that node.
-		for round := range 3 {
-			node := plane.RealNodeName(round % 2)
-			took := freeOneIP(ctx, t, s, ns, node)
-			t.Logf("freed-IP reuse, %s mode, round %d: a Pending pod Running on %s %.1fs after a Running pod there was deleted", m.name, round+1, node, took.Seconds())
-		}
-		st, err := realPodState(ctx, s, ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.runningCount() != 20 || len(st.pending) != 2 {
-			t.Errorf("after three IPs freed and taken: %s, want 20 Running and 2 Pending", st)
-		}
-		checkRunningIPs(t, s.RealNodes, st)
-		checkIPAMNeverOver(ctx, t, s, ns, watch, 10)
+// TestRealNodeDRA is TestRealNodePrevented in DRA mode (docs/dra.md): the
+// failure shown, and prevented, on real nodes.
+func TestRealNodeDRA(t *testing.T) { realNodePrevented(t, draMode) }
+
+func realNodePrevented(t *testing.T, m schedulingMode) {
+	s := startRealNodeStack(t, m.stack(plane.Options{}), 2)
+	ctx := testContext(t, 5*time.Minute)
+	if s.Opts.Native {
+		waitAllocatable(ctx, t, s, map[string]int64{plane.RealNodeName(0): 10, plane.RealNodeName(1): 10}, time.Minute)
+	}
+	const ns = "prevented"
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	watch := watchIPAM(ctx, t, s, s.RealNodes)
+	var pods []*corev1.Pod
+	for i := range 25 {
+		pods = append(pods, realPod(ns, fmt.Sprintf("p-%02d", i), 1))
+	}
+	createPods(ctx, t, s, pods...)
+
+	st := waitRealState(ctx, t, s, ns, 3*time.Minute, "20 Running, 5 Pending", func(st realState) bool {
+		return st.runningCount() == 20 && len(st.creating) == 0 && len(st.pending) == 5
 	})
+	for _, n := range s.RealNodes {
+		if got := len(st.running[n.Name]); got != 10 {
+			t.Errorf("%s runs %d pods, want 10 (%s)", n.Name, got, st)
+		}
+	}
+	checkRunningIPs(t, s.RealNodes, st)
+	checkPendingReason(ctx, t, s, ns, st.pending, realExhausted[m.name])
+	waitIPAMSettled(ctx, t, watch, 10)
+
+	// A freed IP: the deleted pod's IP goes back to the IPAM, and a
+	// Pending pod gets it on that node.
+	for round := range 3 {
+		node := plane.RealNodeName(round % 2)
+		took := freeOneIP(ctx, t, s, ns, node)
+		t.Logf("freed-IP reuse, %s mode, round %d: a Pending pod Running on %s %.1fs after a Running pod there was deleted", m.name, round+1, node, took.Seconds())
+	}
+	st, err := realPodState(ctx, s, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.runningCount() != 20 || len(st.pending) != 2 {
+		t.Errorf("after three IPs freed and taken: %s, want 20 Running and 2 Pending", st)
+	}
+	checkRunningIPs(t, s.RealNodes, st)
+	checkIPAMNeverOver(ctx, t, s, ns, watch, 10)
 }
 
 // checkPendingReason checks that every pod in pending was turned away by

@@ -39,7 +39,8 @@ var (
 // involved object carries), capscale's annotations and label, and
 // capscale.io/underlay-ip in status capacity and allocatable, and the
 // startup taint capscale.io/underlay-ip-unpublished if the node has it
-// (the publisher removes it). A real
+// (the publisher removes it), and the features the node declares (DRA
+// mode's publisher reads DRAOptionalNodeOperations there). A real
 // node's images, conditions and managedFields make it about 17 KiB, 85 MiB
 // at 5000 nodes; none of it decides capacity.
 func CompactNode(node *v1.Node) *v1.Node {
@@ -53,6 +54,9 @@ func CompactNode(node *v1.Node) *v1.Node {
 		Status: v1.NodeStatus{
 			Capacity:    keepResource(node.Status.Capacity),
 			Allocatable: keepResource(node.Status.Allocatable),
+			// DRA mode's publisher: whether the kubelet may skip the
+			// driver's node operations (a few short names).
+			DeclaredFeatures: node.Status.DeclaredFeatures,
 		},
 	}
 }

@@ -57,6 +57,8 @@ type Options struct {
 	NodeLeaseDuration time.Duration
 	// Extra flags for the components.
 	ExtraAPIServerFlags, ExtraControllerManagerFlags, ExtraSchedulerFlags []string
+	// KubeletFeatureGates are the real nodes' kubelets' featureGates.
+	KubeletFeatureGates map[string]bool
 	// RealNodes starts this many real nodes beside the kwok nodes: a
 	// kubelet with its own containerd and a pod network whose IPAM holds
 	// RealNodeCapacity addresses (realnode.go). They need root and the

@@ -188,7 +188,7 @@ func (n *RealNode) cniBinDir() string {
 //     flags move its certificates and volume plugins);
 //   - 127.0.0.1 listeners on ports of the node's own, authenticated by the
 //     plane's CA only.
-func (n *RealNode) kubeletConfig(clientCA string) ([]byte, error) {
+func (n *RealNode) kubeletConfig(clientCA string, gates map[string]bool) ([]byte, error) {
 	cfg := map[string]any{
 		"apiVersion":                  "kubelet.config.k8s.io/v1beta1",
 		"kind":                        "KubeletConfiguration",
@@ -219,6 +219,9 @@ func (n *RealNode) kubeletConfig(clientCA string) ([]byte, error) {
 		"authorization":       map[string]any{"mode": "AlwaysAllow"},
 		"serializeImagePulls": false,
 		"maxPods":             110,
+	}
+	if len(gates) > 0 {
+		cfg["featureGates"] = gates
 	}
 	return yaml.Marshal(cfg)
 }

@@ -183,7 +183,7 @@ func (p *Plane) startRealNode(ctx context.Context, n *RealNode, fp *nodeFootprin
 	files := map[string]func() ([]byte, error){
 		"containerd.toml":                n.containerdConfig,
 		"cni/net.d/10-capscale.conflist": n.cniConfig,
-		"kubelet.yaml":                   func() ([]byte, error) { return n.kubeletConfig(p.PKI.ClusterCA.CertFile) },
+		"kubelet.yaml":                   func() ([]byte, error) { return n.kubeletConfig(p.PKI.ClusterCA.CertFile, p.Opts.KubeletFeatureGates) },
 	}
 	for name, render := range files {
 		b, err := render()

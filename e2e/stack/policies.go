@@ -22,9 +22,15 @@ import (
 var DefaultPolicies = []string{"admission/underlay-ip.yaml", "admission/scheduler-name.yaml", "controller/node-writes.yaml"}
 
 // ApplyDefaultPolicies applies DefaultPolicies, as `make local-up` does, so
-// that the local plane admits pods as an installed cluster would.
+// that the local plane admits pods as an installed cluster would; in DRA
+// mode, as the chart, without the one that moves pods to capscale-scheduler.
 func (s *Stack) ApplyDefaultPolicies(ctx context.Context) error {
 	for _, f := range DefaultPolicies {
+		if s.Opts.DRA && f == "admission/scheduler-name.yaml" {
+			// DRA mode: default-scheduler counts the IP itself, as the
+			// chart leaves its pods there.
+			continue
+		}
 		if out, err := s.Kubectl(ctx, "apply", "-f", DeployFile(f)); err != nil {
 			return fmt.Errorf("applying %s: %w\n%s", f, err, out)
 		}

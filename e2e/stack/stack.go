@@ -51,6 +51,20 @@ type Options struct {
 	// unless SchedulerConfigFile says otherwise). Implies Extender and
 	// PublishCapacity.
 	Native bool
+	// DRA runs DRA mode: the extender binary publishes each node's IPs as
+	// devices (--publish-devices, with deploy/dra/'s RBAC, slice policy and
+	// DeviceClass, and with real nodes or ReleaseFinalizer
+	// deploy/native/release.yaml's finalizer), and the plane's stock
+	// kube-scheduler allocates them, scoring them as in native mode
+	// (deploy/native/kube-scheduler-config.yaml unless SchedulerConfigFile
+	// says otherwise). Implies Extender.
+	DRA bool
+	// DRASkipNodeOperations turns DRAOptionalNodeOperations (alpha) on in
+	// kube-apiserver, kube-scheduler and the real nodes' kubelets, and
+	// the publisher marks the slices of nodes that declare it
+	// (--skip-node-operations): real nodes run pods with underlay IPs
+	// without a kubelet plugin. Needs DRA.
+	DRASkipNodeOperations bool
 	// PublishCapacity runs native mode's publisher in the extender
 	// (--publish-capacity, deploy/native/rbac.yaml and node-taint.yaml):
 	// in extender mode, beside the rule, as the chart's
@@ -140,6 +154,20 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Native {
 		o.Extender, o.PublishCapacity = true, true
 	}
+	if o.DRA {
+		if o.Native || o.PublishCapacity {
+			return nil, fmt.Errorf("stack: DRA mode publishes devices, not Node capacity")
+		}
+		o.Extender = true
+		o.ExtenderArgs = append([]string{"--publish-devices", "--leader-elect-namespace=" + Namespace}, o.ExtenderArgs...)
+		if o.DRASkipNodeOperations {
+			const gate = "--feature-gates=DRAOptionalNodeOperations=true"
+			o.ExtenderArgs = append(o.ExtenderArgs, "--skip-node-operations")
+			o.Plane.ExtraAPIServerFlags = append(o.Plane.ExtraAPIServerFlags, gate)
+			o.Plane.ExtraSchedulerFlags = append(o.Plane.ExtraSchedulerFlags, gate)
+			o.Plane.KubeletFeatureGates = map[string]bool{"DRAOptionalNodeOperations": true}
+		}
+	}
 	if o.PublishCapacity {
 		if !o.Extender {
 			return nil, fmt.Errorf("stack: PublishCapacity runs in the extender, and no extender runs")
@@ -163,7 +191,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		file := o.SchedulerConfigFile
 		switch {
-		case file == "" && o.Native:
+		case file == "" && (o.Native || o.DRA):
 			file = DeployFile("native/kube-scheduler-config.yaml")
 		case file == "":
 			file = DeployFile("scheduler/kube-scheduler-config.yaml")
@@ -304,7 +332,14 @@ func (s *Stack) startExtender(ctx context.Context) error {
 			}
 		}
 	}
-	if s.Opts.Native {
+	if s.Opts.DRA {
+		for _, f := range []string{"dra/rbac.yaml", "dra/slices-policy.yaml", "dra/deviceclass.yaml"} {
+			if out, err := s.Kubectl(ctx, "apply", "-f", DeployFile(f)); err != nil {
+				return fmt.Errorf("applying %s: %w\n%s", f, err, out)
+			}
+		}
+	}
+	if s.Opts.Native || s.Opts.DRA {
 		// The release finalizer, as the chart installs it in native mode,
 		// where a kubelet ends the pods: kwok's stages delete a pod
 		// without the terminal phase a kubelet writes first, so on a kwok

@@ -38,6 +38,14 @@ const (
 	// capacity, and a node that carries it is capscale's to publish even if
 	// its status already advertises the resource.
 	UnderlayIPUnpublishedTaint = "capscale.io/underlay-ip-unpublished"
+	// UnderlayIPDriver is DRA mode's driver name: the ResourceSlices that
+	// publish each node's underlay IPs as devices, one pool per node named
+	// after it, are this driver's.
+	UnderlayIPDriver = "ip.capscale.io"
+	// UnderlayIPDeviceClass is the DeviceClass whose extendedResourceName
+	// is UnderlayIPResource: with it, kube-scheduler allocates a pod's
+	// capscale.io/underlay-ip request from UnderlayIPDriver's devices.
+	UnderlayIPDeviceClass = "underlay-ip.capscale.io"
 )
 
 const (

@@ -16,6 +16,7 @@ import (
 
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/binderlease"
+	"github.com/capscale/capscale/extender/devices"
 	"github.com/capscale/capscale/extender/publisher"
 	"github.com/capscale/capscale/extender/release"
 	"github.com/capscale/capscale/extender/wire"
@@ -39,6 +40,8 @@ type Config struct {
 	// It belongs to no factory: Run runs it.
 	PendingPods cache.SharedIndexInformer
 	Publisher   *publisher.Publisher
+	// Devices is DRA mode's device publisher (--publish-devices).
+	Devices *devices.Publisher
 	// Releaser removes native mode's release finalizer (with Publisher).
 	Releaser *release.Releaser
 	// BinderLease gates every bind (extender/binderlease).
@@ -197,6 +200,24 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 			return nil, err
 		}
 	}
+	var devs *devices.Publisher
+	if o.PublishDevices {
+		devs, err = devices.New(cs, factory.Core().V1().Nodes(), devices.Options{
+			Rule: ledger.Rule(), InUse: ledger.Requested, Drawn: ledger.Drawn, Unlisted: ledger.Unlisted,
+			InUseSynced: synced, Registerer: reg, SkipNodeOperations: o.SkipNodeOperations,
+		})
+		if err != nil {
+			return nil, err
+		}
+		tracker.UsageChanged = devs.UsageChanged
+		rc := c.release
+		if rc == nil {
+			rc = cs
+		}
+		if rel, err = release.New(rc, factory.Core().V1().Nodes(), reg); err != nil {
+			return nil, err
+		}
+	}
 	lease, err := binderlease.New(c.leases, o.LeaderElectNamespace, o.BinderID, reg)
 	if err != nil {
 		return nil, err
@@ -215,7 +236,7 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 	})
 	return &Config{
 		Options: o, Client: cs, LeaseClient: c.leases, Registry: reg, Factory: factory, Ledger: ledger, Tracker: tracker, Metrics: metrics,
-		Waiting: waiting, PendingPods: pending, Publisher: pub, Releaser: rel, BinderLease: lease, Handler: handler, Synced: synced,
+		Waiting: waiting, PendingPods: pending, Publisher: pub, Devices: devs, Releaser: rel, BinderLease: lease, Handler: handler, Synced: synced,
 	}, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/capscale/capscale/extender/wire"
 	"github.com/capscale/capscale/internal/httpserver"
+	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/internal/underlay"
 )
 
@@ -57,7 +58,14 @@ type Options struct {
 	BinderID string
 	// PublishCapacity runs native mode's capacity publisher (leader-elected
 	// on a Lease in LeaderElectNamespace).
-	PublishCapacity      bool
+	PublishCapacity bool
+	// PublishDevices runs DRA mode's device publisher instead (the same
+	// Lease): each node's underlay IPs as devices in ResourceSlices.
+	PublishDevices bool
+	// SkipNodeOperations marks, with PublishDevices, the slices of nodes
+	// whose kubelet declares DRAOptionalNodeOperations as needing no
+	// kubelet plugin.
+	SkipNodeOperations   bool
 	LeaderElectNamespace string
 	// LeaderElectIdentity defaults to the host name and a random suffix.
 	LeaderElectIdentity string
@@ -120,6 +128,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.MaxProcs, "max-procs", o.MaxProcs, "GOMAXPROCS of the extender: how many threads run Go code at once. 1 spends the least CPU per pod (kube-scheduler calls filter one pod at a time); 0 keeps Go's own choice (the GOMAXPROCS variable, else the container's CPU limit or every core).")
 	nfs := fss.FlagSet("native mode")
 	nfs.BoolVar(&o.PublishCapacity, "publish-capacity", o.PublishCapacity, "Publish every node's underlay-IP capacity ("+underlay.CapacityRuleText+") as capscale.io/underlay-ip in Node status.capacity and allocatable, so kube-scheduler counts it itself (native mode); an invalid value publishes the IPs in use there, so nothing new fits and nothing running is evicted; and remove the finalizer capscale.io/underlay-ip-release (deploy/native/release.yaml) from each pod once its node gave its IPs back. Leader-elected: one replica writes.")
+	dfs := fss.FlagSet("DRA mode")
+	dfs.BoolVar(&o.PublishDevices, "publish-devices", o.PublishDevices, "Publish every node's underlay IPs ("+underlay.CapacityRuleText+") as DRA devices, one per IP, in a ResourceSlice pool per node of the driver "+names.UnderlayIPDriver+", so that kube-scheduler allocates capscale.io/underlay-ip through the DeviceClass "+names.UnderlayIPDeviceClass+" (DRA mode, Kubernetes 1.37 and later); devices that claims hold stay published when the capacity shrinks, so nothing is free beyond it; and remove the finalizer capscale.io/underlay-ip-release from each pod once its node gave its IPs back, as --publish-capacity does. Leader-elected on the same Lease; not with --publish-capacity.")
+	dfs.BoolVar(&o.SkipNodeOperations, "skip-node-operations", o.SkipNodeOperations, "With --publish-devices: mark the ResourceSlices of every node whose kubelet declares the feature DRAOptionalNodeOperations (alpha in Kubernetes 1.37: its gate on kube-apiserver, kube-scheduler and the kubelet) with skipNodeOperations \"*\", so that the kubelet runs pods with underlay IPs without a kubelet plugin of "+names.UnderlayIPDriver+". Nodes that do not declare it are published without it.")
 	nfs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, "Namespace of capscale's Leases: the capacity publisher's (capscale-capacity-publisher) and the binders' (capscale-underlay-binder).")
 	nfs.StringVar(&o.LeaderElectIdentity, "leader-elect-identity", o.LeaderElectIdentity, "This replica's identity in the Lease; empty uses the host name and a random suffix.")
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
@@ -167,6 +178,12 @@ func (o *Options) Validate() []error {
 	}
 	if o.MaxProcs < 0 || o.MaxProcs > maxMaxProcs {
 		errs = append(errs, fmt.Errorf("--max-procs must be between 0 and %d, got %d", maxMaxProcs, o.MaxProcs))
+	}
+	if o.SkipNodeOperations && !o.PublishDevices {
+		errs = append(errs, fmt.Errorf("--skip-node-operations marks the slices --publish-devices writes, and it is not set"))
+	}
+	if o.PublishCapacity && o.PublishDevices {
+		errs = append(errs, fmt.Errorf("--publish-capacity and --publish-devices exclude each other: kube-scheduler counts a node's capscale.io/underlay-ip from its status when it has some there, and ignores its devices then"))
 	}
 	if o.LeaderElectNamespace == "" {
 		errs = append(errs, fmt.Errorf("--leader-elect-namespace must name the namespace of capscale's Leases"))

@@ -69,7 +69,10 @@ func (c *Config) Run(ctx context.Context) error {
 	if waiting != nil {
 		go extender.NewRequeuer(waiting, ledger, cs, o.RequeueQPS, max(1, int(o.RequeueQPS)), c.Metrics).Run(ctx)
 	}
-	if pub != nil {
+	if c.Devices != nil {
+		c.Devices.Start(ctx)
+	}
+	if pub != nil || c.Devices != nil {
 		id := o.LeaderElectIdentity
 		if id == "" {
 			host, _ := os.Hostname()
@@ -79,6 +82,10 @@ func (c *Config) Run(ctx context.Context) error {
 			// The releaser leads with the publisher: one writer of each.
 			run := func(ctx context.Context) {
 				go c.Releaser.Run(ctx)
+				if c.Devices != nil {
+					c.Devices.Run(ctx)
+					return
+				}
 				pub.Run(ctx)
 			}
 			if err := publisher.RunElected(ctx, c.LeaseClient, o.LeaderElectNamespace, id, run); err != nil {

@@ -75,7 +75,7 @@ func up(args []string) error {
 	bin := fs.String("bin-dir", "_output/bin", "directory with the control-plane and capscale binaries")
 	nodes := fs.Int("nodes", 5, "number of kwok nodes")
 	adapterConfig := fs.String("adapter-config", "", "metrics adapter config file; empty: a demo config polling a local load source")
-	mode := fs.String("mode", "plugin", "scheduling mode: extender, native or plugin (docs/choosing-a-mode.md)")
+	mode := fs.String("mode", "plugin", "scheduling mode: extender, native, plugin or dra (docs/choosing-a-mode.md, docs/dra.md)")
 	realNodes := fs.Int("real-nodes", 0, "number of real nodes (kubelet, containerd, CNI bridge; needs root and make deps)")
 	serviceNetwork := fs.Bool("service-network", false, "give the real nodes' pods Services and the apiserver: kube-proxy (nftables, its own tables) and the Service kubernetes (docs/development.md)")
 	realCapacity := fs.Int("real-node-capacity", plane.DefaultRealNodeCapacity, "pod IPs of each real node: its IPAM range and its capscale.io/underlay-ip-capacity label (1..253)")
@@ -88,9 +88,9 @@ func up(args []string) error {
 		return fmt.Errorf("--real-nodes must be at least 0 and --real-node-capacity 1..253, got %d and %d", *realNodes, *realCapacity)
 	}
 	switch *mode {
-	case "extender", "native", "plugin":
+	case "extender", "native", "plugin", "dra":
 	default:
-		return fmt.Errorf("--mode must be extender, native or plugin, got %q", *mode)
+		return fmt.Errorf("--mode must be extender, native, plugin or dra, got %q", *mode)
 	}
 	if *publish && *mode != "extender" {
 		return fmt.Errorf("--publish-capacity is extender mode's (native mode always publishes; plugin mode has no publisher), got --mode %s", *mode)
@@ -134,7 +134,7 @@ func up(args []string) error {
 			HPASyncPeriod: 5 * time.Second,
 		},
 		BinDir:   binDir,
-		Extender: *mode == "extender", Native: *mode == "native", Plugin: *mode == "plugin",
+		Extender: *mode == "extender", Native: *mode == "native", Plugin: *mode == "plugin", DRA: *mode == "dra",
 		PublishCapacity: *publish,
 		Adapter:         true, WorkloadAPI: true, Controller: true,
 		AdapterConfig: *adapterConfig,

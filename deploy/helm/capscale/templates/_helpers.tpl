@@ -479,6 +479,24 @@ mode, and in extender mode with extender.publishCapacity, beside the rule,
 so that a node autoscaler sees the IPs (docs/growing-the-cluster.md "Extender mode
 with the publisher"). Plugin mode runs no extender: asking there fails.
 */}}
+{{- define "capscale.dra" -}}
+{{- if eq .Values.extender.mode "dra" -}}
+{{- $minor := .Capabilities.KubeVersion.Minor | trimSuffix "+" | int -}}
+{{- if or (ne (.Capabilities.KubeVersion.Major | trimSuffix "+") "1") (lt $minor 37) }}
+{{- fail (printf "extender.mode=dra needs Kubernetes 1.37 or later, and this cluster is %s: before 1.37 DRAExtendedResource is beta and may be off (a DeviceClass's extendedResourceName then backs nothing, and pods asking for capscale.io/underlay-ip stay Pending on every node); use extender.mode=plugin or native (docs/dra.md)" .Capabilities.KubeVersion.Version) }}
+{{- end -}}
+{{- if .Values.extender.publishCapacity }}
+{{- fail "extender.publishCapacity writes capscale.io/underlay-ip into Node status, and kube-scheduler counts a node's status before its devices: DRA mode publishes devices only" }}
+{{- end -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+"true" in DRA mode (extender.mode=dra): the extender publishes each node's
+IPs as devices (--publish-devices, templates/dra.yaml's DeviceClass and
+slice policy). Refused below Kubernetes 1.37, with why.
+*/}}
 {{- define "capscale.publishes" -}}
 {{- $m := .Values.extender.mode -}}
 {{- if and .Values.extender.publishCapacity (eq $m "plugin") }}
@@ -500,9 +518,9 @@ render fails; false turns it off.
 {{- define "capscale.releaseFinalizer" -}}
 {{- $v := .Values.extender.releaseFinalizer -}}
 {{- if eq (toString $v) "auto" -}}
-{{- if and (eq .Values.extender.mode "native") (include "capscale.admissionServed" .) (include "capscale.clusterSeen" .) }}true{{ end -}}
+{{- if and (has .Values.extender.mode (list "native" "dra")) (include "capscale.admissionServed" .) (include "capscale.clusterSeen" .) }}true{{ end -}}
 {{- else if eq (toString $v) "true" -}}
-{{- if ne .Values.extender.mode "native" }}
+{{- if not (has .Values.extender.mode (list "native" "dra")) }}
 {{- fail "extender.releaseFinalizer is native mode's: plugin and extender mode hold a force-deleted pod's IPs themselves; set it only with extender.mode=native (or leave it auto)" }}
 {{- end }}
 {{- if not (include "capscale.admissionServed" .) }}
