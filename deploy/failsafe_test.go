@@ -51,8 +51,8 @@ func TestPoliciesFailSafe(t *testing.T) {
 			}
 			ns := "capscale-system"
 			for i, a := range args {
-				if a == "--set" && len(args) > i+1 && len(args[i+1]) > len("namespace=") && args[i+1][:len("namespace=")] == "namespace=" {
-					ns = args[i+1][len("namespace="):]
+				if a == "--namespace" && len(args) > i+1 {
+					ns = args[i+1]
 				}
 			}
 			return r, ns
@@ -63,7 +63,7 @@ func TestPoliciesFailSafe(t *testing.T) {
 		{name: "chart plugin mode", render: chart("--set", "extender.mode=plugin"), routes: true},
 		{name: "chart extender mode", render: chart("--set", "extender.mode=extender"), routes: true},
 		{name: "chart native mode", render: chart("--set", "extender.mode=native"), routes: true},
-		{name: "chart in namespace ops", render: chart("--set", "namespace=ops"), routes: true},
+		{name: "chart in namespace ops", render: chart("--namespace", "ops"), routes: true},
 		{name: "chart plugin mode without routing", render: chart("--set", "extender.mode=plugin", "--set", "admissionPolicies.schedulerName=false")},
 		{name: "chart native mode without routing", render: chart("--set", "extender.mode=native", "--set", "admissionPolicies.schedulerName=false"), defaultCounts: true},
 	}

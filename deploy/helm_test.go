@@ -22,7 +22,7 @@ func TestHelmLint(t *testing.T) {
 	if out, err := runDeployTool(t, "helm", "lint", "--strict", chartDir(t)); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if out, err := runDeployTool(t, "helm", "lint", "--strict", chartDir(t), "-f", writeValues(t, customValues)); err != nil {
+	if out, err := runDeployTool(t, "helm", "lint", "--strict", chartDir(t), "--namespace", "infra", "-f", writeValues(t, customValues)); err != nil {
 		t.Fatalf("with custom values: %v\n%s", err, out)
 	}
 }
@@ -64,6 +64,13 @@ func TestHelmRendersKustomize(t *testing.T) {
 // scheduler's configuration is compared as decoded, not as text.
 func compareToKustomize(t *testing.T, want, got rendered, source string) {
 	t.Helper()
+	// deploy/ makes its Namespace; the chart leaves it to helm install
+	// --create-namespace, so that helm uninstall never deletes it.
+	nsKey := objectKey("Namespace", "", "capscale-system")
+	if _, ok := got[nsKey]; ok {
+		t.Errorf("the chart renders %s: helm uninstall would delete it", nsKey)
+	}
+	delete(want, nsKey)
 	for _, k := range commonKeys(t, want, got, source) {
 		g := got[k]
 		t.Run(k, func(t *testing.T) {
@@ -119,9 +126,9 @@ func withoutHelmLabels(obj, keep map[string]any) map[string]any {
 	return c
 }
 
-// customValues sets every value the chart offers away from its default.
+// customValues sets every value the chart offers away from its default;
+// its renders are in the namespace infra (helm -n infra).
 const customValues = `
-namespace: infra
 image:
   repository: registry.example/capscale
   tag: 1.2.3
@@ -207,17 +214,21 @@ func TestHelmCustomValues(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		values string
+		args   []string
 		check  func(t *testing.T, r rendered)
 	}{{
 		name:   "every value set",
 		values: customValues,
+		args:   []string{"--namespace", "infra"},
 		check: func(t *testing.T, r rendered) {
 			for _, k := range r.keys() {
 				if strings.Contains(k, "capscale-system") {
-					t.Errorf("%s is not in the configured namespace", k)
+					t.Errorf("%s is not in the release's namespace", k)
+				}
+				if strings.HasPrefix(k, "Namespace ") {
+					t.Errorf("the chart renders %s: helm uninstall would delete it", k)
 				}
 			}
-			get[*corev1.Namespace](t, r, objectKey("Namespace", "", "infra"))
 
 			sched := get[*appsv1.Deployment](t, r, objectKey("Deployment", "infra", "capscale-scheduler"))
 			if *sched.Spec.Replicas != 3 {
@@ -329,7 +340,6 @@ func TestHelmCustomValues(t *testing.T) {
 	}, {
 		name: "only the adapter",
 		values: `
-createNamespace: false
 scheduler: {enabled: false}
 workloadAPI: {enabled: false}
 controller: {enabled: false}
@@ -369,11 +379,29 @@ apiService: {create: false}
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := helmTemplate(t, "-f", writeValues(t, tc.values))
+			r, err := helmTemplate(t, append(tc.args, "-f", writeValues(t, tc.values))...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			tc.check(t, r)
+		})
+	}
+}
+
+// TestHelmRemovedNamespaceValues (issue 57 §4): the values that chose and
+// created capscale's namespace before it came from helm -n are refused
+// with a message that says what to do instead, never silently ignored (an
+// install would land in another namespace than the operator meant).
+func TestHelmRemovedNamespaceValues(t *testing.T) {
+	for _, tc := range []struct{ name, values, want string }{
+		{"namespace", "namespace: infra\n", "the value namespace is gone: capscale installs in the release's namespace; use helm install -n infra --create-namespace"},
+		{"createNamespace", "createNamespace: false\n", "the value createNamespace is gone: the chart creates no Namespace; use helm install -n NAMESPACE --create-namespace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := helmTemplate(t, "-f", writeValues(t, tc.values))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: got %v, want the refusal %q", tc.values, err, tc.want)
+			}
 		})
 	}
 }
@@ -401,7 +429,6 @@ metricsAdapter:
 		{"no replicas", "metricsAdapter: {replicas: 0}\n", "/metricsAdapter/replicas"},
 		{"negative capacity", "extender: {defaultCapacity: -1}\n", "/extender/defaultCapacity"},
 		{"unknown pull policy", "image: {pullPolicy: Sometimes}\n", "/image/pullPolicy"},
-		{"invalid namespace", "namespace: Capscale_System\n", "/namespace"},
 		{"enabled as a string", "workloadAPI: {enabled: \"yes\"}\n", "/workloadAPI/enabled"},
 		{"unknown source field", source(", jsonpath: x"), "'jsonpath' not allowed"},
 		{"bad duration", strings.Replace(source(""), "30s", "30 seconds", 1), "/metricsAdapter/config/sources/0/interval"},

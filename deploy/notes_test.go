@@ -52,7 +52,7 @@ func chartNotes(t *testing.T, args ...string) (string, error) {
 	if err := os.WriteFile(filepath.Join(dir, "templates", "notes-under-test.yaml"), []byte(notesTemplate), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args = append([]string{"template", "capscale", dir, "--show-only", "templates/notes-under-test.yaml"}, kubeArgs(t, args)...)
+	args = append([]string{"template", "capscale", dir, "--show-only", "templates/notes-under-test.yaml"}, releaseNamespace(kubeArgs(t, args))...)
 	out, err := runDeployTool(t, "helm", args...)
 	if err != nil {
 		return "", err

@@ -108,7 +108,7 @@ func balanced(s string) bool {
 func TestHelmPrometheusRule(t *testing.T) {
 	capscaleMetrics, _ := goMetricNames(t)
 	base := []string{"--api-versions", mutatingAdmissionPolicyV1, "--api-versions", prometheusRuleV1,
-		"--set", "namespace=infra", "--set", "monitoring.prometheusRule.enabled=true"}
+		"--namespace", "infra", "--set", "monitoring.prometheusRule.enabled=true"}
 	always := []string{"CapscaleNodeCapacityInvalid", "CapscaleMetricsAdapterDown", "CapscalePodsPendingForUnderlayIPs"}
 	for _, tc := range []struct {
 		name   string

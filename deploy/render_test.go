@@ -177,17 +177,28 @@ func get[T runtime.Object](t *testing.T, r rendered, key string) T {
 // the newest Kubernetes the project builds, which serves
 // MutatingAdmissionPolicy v1: its version and that kind, as Argo CD passes
 // the cluster's (a helm built from source would otherwise assume v1.20,
-// below the chart's floor, and helm template knows no kinds).
+// below the chart's floor, and helm template knows no kinds); without
+// --namespace, in capscale-system, as the docs install it.
 func helmTemplate(t *testing.T, args ...string) (rendered, error) {
 	t.Helper()
 	if !slices.Contains(args, "--kube-version") {
 		args = append([]string{"--kube-version", newestKubernetes(t), "--api-versions", mutatingAdmissionPolicyV1}, args...)
 	}
-	out, err := runDeployTool(t, "helm", append([]string{"template", "capscale", chartDir(t)}, args...)...)
+	out, err := runDeployTool(t, "helm", append([]string{"template", "capscale", chartDir(t)}, releaseNamespace(args)...)...)
 	if err != nil {
 		return nil, err
 	}
 	return decodeRender(t, out), nil
+}
+
+// releaseNamespace is args with --namespace capscale-system in front
+// unless they name a namespace: the chart's objects go in the release's
+// namespace, and helm template's is "default".
+func releaseNamespace(args []string) []string {
+	if slices.Contains(args, "--namespace") || slices.Contains(args, "-n") {
+		return args
+	}
+	return append([]string{"--namespace", "capscale-system"}, args...)
 }
 
 func kustomize(t *testing.T, dir string) rendered {

@@ -296,8 +296,7 @@ func TestHelmMonitoring(t *testing.T) {
 	served := []string{"--kube-version", newestKubernetes(t), "--api-versions", mutatingAdmissionPolicyV1, "--api-versions", serviceMonitorV1}
 	for _, mode := range []string{"extender", "native", "plugin"} {
 		t.Run(mode, func(t *testing.T) {
-			r, err := helmTemplate(t, append(served, "--set", "extender.mode="+mode, "-f", writeValues(t, `
-namespace: infra
+			r, err := helmTemplate(t, append(served, "--namespace", "infra", "--set", "extender.mode="+mode, "-f", writeValues(t, `
 tls: {secretName: my-serving-cert}
 monitoring: {serviceMonitor: {enabled: true, labels: {release: kube-prometheus-stack}, interval: 15s}}
 `))...)

@@ -18,7 +18,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capscale/capscale/e2e/plane"
+	"github.com/capscale/capscale/e2e/stack"
 )
+
+// capscaleNamespace is the release's namespace in the helm tests (helm -n),
+// where the processes' stack keeps capscale too.
+const capscaleNamespace = stack.Namespace
 
 // TestHelmInstallOwnerCheck (issue 44): the chart's in-cluster preflight.
 // With another adapter owning the external-metrics APIService, `helm
@@ -41,7 +46,7 @@ func TestHelmInstallOwnerCheck(t *testing.T) {
 	}
 	chart := filepath.Join("deploy", "helm", "capscale")
 
-	out, err := helm("install", "capscale", chart, "--set", "extender.mode=native")
+	out, err := helm("install", "capscale", chart, "--create-namespace", "--set", "extender.mode=native")
 	if err == nil || !strings.Contains(out, "served by keda/keda-operator-metrics-apiserver, not capscale") ||
 		!strings.Contains(out, "apiService.delegate=true") || !strings.Contains(out, "nothing was changed") {
 		t.Fatalf("helm install over KEDA's APIService: err=%v, want the refusal naming it:\n%s", err, out)
@@ -54,7 +59,7 @@ func TestHelmInstallOwnerCheck(t *testing.T) {
 	}
 	t.Logf("refusal:\n%s", out)
 
-	out, err = helm("install", "capscale", chart, "--set", "extender.mode=native", "--set", "apiService.delegate=true")
+	out, err = helm("install", "capscale", chart, "--create-namespace", "--set", "extender.mode=native", "--set", "apiService.delegate=true")
 	if err != nil {
 		t.Fatalf("helm install --set apiService.delegate=true: %v\n%s", err, out)
 	}
@@ -76,8 +81,8 @@ func TestHelmInstallOwnerCheck(t *testing.T) {
 	}
 	// KEDA's stand-in goes before the uninstall: no server answers for it,
 	// and while it is registered discovery stays incomplete, so that
-	// kube-controller-manager cannot finish deleting any namespace and the
-	// uninstall's --wait would wait for capscale-system in vain.
+	// kube-controller-manager cannot finish deleting the release's objects
+	// and the uninstall's --wait would wait in vain.
 	if err := ac.ApiregistrationV1().APIServices().Delete(ctx, externalMetricsAPIService, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +91,7 @@ func TestHelmInstallOwnerCheck(t *testing.T) {
 	}
 
 	// Nobody owns it: the chart installs it, without a caBundle.
-	if out, err := helm("install", "capscale2", chart, "--set", "extender.mode=plugin"); err != nil {
+	if out, err := helm("install", "capscale2", chart, "--create-namespace", "--set", "extender.mode=plugin"); err != nil {
 		t.Fatalf("helm install on an empty cluster: %v\n%s", err, out)
 	}
 	got, err := ac.ApiregistrationV1().APIServices().Get(ctx, externalMetricsAPIService, metav1.GetOptions{})
@@ -114,7 +119,10 @@ func otherAdapterAPIService(ns, name string, ca []byte) *apiregv1.APIService {
 
 // helmCommand runs CAPSCALE_BIN_DIR's helm against p as its admin, from
 // the repository's root (a chart path is relative to it), with Helm's
-// cache, configuration and data in the test's own directories.
+// cache, configuration and data in the test's own directories, in the
+// namespace capscale-system (HELM_NAMESPACE, helm's own -n default): the
+// release's namespace is capscale's. Installs add --create-namespace, as
+// an operator does.
 func helmCommand(ctx context.Context, t *testing.T, p *plane.Plane) func(args ...string) (string, error) {
 	t.Helper()
 	bin := toolBin(t, "helm")
@@ -123,7 +131,8 @@ func helmCommand(ctx context.Context, t *testing.T, p *plane.Plane) func(args ..
 		cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", p.Kubeconfig)...)
 		cmd.Dir = plane.RepoRoot()
 		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-			"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
+			"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"),
+			"HELM_NAMESPACE="+capscaleNamespace)
 		b, err := cmd.CombinedOutput()
 		return string(b), err
 	}

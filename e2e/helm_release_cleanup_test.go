@@ -49,7 +49,7 @@ func TestHelmReleaseCleanup(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	helm := helmCommand(ctx, t, p)
 	chart := filepath.Join("deploy", "helm", "capscale")
-	install := []string{chart, "--set", "extender.mode=native", "--set-string", "extender.nodeSelector.e2e/hook=none"}
+	install := []string{chart, "--create-namespace", "--set", "extender.mode=native", "--set-string", "extender.nodeSelector.e2e/hook=none"}
 	if out, err := helm(append([]string{"install", "capscale"}, install...)...); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}

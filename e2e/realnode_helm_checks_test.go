@@ -316,8 +316,9 @@ func checkWorkloadAPIAsCaller(ctx context.Context, t *testing.T, p *plane.Plane,
 	}
 }
 
-// checkUninstalled: the release's namespace, APIService and cluster-wide
-// objects are gone.
+// checkUninstalled: the release's pods, APIService and cluster-wide
+// objects are gone, and its namespace, which --create-namespace made and
+// the release does not own, is left in place.
 func checkUninstalled(ctx context.Context, t *testing.T, p *plane.Plane) {
 	t.Helper()
 	ac, err := aggregator.NewForConfig(p.Config)
@@ -327,7 +328,7 @@ func checkUninstalled(ctx context.Context, t *testing.T, p *plane.Plane) {
 	if _, err := ac.ApiregistrationV1().APIServices().Get(ctx, externalMetricsAPIService, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("after helm uninstall the APIService %s is still there (err %v)", externalMetricsAPIService, err)
 	}
-	waitGone(ctx, t, p, "capscale-system")
+	waitReleaseGone(ctx, t, p)
 	for _, c := range capscaleClusterBindings(ctx, t, p) {
 		t.Errorf("after helm uninstall ClusterRoleBinding %s is left", c)
 	}
@@ -356,6 +357,33 @@ func waitGone(ctx context.Context, t *testing.T, p *plane.Plane, ns string) {
 	})
 	if err != nil {
 		t.Fatalf("namespace %s not gone: %v", ns, err)
+	}
+}
+
+// waitReleaseGone waits until capscale's namespace holds no pod and no
+// Deployment, and fails if the namespace itself is gone or going: helm
+// uninstall must not delete a namespace the operator made (issue 57 §4).
+func waitReleaseGone(ctx context.Context, t *testing.T, p *plane.Plane) {
+	t.Helper()
+	var left string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := p.Client.CoreV1().Pods(capscaleNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ds, err := p.Client.AppsV1().Deployments(capscaleNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		left = fmt.Sprintf("%d pods, %d Deployments", len(pods.Items), len(ds.Items))
+		return len(pods.Items) == 0 && len(ds.Items) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("after helm uninstall namespace %s still holds %s: %v", capscaleNamespace, left, err)
+	}
+	ns, err := p.Client.CoreV1().Namespaces().Get(ctx, capscaleNamespace, metav1.GetOptions{})
+	if err != nil || ns.DeletionTimestamp != nil {
+		t.Errorf("helm uninstall deleted namespace %s, which it does not own (err %v)", capscaleNamespace, err)
 	}
 }
 

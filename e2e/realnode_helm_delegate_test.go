@@ -153,7 +153,8 @@ func waitAPIServiceAvailable(ctx context.Context, t *testing.T, ac aggregator.In
 // records the owner): the delegate's metric is answered through capscale,
 // capscale's own too; `helm uninstall` gives the APIService back to the
 // delegate exactly as it was (its pre-delete hook, a Job on a real node),
-// Available again, and capscale's namespace goes.
+// Available again, and capscale's pods go (its namespace stays: the
+// operator's, not the release's).
 func testDelegateInstall(ctx context.Context, t *testing.T, p *plane.Plane, helm func(...string) (string, error), install []string, system string) {
 	ac, err := aggregator.NewForConfig(p.Config)
 	if err != nil {
@@ -189,7 +190,7 @@ func testDelegateInstall(ctx context.Context, t *testing.T, p *plane.Plane, helm
 		back.Spec.GroupPriorityMinimum != original.Spec.GroupPriorityMinimum || back.Spec.VersionPriority != original.Spec.VersionPriority {
 		t.Errorf("after helm uninstall the APIService is %+v, want the delegate's as it was: %+v", back.Spec, original.Spec)
 	}
-	waitGone(ctx, t, p, "capscale-system")
+	waitReleaseGone(ctx, t, p)
 	if theirs, err := externalMetric(ctx, s, "my-external-metric", "foo=bar"); err != nil || len(theirs.Items) != 1 {
 		t.Errorf("the delegate's metric after the uninstall: %v %v", theirs, err)
 	}

@@ -127,7 +127,7 @@ func TestRealNodeHelmInstall(t *testing.T) {
 			createLoadHPA(ctx, t, p, hpaNS)
 
 			start := time.Now()
-			out, err := helm("install", "capscale", chart, "--version", strings.TrimPrefix(versions[0], "v"), "--plain-http",
+			out, err := helm("install", "capscale", chart, "--version", strings.TrimPrefix(versions[0], "v"), "--plain-http", "--create-namespace",
 				"--set", "extender.mode="+mode, "-f", values, "--wait", "--timeout", helmWait)
 			if err != nil {
 				t.Fatalf("helm install (%s mode): %v\n%s\n%s", mode, err, out, namespaceState(ctx, p, "capscale-system"))
@@ -238,7 +238,7 @@ func TestRealNodeHelmInstall(t *testing.T) {
 	}
 	t.Run("delegate", func(t *testing.T) {
 		testDelegateInstall(ctx, t, p, helm, []string{"install", "capscale", chart, "--version", strings.TrimPrefix(versions[1], "v"),
-			"--plain-http", "--set", "extender.mode=plugin", "-f", values, "--wait", "--timeout", helmWait}, system.Name)
+			"--plain-http", "--create-namespace", "--set", "extender.mode=plugin", "-f", values, "--wait", "--timeout", helmWait}, system.Name)
 	})
 }
 

@@ -20,9 +20,22 @@ app.kubernetes.io/name: {{ .name }}
 app.kubernetes.io/part-of: capscale
 {{- end }}
 
-{{/* The namespace of capscale's namespaced objects. */}}
+{{/*
+The namespace of capscale's namespaced objects: the release's (helm -n),
+as in KEDA's and metrics-server's charts. The chart creates no Namespace,
+so helm uninstall never deletes one the operator made (helm install
+--create-namespace is the way to have it made). The values namespace and
+createNamespace, which chose and created it before, are refused with a
+message that says so, not silently ignored.
+*/}}
 {{- define "capscale.namespace" -}}
-{{ .Values.namespace }}
+{{- if hasKey .Values "namespace" -}}
+{{- fail (printf "the value namespace is gone: capscale installs in the release's namespace; use helm install -n %s --create-namespace (a namespace of your own is left in place by helm uninstall)" (toString .Values.namespace)) -}}
+{{- end -}}
+{{- if hasKey .Values "createNamespace" -}}
+{{- fail "the value createNamespace is gone: the chart creates no Namespace; use helm install -n NAMESPACE --create-namespace, or create it beforehand" -}}
+{{- end -}}
+{{ .Release.Namespace }}
 {{- end }}
 
 {{/*
