@@ -210,6 +210,15 @@ MODE       ?= plugin
 # make deps) and the pod IPs each holds (docs/development.md "Real nodes").
 REAL_NODES ?= 0
 REAL_NODE_CAPACITY ?= 10
+# CHART=1: a cluster to install the Helm chart into, not capscale started
+# (docs/getting-started.md): REAL_NODES real nodes (3 unless given), the
+# first of them the system node, the service network, a local OCI registry
+# holding capscale's image (linux/amd64) and chart as make release pushes
+# them, and a load index. Root, as REAL_NODES.
+CHART ?= 0
+ifneq ($(CHART),0)
+REAL_NODES := $(if $(filter 0,$(REAL_NODES)),3,$(REAL_NODES))
+endif
 # SERVICE_NETWORK=1: the real nodes' pods reach Services and the apiserver
 # (kube-proxy and the Service kubernetes; docs/development.md).
 SERVICE_NETWORK ?= 0
@@ -222,11 +231,15 @@ KARPENTER ?= 0
 PUBLISH_CAPACITY ?= 0
 
 .PHONY: local-up
-local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) $(if $(filter-out 0,$(KARPENTER)),karpenter deploy-tools) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native|dra, REAL_NODES=0, REAL_NODE_CAPACITY=10, SERVICE_NETWORK=0, KARPENTER=0, PUBLISH_CAPACITY=0); writes _output/local/{kubeconfig,env}.
+local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) $(if $(filter-out 0,$(KARPENTER) $(CHART)),deploy-tools) $(if $(filter-out 0,$(KARPENTER)),karpenter) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native|dra, REAL_NODES=0, REAL_NODE_CAPACITY=10, SERVICE_NETWORK=0, KARPENTER=0, PUBLISH_CAPACITY=0), or with CHART=1 a cluster for the Helm chart; writes _output/local/{kubeconfig,env}.
 	$(GO) build -o $(BIN)/localplane ./e2e/cmd/localplane
+	$(if $(filter-out 0,$(CHART)),cd hack/oci && $(GO) build -o $(abspath $(BIN))/oci .)
 	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) --mode $(MODE) \
 	  --real-nodes $(REAL_NODES) --real-node-capacity $(REAL_NODE_CAPACITY) \
-	  $(if $(filter-out 0,$(SERVICE_NETWORK)),--service-network) $(if $(filter-out 0,$(KARPENTER)),--karpenter) $(if $(filter-out 0,$(PUBLISH_CAPACITY)),--publish-capacity) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG))
+	  $(if $(filter-out 0,$(SERVICE_NETWORK)),--service-network) $(if $(filter-out 0,$(KARPENTER)),--karpenter) $(if $(filter-out 0,$(PUBLISH_CAPACITY)),--publish-capacity) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG)) \
+	  $(if $(filter-out 0,$(CHART)),--chart --chart-version $(RELEASE_VERSION:v%=%))
+	@# CHART=1: the image and the chart into the plane's registry, as make release pushes them.
+	$(if $(filter-out 0,$(CHART)),. $(OUT)/local/env && $(MAKE) --no-print-directory image IMAGE_PLATFORMS=linux/amd64 VERSION=$(RELEASE_VERSION) REGISTRY=$$REGISTRY && $(MAKE) --no-print-directory release-chart REGISTRY=$$REGISTRY)
 	@echo "source $(OUT)/local/env   # then: kubectl get nodes"
 
 .PHONY: local-down

@@ -80,6 +80,8 @@ func up(args []string) error {
 	serviceNetwork := fs.Bool("service-network", false, "give the real nodes' pods Services and the apiserver: kube-proxy (nftables, its own tables) and the Service kubernetes (docs/development.md)")
 	realCapacity := fs.Int("real-node-capacity", plane.DefaultRealNodeCapacity, "pod IPs of each real node: its IPAM range and its capscale.io/underlay-ip-capacity label (1..253)")
 	publish := fs.Bool("publish-capacity", false, "extender mode: the extender publishes each node's capacity in its status too, as the chart's extender.publishCapacity does, so that an autoscaler sees it (docs/growing-the-cluster.md)")
+	chart := fs.Bool("chart", false, "a cluster to install the Helm chart into, not capscale started: real nodes only (real-node-0 the system node), the service network, a local OCI registry the nodes pull from, a load index (docs/getting-started.md); --nodes, --mode and --adapter-config do not apply")
+	chartVersion := fs.String("chart-version", "", "with --chart: the chart version make local-up pushes, written to the env file as CHART_VERSION")
 	karpenter := fs.Bool("karpenter", false, "start Karpenter with its KWOK cloud provider and apply deploy/examples/karpenter/ (make karpenter deploy-tools; docs/growing-the-cluster.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -122,6 +124,20 @@ func up(args []string) error {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if *chart {
+		if *karpenter || *publish || *adapterConfig != "" {
+			return fmt.Errorf("--chart starts no capscale component: --karpenter, --publish-capacity and --adapter-config do not apply")
+		}
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		return upChart(ctx, chartOptions{
+			dir: dir, binDir: binDir, realNodes: *realNodes, cap: *realCapacity, chartVersion: *chartVersion,
+			logf:           func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) },
+			registryBinary: filepath.Join(binDir, "oci"), loadSourceBinary: self, initialLoadSource: 0.1,
+		})
+	}
 	start := time.Now()
 	env := map[string]string{"KUBECONFIG": filepath.Join(dir, "kubeconfig")}
 	logf := func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) }
