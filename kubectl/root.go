@@ -69,6 +69,7 @@ you: your kubeconfig, context and --as decide what you may do.`,
 	s.flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(newIPsCommand(s))
 	root.AddCommand(newAutoscalerCommand(s))
+	root.AddCommand(newCheckCommand(s))
 	for _, c := range newVerbCommands(s) {
 		root.AddCommand(c)
 	}
