@@ -209,7 +209,13 @@ MODE       ?= plugin
 # Real nodes of local-up (kubelet + containerd + a CNI bridge each; root and
 # make deps) and the pod IPs each holds (docs/development.md "Real nodes").
 REAL_NODES ?= 0
-REAL_NODE_CAPACITY ?= 10
+# IPAM=whereabouts: the real nodes' IPs come from whereabouts' node slices,
+# and capscale-controller reads each node's capacity from its
+# NodeSlicePool (the chart's whereabouts-node-slice capacity source): a real
+# IPAM in one command (docs/development.md "Real nodes"). Its slices hold
+# 2, 6, 14, 30, 62 or 126 IPs.
+IPAM ?= host-local
+REAL_NODE_CAPACITY ?= $(if $(filter whereabouts,$(IPAM)),6,10)
 # CHART=1: a cluster to install the Helm chart into, not capscale started
 # (docs/getting-started.md): REAL_NODES real nodes (3 unless given), the
 # first of them the system node, the service network, a local OCI registry
@@ -231,11 +237,11 @@ KARPENTER ?= 0
 PUBLISH_CAPACITY ?= 0
 
 .PHONY: local-up
-local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) $(if $(filter-out 0,$(KARPENTER) $(CHART)),deploy-tools) $(if $(filter-out 0,$(KARPENTER)),karpenter) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native|dra, REAL_NODES=0, REAL_NODE_CAPACITY=10, SERVICE_NETWORK=0, KARPENTER=0, PUBLISH_CAPACITY=0), or with CHART=1 a cluster for the Helm chart; writes _output/local/{kubeconfig,env}.
+local-up: build control-plane $(if $(filter-out 0,$(REAL_NODES)),deps) $(if $(filter-out 0,$(KARPENTER) $(CHART)),deploy-tools) $(if $(filter-out 0,$(KARPENTER)),karpenter) ## Start the local plane with capscale wired in (NODES=5, MODE=plugin|extender|native|dra, REAL_NODES=0, REAL_NODE_CAPACITY=10, IPAM=host-local|whereabouts, SERVICE_NETWORK=0, KARPENTER=0, PUBLISH_CAPACITY=0), or with CHART=1 a cluster for the Helm chart; writes _output/local/{kubeconfig,env}.
 	$(GO) build -o $(BIN)/localplane ./e2e/cmd/localplane
 	$(if $(filter-out 0,$(CHART)),cd hack/oci && $(GO) build -o $(abspath $(BIN))/oci .)
 	$(BIN)/localplane up --dir $(OUT)/local --bin-dir $(BIN) --nodes $(NODES) --mode $(MODE) \
-	  --real-nodes $(REAL_NODES) --real-node-capacity $(REAL_NODE_CAPACITY) \
+	  --real-nodes $(REAL_NODES) --real-node-capacity $(REAL_NODE_CAPACITY) --ipam $(IPAM) \
 	  $(if $(filter-out 0,$(SERVICE_NETWORK)),--service-network) $(if $(filter-out 0,$(KARPENTER)),--karpenter) $(if $(filter-out 0,$(PUBLISH_CAPACITY)),--publish-capacity) $(if $(ADAPTER_CONFIG),--adapter-config $(ADAPTER_CONFIG)) \
 	  $(if $(filter-out 0,$(CHART)),--chart --chart-version $(RELEASE_VERSION:v%=%))
 	@# CHART=1: the image and the chart into the plane's registry, as make release pushes them.

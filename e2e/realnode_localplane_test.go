@@ -5,12 +5,15 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/capscale/capscale/e2e/plane"
 )
@@ -19,11 +22,15 @@ import (
 // local-down`: the env file names the real nodes and their image, a pod of
 // that image runs on one, and after down nothing of the nodes is left on
 // the host (local-down fails otherwise: the footprint's check) and no
-// footprint stays registered.
+// footprint stays registered. Then `make local-up REAL_NODES=2
+// IPAM=whereabouts` (issue 57 §3): capscale-controller mirrors the node's
+// capacity from whereabouts' NodeSlicePool (its slice's 6 IPs) and an
+// underlay pod runs with an IP of that slice.
 func TestRealNodeLocalUpDown(t *testing.T) {
-	ctx := testContext(t, 4*time.Minute)
-	lp := localPlaneUp(ctx, t, "--nodes", "1", "--real-nodes", "2", "--real-node-capacity", "3")
-	out, bin := lp.dir, lp.bin
+	ctx := testContext(t, 6*time.Minute)
+	bin := localPlaneBinDir(ctx, t)
+	lp := localPlaneUpIn(ctx, t, bin, "--nodes", "1", "--real-nodes", "2", "--real-node-capacity", "3")
+	out := lp.dir
 	env, err := os.ReadFile(filepath.Join(out, "env"))
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +84,53 @@ func TestRealNodeLocalUpDown(t *testing.T) {
 	if ms := grepFile(t, "/proc/self/mountinfo", filepath.Join(out, "plane")); len(ms) > 0 {
 		t.Errorf("mounts left under the plane after down: %v", ms)
 	}
+
+	start := time.Now()
+	wb := localPlaneUpIn(ctx, t, bin, "--nodes", "1", "--real-nodes", "2", "--ipam", "whereabouts", "--real-node-capacity", "6")
+	kw := func(args ...string) (string, error) {
+		b, err := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", filepath.Join(wb.dir, "kubeconfig")}, args...)...).CombinedOutput()
+		return string(b), err
+	}
+	var got string
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		got, _ = kw("get", "node", "real-node-0", "-o", "jsonpath={.metadata.annotations.capscale\\.io/underlay-ip-source-capacity}")
+		return got == "6", nil
+	})
+	if err != nil {
+		t.Fatalf("real-node-0's capacity mirrored from whereabouts: %q, want 6 (%v)", got, err)
+	}
+	upod := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"underlay","namespace":"default"},"spec":{
+	  "nodeSelector":{"kubernetes.io/hostname":"real-node-0"},"automountServiceAccountToken":false,
+	  "containers":[{"name":"web","image":"` + plane.RealNodeImage + `","imagePullPolicy":"Never",
+	    "resources":{"limits":{"capscale.io/underlay-ip":"1"}}}]}}`
+	cmd = exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), "--kubeconfig", filepath.Join(wb.dir, "kubeconfig"), "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(upod)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("creating an underlay pod: %v\n%s", err, b)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		got, _ = kw("get", "pod", "underlay", "-o", "jsonpath={.status.phase} {.status.podIP}")
+		return strings.HasPrefix(got, "Running "), nil
+	})
+	if err != nil {
+		o, _ := kw("describe", "pod", "underlay")
+		t.Fatalf("the underlay pod never ran with whereabouts' IP: %q %v\n%s", got, err, o)
+	}
+	if ip, err := netip.ParseAddr(strings.TrimPrefix(got, "Running ")); err != nil || !strings.Contains(envOf(t, wb.dir), `export IPAM="whereabouts"`) {
+		t.Errorf("pod IP %q (%v), env file:\n%s", got, err, envOf(t, wb.dir))
+	} else {
+		t.Logf("local-up IPAM=whereabouts: capacity 6 mirrored from the NodeSlicePool, an underlay pod Running at %s, %.1fs after up began", ip, time.Since(start).Seconds())
+	}
+	wb.down()
+}
+
+func envOf(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // localPlane is a plane `localplane up` started in dir; the test's cleanup
@@ -90,7 +144,13 @@ type localPlane struct {
 // localPlaneUp runs `localplane up` with this run's binaries and upArgs.
 func localPlaneUp(ctx context.Context, t *testing.T, upArgs ...string) *localPlane {
 	t.Helper()
-	lp := &localPlane{dir: t.TempDir(), bin: localPlaneBinDir(ctx, t)}
+	return localPlaneUpIn(ctx, t, localPlaneBinDir(ctx, t), upArgs...)
+}
+
+// localPlaneUpIn is localPlaneUp with the binaries of bin.
+func localPlaneUpIn(ctx context.Context, t *testing.T, bin string, upArgs ...string) *localPlane {
+	t.Helper()
+	lp := &localPlane{dir: t.TempDir(), bin: bin}
 	lp.run = func(args ...string) string {
 		t.Helper()
 		b, err := exec.CommandContext(ctx, filepath.Join(lp.bin, "localplane"), args...).CombinedOutput()

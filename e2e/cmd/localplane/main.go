@@ -21,6 +21,15 @@ import (
 	"github.com/capscale/capscale/e2e/stack"
 )
 
+// whereaboutsSources is capscale-controller's --capacity-sources with
+// --ipam whereabouts: each real node's capacity read from the NodeSlicePool
+// whereabouts' node-slice controller writes, as the chart's preset reads it.
+const whereaboutsSources = `sources:
+- name: whereabouts
+  preset: whereabouts-node-slice
+  nodeSelector: {matchLabels: {"` + plane.RealNodeLabel + `": "true"}}
+`
+
 // state is what `up` leaves behind for `down`.
 type state struct {
 	Dir   string    `json:"dir"`
@@ -80,6 +89,7 @@ func up(args []string) error {
 	serviceNetwork := fs.Bool("service-network", false, "give the real nodes' pods Services and the apiserver: kube-proxy (nftables, its own tables) and the Service kubernetes (docs/development.md)")
 	realCapacity := fs.Int("real-node-capacity", plane.DefaultRealNodeCapacity, "pod IPs of each real node: its IPAM range and its capscale.io/underlay-ip-capacity label (1..253)")
 	publish := fs.Bool("publish-capacity", false, "extender mode: the extender publishes each node's capacity in its status too, as the chart's extender.publishCapacity does, so that an autoscaler sees it (docs/growing-the-cluster.md)")
+	ipam := fs.String("ipam", plane.IPAMHostLocal, "the real nodes' IPAM: host-local, or whereabouts (node slices; --real-node-capacity 2, 6, 14, 30, 62 or 126), whose NodeSlicePool capscale-controller reads as a capacity source (the whereabouts-node-slice preset)")
 	chart := fs.Bool("chart", false, "a cluster to install the Helm chart into, not capscale started: real nodes only (real-node-0 the system node), the service network, a local OCI registry the nodes pull from, a load index (docs/getting-started.md); --nodes, --mode and --adapter-config do not apply")
 	chartVersion := fs.String("chart-version", "", "with --chart: the chart version make local-up pushes, written to the env file as CHART_VERSION")
 	karpenter := fs.Bool("karpenter", false, "start Karpenter with its KWOK cloud provider and apply deploy/examples/karpenter/ (make karpenter deploy-tools; docs/growing-the-cluster.md)")
@@ -124,6 +134,17 @@ func up(args []string) error {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	var sources string
+	switch *ipam {
+	case plane.IPAMHostLocal:
+	case plane.IPAMWhereabouts:
+		if *realNodes == 0 || *chart {
+			return fmt.Errorf("--ipam whereabouts needs real nodes (--real-nodes) and no --chart (whereabouts runs without the service network here)")
+		}
+		sources = whereaboutsSources
+	default:
+		return fmt.Errorf("--ipam must be %s or %s, got %q", plane.IPAMHostLocal, plane.IPAMWhereabouts, *ipam)
+	}
 	if *chart {
 		if *karpenter || *publish || *adapterConfig != "" {
 			return fmt.Errorf("--chart starts no capscale component: --karpenter, --publish-capacity and --adapter-config do not apply")
@@ -145,7 +166,7 @@ func up(args []string) error {
 		Plane: plane.Options{
 			Dir: filepath.Join(dir, "plane"), BinDir: binDir, Nodes: *nodes, Detach: true, Logf: logf,
 			RealNodes: *realNodes, RealNodeCapacity: *realCapacity, ServiceNetwork: *serviceNetwork,
-			Karpenter: *karpenter,
+			Karpenter: *karpenter, IPAM: *ipam,
 			// Short enough for the demo to show the HPA acting; the default is 15s.
 			HPASyncPeriod: 5 * time.Second,
 		},
@@ -153,7 +174,8 @@ func up(args []string) error {
 		Extender: *mode == "extender", Native: *mode == "native", Plugin: *mode == "plugin", DRA: *mode == "dra",
 		PublishCapacity: *publish,
 		Adapter:         true, WorkloadAPI: true, Controller: true,
-		AdapterConfig: *adapterConfig,
+		CapacitySources: sources,
+		AdapterConfig:   *adapterConfig,
 		Prepare: func(ctx context.Context, s *stack.Stack) error {
 			if *mode == "plugin" {
 				logf("starting capscale (plugin mode: the plane's scheduler is capscale-scheduler): metrics adapter, workload API, controller")
@@ -212,6 +234,7 @@ func up(args []string) error {
 		env["REAL_NODES"] = strings.Join(names, " ")
 		env["REAL_NODE_IMAGE"] = plane.RealNodeImage
 		env["REAL_NODE_CAPACITY"] = fmt.Sprint(*realCapacity)
+		env["IPAM"] = *ipam
 	}
 	if err := finishUp(s.Plane, dir, st, env); err != nil {
 		s.Stop()
