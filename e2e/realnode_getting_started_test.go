@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/internal/mdsteps"
 )
@@ -115,9 +117,15 @@ func TestRealNodeGettingStarted(t *testing.T) {
 func checkHelmTestFails(t *testing.T, sh func(string) (string, string, error)) {
 	t.Helper()
 	const adapter = "-n capscale-system deployment/capscale-metrics-adapter"
-	if out, errOut, err := sh("kubectl scale " + adapter + " --replicas=0\n" +
-		"kubectl -n capscale-system wait pod -l app.kubernetes.io/name=capscale-metrics-adapter --for=delete --timeout=2m"); err != nil {
+	if out, errOut, err := sh("kubectl scale " + adapter + " --replicas=0"); err != nil {
 		t.Fatalf("scaling the adapter to 0: %v\n%s%s", err, out, errOut)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		out, _, err := sh("kubectl -n capscale-system get pods -l app.kubernetes.io/name=capscale-metrics-adapter -o name")
+		return err == nil && strings.TrimSpace(out) == "", nil
+	})
+	if err != nil {
+		t.Fatalf("the adapter's pods still there: %v", err)
 	}
 	out, errOut, err := sh("helm test capscale -n capscale-system --logs")
 	if err == nil {

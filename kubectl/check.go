@@ -118,10 +118,9 @@ func probePod(ns, scheduler, image string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "capscale-check-", Namespace: ns,
 			Labels: map[string]string{"app.kubernetes.io/name": "capscale-check", "app.kubernetes.io/part-of": "capscale"}},
 		Spec: corev1.PodSpec{
-			SchedulerName:                 scheduler,
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			AutomountServiceAccountToken:  ptr.To(false),
-			TerminationGracePeriodSeconds: ptr.To(int64(0)),
+			SchedulerName:                scheduler,
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(65532)),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{
@@ -158,10 +157,12 @@ func checkScheduling(ctx context.Context, c kubernetes.Interface, ns string, o c
 		return "", fmt.Errorf("creating the probe pod in %s: %w", ns, err)
 	}
 	defer func() {
-		// The pod goes even when the check was cancelled.
+		// The pod goes even when the check was cancelled; gracefully, never
+		// forced: a force-deleted pod leaves the API while its node still
+		// holds its IP, and capscale would count it free too early.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if err := c.CoreV1().Pods(ns).Delete(dctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil && !apierrors.IsNotFound(err) {
+		if err := c.CoreV1().Pods(ns).Delete(dctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			fmt.Fprintf(errOut, "Warning: deleting probe pod %s/%s: %v\n", ns, p.Name, err)
 		}
 	}()

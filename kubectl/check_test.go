@@ -52,7 +52,11 @@ func TestCheckScheduling(t *testing.T) {
 			c.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, created, nil })
 			deleted := ""
 			c.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-				deleted = a.(k8stesting.DeleteAction).GetName()
+				d := a.(k8stesting.DeleteActionImpl)
+				if d.DeleteOptions.GracePeriodSeconds != nil {
+					t.Errorf("the probe pod deleted with grace %d: never forced", *d.DeleteOptions.GracePeriodSeconds)
+				}
+				deleted = d.GetName()
 				return true, nil, nil
 			})
 			o := checkOptions{scheduler: "capscale-scheduler", image: "img", timeout: 300 * time.Millisecond}
