@@ -164,6 +164,16 @@ func checkScheduling(ctx context.Context, c kubernetes.Interface, ns string, o c
 		defer cancel()
 		if err := c.CoreV1().Pods(ns).Delete(dctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			fmt.Fprintf(errOut, "Warning: deleting probe pod %s/%s: %v\n", ns, p.Name, err)
+			return
+		}
+		// Gone before check ends: it holds its IP until then, and what
+		// the operator looks at next should not count it.
+		err := wait.PollUntilContextTimeout(dctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := c.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			fmt.Fprintf(errOut, "Warning: probe pod %s/%s not gone yet: %v\n", ns, p.Name, err)
 		}
 	}()
 	var line string

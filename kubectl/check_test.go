@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -49,8 +50,13 @@ func TestCheckScheduling(t *testing.T) {
 				tc.act(created)
 				return true, created, nil
 			})
-			c.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, created, nil })
 			deleted := ""
+			c.PrependReactor("get", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if deleted != "" {
+					return true, nil, apierrors.NewNotFound(corev1.Resource("pods"), deleted)
+				}
+				return true, created, nil
+			})
 			c.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 				d := a.(k8stesting.DeleteActionImpl)
 				if d.DeleteOptions.GracePeriodSeconds != nil {

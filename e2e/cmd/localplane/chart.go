@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/capscale/capscale/e2e/plane"
@@ -29,7 +31,6 @@ type chartOptions struct {
 	chartVersion      string
 	logf              func(string, ...any)
 	registryBinary    string
-	loadSourceBinary  string
 	initialLoadSource float64
 }
 
@@ -40,7 +41,7 @@ type chartOptions struct {
 // own pods go there by the chart's nodeSelector); the others hold cap
 // underlay IPs each. Beside it: a local OCI registry the nodes pull from
 // (make local-up pushes capscale's image and chart there) and a load index
-// on the system node's bridge address, which pods reach.
+// (a pod on the system node and its Service).
 func upChart(ctx context.Context, o chartOptions) error {
 	if o.realNodes < 2 {
 		return fmt.Errorf("--chart needs at least 2 real nodes (a system node and an underlay node), got --real-nodes %d", o.realNodes)
@@ -48,10 +49,8 @@ func upChart(ctx context.Context, o chartOptions) error {
 	if o.chartVersion == "" {
 		return fmt.Errorf("--chart needs --chart-version, the version make local-up pushes the chart with")
 	}
-	for _, b := range []string{o.registryBinary, o.loadSourceBinary} {
-		if _, err := os.Stat(b); err != nil {
-			return fmt.Errorf("--chart: %w", err)
-		}
+	if _, err := os.Stat(o.registryBinary); err != nil {
+		return fmt.Errorf("--chart: %w", err)
 	}
 	start := time.Now()
 	port, err := plane.FreePort()
@@ -86,17 +85,10 @@ func upChart(ctx context.Context, o chartOptions) error {
 	if err := waitHTTP(ctx, "http://"+registry+"/v2/"); err != nil {
 		return fail(fmt.Errorf("the registry: %w", err))
 	}
-	lport, err := plane.FreePort()
+	o.logf("starting the load index: a pod on %s and its Service", system.Name)
+	loadURL, podURL, err := startLoadIndex(ctx, p, system.Name, o.initialLoadSource)
 	if err != nil {
 		return fail(err)
-	}
-	loadURL := fmt.Sprintf("http://%s:%d/load", system.Gateway, lport)
-	if _, err := p.StartProcess("load-source", o.loadSourceBinary, "load-source",
-		fmt.Sprintf("--addr=%s:%d", system.Gateway, lport), fmt.Sprintf("--value=%v", o.initialLoadSource)); err != nil {
-		return fail(err)
-	}
-	if err := waitHTTP(ctx, loadURL); err != nil {
-		return fail(fmt.Errorf("the load source: %w", err))
 	}
 
 	st := state{Dir: o.dir, RealNodeFootprint: p.RealNodeFootprint()}
@@ -109,15 +101,16 @@ func upChart(ctx context.Context, o chartOptions) error {
 		nodes = append(nodes, n.Name)
 	}
 	env := map[string]string{
-		"KUBECONFIG":         filepath.Join(o.dir, "kubeconfig"),
-		"MODE":               "chart",
-		"REGISTRY":           registry,
-		"CHART_VERSION":      o.chartVersion,
-		"LOAD_SOURCE_URL":    loadURL,
-		"SYSTEM_NODE":        system.Name,
-		"REAL_NODES":         strings.Join(nodes, " "),
-		"REAL_NODE_IMAGE":    plane.RealNodeImage,
-		"REAL_NODE_CAPACITY": fmt.Sprint(o.cap),
+		"KUBECONFIG":          filepath.Join(o.dir, "kubeconfig"),
+		"MODE":                "chart",
+		"REGISTRY":            registry,
+		"CHART_VERSION":       o.chartVersion,
+		"LOAD_SOURCE_URL":     loadURL,
+		"LOAD_SOURCE_POD_URL": podURL,
+		"SYSTEM_NODE":         system.Name,
+		"REAL_NODES":          strings.Join(nodes, " "),
+		"REAL_NODE_IMAGE":     plane.RealNodeImage,
+		"REAL_NODE_CAPACITY":  fmt.Sprint(o.cap),
 	}
 	if err := finishUp(p, o.dir, st, env); err != nil {
 		return fail(err)
@@ -136,6 +129,50 @@ func upChart(ctx context.Context, o chartOptions) error {
 	fmt.Printf("local plane up in %.1fs for the chart: %d real nodes (%s the system node), registry %s; logs in %s\n",
 		time.Since(start).Seconds(), o.realNodes, system.Name, registry, filepath.Join(o.dir, "plane", "logs"))
 	return nil
+}
+
+// startLoadIndex runs the load index as pods see a business endpoint: the
+// real nodes' web image (GET /load answers {"load": X}, PUT
+// /load?value=X sets it) on the system node, behind the Service
+// load-source/load. It returns the Service's URL, which the adapter
+// polls, and the pod's, which this host reaches to set the value.
+func startLoadIndex(ctx context.Context, p *plane.Plane, node string, initial float64) (svcURL, podURL string, err error) {
+	const ns = "load-source"
+	if err := p.WaitForNamespace(ctx, ns); err != nil {
+		return "", "", err
+	}
+	pod := plane.RealNodePod(ns, "load")
+	pod.Labels = map[string]string{"app": "load"}
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "LOAD", Value: fmt.Sprint(initial)}}
+	if _, err := p.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return "", "", fmt.Errorf("the load index's pod: %w", err)
+	}
+	svc, err := p.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "load"},
+		Spec: corev1.ServiceSpec{Selector: pod.Labels,
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", "", fmt.Errorf("the load index's Service: %w", err)
+	}
+	var ip string
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := p.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil || got.Status.Phase != corev1.PodRunning {
+			return false, nil
+		}
+		ip = got.Status.PodIP
+		return ip != "", nil
+	})
+	if err != nil {
+		return "", "", fmt.Errorf("the load index's pod never ran: %w", err)
+	}
+	podURL = fmt.Sprintf("http://%s:8080/load", ip)
+	if err := waitHTTP(ctx, podURL); err != nil {
+		return "", "", err
+	}
+	return fmt.Sprintf("http://%s/load", svc.Spec.ClusterIP), podURL, nil
 }
 
 // waitHTTP waits until url answers at all (any status).

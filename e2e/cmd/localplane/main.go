@@ -149,14 +149,10 @@ func up(args []string) error {
 		if *karpenter || *publish || *adapterConfig != "" {
 			return fmt.Errorf("--chart starts no capscale component: --karpenter, --publish-capacity and --adapter-config do not apply")
 		}
-		self, err := os.Executable()
-		if err != nil {
-			return err
-		}
 		return upChart(ctx, chartOptions{
 			dir: dir, binDir: binDir, realNodes: *realNodes, cap: *realCapacity, chartVersion: *chartVersion,
 			logf:           func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) },
-			registryBinary: filepath.Join(binDir, "oci"), loadSourceBinary: self, initialLoadSource: 0.1,
+			registryBinary: filepath.Join(binDir, "oci"), initialLoadSource: 0.1,
 		})
 	}
 	start := time.Now()
