@@ -45,7 +45,7 @@ func helmTemplateSeen(t *testing.T, args ...string) (rendered, error) {
 // TestHelmTestHook (issue 57 §1): helm test runs `kubectl capscale check`
 // in the release's namespace as its own ServiceAccount, whose Role holds
 // only what the checks of this install need (pods to create, read and
-// delete for the scheduling check; get on capscale-load-index for the
+// delete for the scheduling check; list on capscale-load-index for the
 // metrics), every object a test hook removed once it passed; the command
 // reads each configured source, and leaves out what the install does not
 // serve. helm template, which cannot see the cluster, renders none of it
@@ -71,7 +71,7 @@ metricsAdapter:
 		wantArgs: []string{"--image=ghcr.io/capscale/capscale:v0.1.0", "--metric=capscale-load-index:source=shop-load", "--metric=capscale-load-index:source=web-load"},
 		rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "delete"}},
-			{APIGroups: []string{"external.metrics.k8s.io"}, Resources: []string{"capscale-load-index"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"external.metrics.k8s.io"}, Resources: []string{"capscale-load-index"}, Verbs: []string{"list"}},
 		},
 	}, {
 		name:     "no sources: the metric list, which discovery grants",

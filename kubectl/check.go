@@ -44,8 +44,8 @@ full, and capscale said so), and deletes it; then it reads each --metric
 through the external-metrics API (the aggregator, to capscale's adapter), or
 without --metric, that API's list of metrics. It fails on the first check
 that does not pass, saying which. The chart's helm test runs it.
-It needs create, get and delete on pods in the namespace and get on the
-external metrics it reads.`,
+It needs create, get and delete on pods in the namespace and list on the
+external metrics it reads (a read with a label selector is a list).`,
 		Example: `  kubectl capscale check -n capscale-system --image registry.example/capscale:v0.1.0
   kubectl capscale check -n shop --image registry.example/capscale:v0.1.0 --metric capscale-load-index:source=shop-load
   kubectl capscale check -n shop --scheduler-name "" --metric capscale-load-index:source=shop-load`,
@@ -203,11 +203,13 @@ func checkScheduling(ctx context.Context, c kubernetes.Interface, ns string, o c
 // checkMetrics reads each metric (NAME[:SELECTOR]) in ns through the
 // external-metrics API, one line each; with none, that API's list.
 func checkMetrics(ctx context.Context, c kubernetes.Interface, ns string, metrics []string) ([]string, error) {
-	rc := c.Discovery().RESTClient()
+	// JSON, as custom-metrics-apiserver answers; any REST client will do
+	// for a path of another group.
+	rc := c.CoreV1().RESTClient()
 	if len(metrics) == 0 {
-		b, err := rc.Get().AbsPath(externalMetricsPath).DoRaw(ctx)
+		b, err := rc.Get().AbsPath(externalMetricsPath).SetHeader("Accept", "application/json").DoRaw(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("listing the external metrics (%s): %w", externalMetricsPath, err)
+			return nil, fmt.Errorf("listing the external metrics (%s): %w", externalMetricsPath, statusError(b, err))
 		}
 		var list metav1.APIResourceList
 		if err := json.Unmarshal(b, &list); err != nil {
@@ -223,13 +225,13 @@ func checkMetrics(ctx context.Context, c kubernetes.Interface, ns string, metric
 	var out []string
 	for _, m := range metrics {
 		name, sel, _ := strings.Cut(m, ":")
-		req := rc.Get().AbsPath(externalMetricsPath, "namespaces", ns, name)
+		req := rc.Get().AbsPath(externalMetricsPath, "namespaces", ns, name).SetHeader("Accept", "application/json")
 		if sel != "" {
 			req = req.Param("labelSelector", sel)
 		}
 		b, err := req.DoRaw(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("reading external metric %s in %s: %w", describeMetric(name, sel), ns, err)
+			return nil, fmt.Errorf("reading external metric %s in %s: %w", describeMetric(name, sel), ns, statusError(b, err))
 		}
 		var list struct {
 			Items []struct {
@@ -245,6 +247,17 @@ func checkMetrics(ctx context.Context, c kubernetes.Interface, ns string, metric
 		out = append(out, fmt.Sprintf("external metric %s in %s: %s", describeMetric(name, sel), ns, list.Items[0].Value.String()))
 	}
 	return out, nil
+}
+
+// statusError is err with the message of the Status in body, when it holds
+// one: DoRaw's own error for an aggregated API's Status says only
+// "unknown", which hides a 403 or a 503 and its reason.
+func statusError(body []byte, err error) error {
+	var st metav1.Status
+	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" && st.Message != "" {
+		return fmt.Errorf("%s (%d %s)", st.Message, st.Code, st.Reason)
+	}
+	return err
 }
 
 func describeMetric(name, sel string) string {

@@ -92,12 +92,21 @@ func TestCheckMetrics(t *testing.T) {
 	var asked []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked = append(asked, r.URL.Path+"?"+r.URL.RawQuery)
+		// As custom-metrics-apiserver: JSON or nothing (the discovery
+		// client's aggregated-discovery Accept got "unknown" on a cluster).
+		if r.Header.Get("Accept") != "application/json" {
+			http.Error(w, "", http.StatusNotAcceptable)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		switch {
 		case r.URL.Path == externalMetricsPath:
 			_, _ = io.WriteString(w, `{"kind":"APIResourceList","groupVersion":"external.metrics.k8s.io/v1beta1","resources":[{"name":"capscale-load-index","namespaced":true,"kind":"ExternalMetricValueList","verbs":["get"]}]}`)
 		case strings.HasSuffix(r.URL.Path, "/capscale-load-index") && r.URL.Query().Get("labelSelector") == "source=shop":
 			_, _ = io.WriteString(w, `{"kind":"ExternalMetricValueList","apiVersion":"external.metrics.k8s.io/v1beta1","metadata":{},"items":[{"metricName":"capscale-load-index","timestamp":"2026-11-29T07:00:00Z","value":"400m"}]}`)
+		case strings.HasSuffix(r.URL.Path, "/capscale-load-index") && r.URL.Query().Get("labelSelector") == "source=denied":
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"capscale-load-index.external.metrics.k8s.io is forbidden: User \"u\" cannot list resource","reason":"Forbidden","code":403}`)
 		case strings.HasSuffix(r.URL.Path, "/capscale-load-index"):
 			_, _ = io.WriteString(w, `{"kind":"ExternalMetricValueList","apiVersion":"external.metrics.k8s.io/v1beta1","metadata":{},"items":[]}`)
 		default:
@@ -119,6 +128,9 @@ func TestCheckMetrics(t *testing.T) {
 	}
 	if lines, err := checkMetrics(ctx, c, "shop", nil); err != nil || len(lines) != 1 || !strings.Contains(lines[0], "capscale-load-index among them") {
 		t.Errorf("the list: %q %v", lines, err)
+	}
+	if _, err := checkMetrics(ctx, c, "shop", []string{"capscale-load-index:source=denied"}); err == nil || !strings.Contains(err.Error(), "cannot list resource") {
+		t.Errorf("a refusal: %v, want the apiserver's words", err)
 	}
 	for _, m := range []string{"capscale-load-index:source=other", "capscale-total-qps"} {
 		if _, err := checkMetrics(ctx, c, "shop", []string{m}); err == nil {
