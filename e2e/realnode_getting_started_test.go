@@ -108,7 +108,7 @@ func TestRealNodeGettingStarted(t *testing.T) {
 		}
 		if strings.Contains(script, "helm test ") {
 			start := time.Now()
-			checkHelmTestFails(t, sh)
+			checkHelmTestFails(t, sh, lp)
 			t.Logf("helm test failing with the adapter down, and the adapter back: %.1fs", time.Since(start).Seconds())
 		}
 	}
@@ -116,10 +116,12 @@ func TestRealNodeGettingStarted(t *testing.T) {
 }
 
 // checkHelmTestFails: the page's helm test passed; with the metrics adapter
-// scaled to nothing it fails, and says the external metric is what failed
-// (the probe pod was placed: capscale-scheduler still runs). The adapter
-// then comes back, Available, for the rest of the page.
-func checkHelmTestFails(t *testing.T, sh func(string) (string, string, error)) {
+// scaled to nothing it fails, and its pod's log (the kubelet's file: helm
+// test --logs, like kubectl logs, does not reach a real node here) says the
+// external metric is what failed, the probe pod placed (capscale-scheduler
+// still runs). The adapter then comes back, Available, for the rest of
+// the page.
+func checkHelmTestFails(t *testing.T, sh func(string) (string, string, error), lp *localPlane) {
 	t.Helper()
 	const adapter = "-n capscale-system deployment/capscale-metrics-adapter"
 	if out, errOut, err := sh("kubectl scale " + adapter + " --replicas=0"); err != nil {
@@ -132,14 +134,16 @@ func checkHelmTestFails(t *testing.T, sh func(string) (string, string, error)) {
 	if err != nil {
 		t.Fatalf("the adapter's pods still there: %v", err)
 	}
-	out, errOut, err := sh("helm test capscale -n capscale-system --logs")
+	out, errOut, err := sh("helm test capscale -n capscale-system --hide-notes")
 	if err == nil {
 		t.Fatalf("helm test passed with the metrics adapter down:\n%s", out)
 	}
-	if all := out + errOut; !strings.Contains(all, "scheduled on") || !strings.Contains(all, "reading external metric capscale-load-index{source=shop-load} in capscale-system") {
-		t.Errorf("helm test failed, but not saying the probe pod was placed and the external metric could not be read:\n%s", all)
+	logs := podLogs(t, lp, "capscale-system_capscale-test_")
+	if !strings.Contains(errOut, "pod capscale-test failed") || !strings.Contains(logs, "scheduled on") ||
+		!strings.Contains(logs, "error: reading external metric capscale-load-index{source=shop-load} in capscale-system") {
+		t.Errorf("helm test failed, but not saying the probe pod was placed and the external metric could not be read:\n%s%s\n%s", out, errOut, logs)
 	}
-	t.Logf("helm test with the adapter down: %v\n%s%s", err, out, errOut)
+	t.Logf("helm test with the adapter down: %v\n%s\n%s", err, errOut, logs)
 	if out, errOut, err := sh("kubectl scale " + adapter + " --replicas=2\n" +
 		"kubectl wait " + adapter + " --for=jsonpath='{.status.availableReplicas}'=2 --timeout=2m\n" +
 		"kubectl wait apiservice/v1beta1.external.metrics.k8s.io --for=condition=Available --timeout=2m"); err != nil {
