@@ -26,7 +26,7 @@ mkdir -p "$out"
 go test -tags e2e -c -o "$out/e2e.test" ./e2e/
 run_shard() { (cd e2e && exec "../$out/e2e.test" -test.count=1 -test.timeout "$timeout" -test.v "$@"); }
 
-shard_a=${E2E_SHARD_A:-'^(TestSoakShort|TestCapacitySources|TestRealNode.*|TestLocalUpDown|TestLocalUpPublishCapacity|TestSchedulingFailover|TestKarpenterNative|TestKarpenterExtenderPublished|TestKarpenterRuleModesSource)$'}
+shard_a=${E2E_SHARD_A:-'^(TestSoakShort|TestRealNode.*|TestLocalUpDown|TestLocalUpPublishCapacity|TestSchedulingFailover|TestKarpenterNative|TestKarpenterExtenderPublished|TestKarpenterRuleModesSource)$'}
 start=$SECONDS
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait' INT TERM
