@@ -143,7 +143,9 @@ func draBurst(ctx context.Context, t *testing.T, s *stack.Stack, capacity map[st
 		}
 	}
 	waitUnderlay(ctx, t, s, ns, capacity, total, 45-total)
-	watch.check(t, "pods and claims within each node's budget", 20)
+	// At least 10 polls of 100 ms: the check ran while the pods were bound,
+	// not only once they all were.
+	watch.check(t, "pods and claims within each node's budget", 10)
 	// Each bound pod's IPs are devices of its own node's pool.
 	pods, err := s.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {

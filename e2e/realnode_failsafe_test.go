@@ -108,7 +108,7 @@ controller:
 	helm := helmCommand(ctx, t, p)
 	start := time.Now()
 	if out, err := helm("install", "capscale", "oci://"+reg+"/charts/capscale", "--version", strings.TrimPrefix(version, "v"),
-		"--plain-http", "-f", values, "--wait", "--timeout", helmWait); err != nil {
+		"--plain-http", "--create-namespace", "-f", values, "--wait", "--timeout", helmWait); err != nil {
 		t.Fatalf("helm install: %v\n%s\n%s", err, out, namespaceState(ctx, p, "capscale-system"))
 	}
 	t.Logf("helm install --wait %.1fs", time.Since(start).Seconds())
