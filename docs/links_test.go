@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,6 +25,12 @@ var (
 // markdownFiles are the repository's Markdown files (README.md,
 // BENCHMARKS.md, docs/**, and any other), build output left out.
 func markdownFiles(t *testing.T, root string) []string {
+	return repoFiles(t, root, nil, func(path string) bool { return strings.HasSuffix(path, ".md") })
+}
+
+// repoFiles walks root for the files keep takes, leaving out version
+// control, build output, vendored code and the directories in skip.
+func repoFiles(t *testing.T, root string, skip []string, keep func(path string) bool) []string {
 	t.Helper()
 	var files []string
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
@@ -31,13 +38,13 @@ func markdownFiles(t *testing.T, root string) []string {
 			return err
 		}
 		if d.IsDir() {
-			switch d.Name() {
-			case ".git", "_output", "vendor", "node_modules":
+			switch name := d.Name(); {
+			case name == ".git", name == "_output", name == "vendor", name == "node_modules", slices.Contains(skip, name):
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		if strings.HasSuffix(path, ".md") {
+		if keep(path) {
 			files = append(files, path)
 		}
 		return nil

@@ -75,26 +75,7 @@ var citingExts = map[string]bool{".go": true, ".yaml": true, ".yml": true, ".tpl
 // citingFiles are the repository's files with a citingExts extension, and
 // its Makefile, build output left out.
 func citingFiles(t *testing.T, root string) []string {
-	t.Helper()
-	var files []string
-	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			switch d.Name() {
-			case ".git", "_output", "vendor", "node_modules", "testdata":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if citingExts[filepath.Ext(path)] || d.Name() == "Makefile" {
-			files = append(files, path)
-		}
-		return nil
+	return repoFiles(t, root, []string{"testdata"}, func(path string) bool {
+		return citingExts[filepath.Ext(path)] || filepath.Base(path) == "Makefile"
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return files
 }
