@@ -12,7 +12,11 @@
 // plugin: the plane's scheduler is capscale-scheduler (kube-scheduler with
 // the UnderlayIP plugin, deploy/plugin's configuration, no extender); side
 // (a) is underlay pods through the plugin, side (b) the plain extended
-// resource, both on that one binary. --mode
+// resource, both on that one binary. --mode dra (issue 56, dra.go): the
+// plane's stock kube-scheduler allocates side (a)'s capscale.io/underlay-ip
+// from the devices capscale publishes (DRA mode), side (b) is the plain
+// extended resource; then one node's budget change is priced both ways.
+// --mode
 // tax: pods that request no underlay IP, scheduled with the configuration
 // capscale ships and with kube-scheduler's defaults.
 //
@@ -65,7 +69,7 @@ func main() {
 	nodes := flag.Int("nodes", 500, "kwok nodes for the throughput scenario")
 	batch := flag.Int("batch", 500, "throughput: pods per batch")
 	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
-	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), plugin-floor (the same resource with and without a plugin that does nothing: the framework's price for one more plugin), plugin-null (plugin mode's pods against the plain resource's on the profile with that plugin: UnderlayIP against the floor), plugin-memo (plugin mode's pods with UnderlayIP's capacity memo against UnderlayIP reading each Node every time), native-prioritize (native mode with the extender as prioritizer only, vs the same) tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults) or plugin-tax (pods without underlay IPs: capscale-scheduler with deploy/plugin's configuration vs stock kube-scheduler with its defaults)")
+	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), plugin-floor (the same resource with and without a plugin that does nothing: the framework's price for one more plugin), plugin-null (plugin mode's pods against the plain resource's on the profile with that plugin: UnderlayIP against the floor), plugin-memo (plugin mode's pods with UnderlayIP's capacity memo against UnderlayIP reading each Node every time), native-prioritize (native mode with the extender as prioritizer only, vs the same), dra (DRA mode: the stock kube-scheduler allocating capscale's devices, vs the same on the plain resource; then a budget change both ways), tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults) or plugin-tax (pods without underlay IPs: capscale-scheduler with deploy/plugin's configuration vs stock kube-scheduler with its defaults)")
 	nodeLease := flag.Duration("node-lease", 40*time.Second, "throughput: the kwok nodes' Lease duration (they renew every quarter of it); at 5000 nodes the kubelet's 40s means 500 Lease writes a second, which saturate a 2-core plane")
 	extenderFloor := flag.String("extender-floor", "", "throughput, --mode extender: run the null extender (e2e/cmd/nullextender; make bench-e2e builds it) in the extender's place, to read the protocol's floor: 'bind' with filter and bind as deployed, 'filter' with kube-scheduler binding itself")
 	extenderHTTPS := flag.Bool("extender-https", false, "throughput: serve the extender over verified TLS, so that kube-scheduler's client multiplexes its calls on one HTTP/2 connection")
@@ -99,6 +103,7 @@ func main() {
 	churnRate := flag.Int("source-churn-rate", 50, "capacity-source: capacity changes a second across the cost part's nodes, timed to the Node and to waiting probe pods; 0 skips the churn")
 	churnLength := flag.Duration("source-churn-length", time.Minute, "capacity-source: how long the churn runs (and the idle window it is compared with)")
 	churnProbes := flag.Int("source-churn-probes", 20, "capacity-source: nodes with a pod waiting for one of the churn's changes")
+	budgetChanges := flag.Int("budget-changes", 50, "throughput, --mode dra: nodes whose budget each round of the budget-change cost changes (4 rounds an arm, alternated); 0 skips it")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
 	if !slices.Contains(throughputModes, *mode) {
@@ -136,7 +141,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir, NodeLease: *nodeLease, ExtenderHTTPS: *extenderHTTPS, ExtenderFloor: *extenderFloor}
+	rig := rigOptions{Mode: *mode, Nodes: *nodes, Batch: *batch, Rounds: *rounds, ClientQPS: *clientQPS, BinDir: *binDir, JSONFile: *jsonFile, PprofDir: *pprofDir, NodeLease: *nodeLease, ExtenderHTTPS: *extenderHTTPS, ExtenderFloor: *extenderFloor, BudgetChanges: *budgetChanges}
 	// Ctrl-C or SIGTERM cancels the run: the plane stops and its directory
 	// is removed on the way out; a second one kills at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -316,12 +321,12 @@ func checkFloor(floor, mode, pprofDir string, https bool) error {
 func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error) {
 	file := stack.DeployFile("scheduler/kube-scheduler-config.yaml")
 	switch {
-	case mode == "native" || mode == "native-prioritize":
+	case mode == "native" || mode == "native-prioritize" || mode == "dra":
 		file = stack.DeployFile("native/kube-scheduler-config.yaml")
 	case pluginMode(mode):
 		file = stack.DeployFile("plugin/kube-scheduler-config.yaml")
 	}
-	if qps == 0 && mode != "native-prioritize" && !nullPlugin(mode) && !noBind {
+	if qps == 0 && mode != "native-prioritize" && mode != "dra" && !nullPlugin(mode) && !noBind {
 		return file, nil, nil
 	}
 	b, err := os.ReadFile(file)
@@ -350,6 +355,11 @@ func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error
 	}
 	if nullPlugin(mode) {
 		if err := addNullProfile(m); err != nil {
+			return "", nil, fmt.Errorf("%s: %w", file, err)
+		}
+	}
+	if mode == "dra" {
+		if err := draSchedulerConfig(m); err != nil {
 			return "", nil, fmt.Errorf("%s: %w", file, err)
 		}
 	}
@@ -388,7 +398,7 @@ func qpsLabel(qps int) string {
 }
 
 // throughputModes are the values --mode takes.
-var throughputModes = []string{"extender", "native", "plugin", "plugin-floor", "plugin-null", "plugin-memo", "native-prioritize", "tax", "plugin-tax"}
+var throughputModes = []string{"extender", "native", "plugin", "plugin-floor", "plugin-null", "plugin-memo", "native-prioritize", "dra", "tax", "plugin-tax"}
 
 // pluginMode says whether mode runs plugin mode's scheduler (no extender).
 func pluginMode(mode string) bool {

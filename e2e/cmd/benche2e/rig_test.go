@@ -345,6 +345,8 @@ func TestFits(t *testing.T) {
 		{"plugin-floor", 8, 500, 500, false}, // 9000 of one resource
 		{"plugin-floor", 8, 250, 500, true},  // 4500 of it
 		{"plugin-floor", 8, 500, 5000, true},
+		{"dra", 8, 500, 500, true},   // devices a side, the plain resource the other
+		{"dra", 10, 500, 500, false}, // 5500 of each
 		{"tax", 100, 500, 500, true}, // requests nothing extended
 	} {
 		err := fits(throughputSides(tc.mode, "", "/bin", 0), tc.rounds, tc.batch, tc.nodes)

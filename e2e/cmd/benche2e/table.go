@@ -155,6 +155,9 @@ func throughputRows(rep rigReport, a, b string) []row {
 		rateGoal = "≥ 0.95 (issue 11)"
 	case rep.Scenario == "plugin":
 		rateGoal, cpuGoal = "≥ 0.98 (issue 26)", "within 5% (issue 26)"
+	case rep.Scenario == "dra":
+		rateGoal = "≥ 0.95 (issue 56): " + verdict(rep.PairedRateCI95, 0.95, true)
+		cpuGoal = "kube-scheduler within 10% (issue 56): " + verdict(rep.PairedSchedCPUCI95, 1.10, false)
 	case rep.Scenario == "plugin-memo":
 		cpuGoal = "lower by more than the rounds' spread, or the memo goes (issue 41)"
 	case rep.Scenario == "plugin-floor" || rep.Scenario == "plugin-null":
@@ -175,14 +178,49 @@ func throughputRows(rep rigReport, a, b string) []row {
 	figure := fmt.Sprintf("all processes %.2f / %.2f (median paired ratio %s); kube-scheduler %s / %s",
 		sa.CPUMsPerPodTotal, sb.CPUMsPerPodTotal, rep.PairedCPUCI95,
 		ms2(sa.CPUMsPerPodCI95["kube-scheduler"]), ms2(sb.CPUMsPerPodCI95["kube-scheduler"]))
-	if pluginMode(rep.Scenario) {
-		// No extender runs; the plugin's cost is in kube-scheduler's CPU.
+	if pluginMode(rep.Scenario) || rep.Scenario == "dra" {
+		// The plugin's cost, or DRA's, is in kube-scheduler's CPU.
 		figure += fmt.Sprintf(" (median paired ratio %s)", rep.PairedSchedCPUCI95)
-	} else {
+	}
+	if !pluginMode(rep.Scenario) {
 		figure += fmt.Sprintf("; extender %s / %s", ms2(sa.CPUMsPerPodCI95["extender"]), ms2(sb.CPUMsPerPodCI95["extender"]))
 	}
 	cpu := row{Measure: "CPU ms per pod, " + what, Figure: figure, Goal: cpuGoal}
-	return []row{rate, cpu}
+	if rep.Scenario != "dra" {
+		return []row{rate, cpu}
+	}
+	// DRA mode makes a ResourceClaim per pod: what the apiserver writes
+	// and sends for it.
+	api := row{
+		Measure: "API traffic per pod, " + what,
+		Figure:  fmt.Sprintf("%s: %s. %s: %s", a, trafficFigure(sa.TrafficPerPod), b, trafficFigure(sb.TrafficPerPod)),
+		Spread:  "medians of the rounds, the idle plane's rate taken off",
+	}
+	return []row{rate, cpu, api}
+}
+
+// verdict says whether a median paired ratio's interval meets a goal of
+// bound: at least bound (atLeast) or at most it. Met or not met only when
+// the whole interval is on one side; otherwise the rounds cannot tell.
+func verdict(ci interval, bound float64, atLeast bool) string {
+	if math.IsNaN(ci.Median) {
+		return "no rounds"
+	}
+	meets := func(x float64) bool {
+		if atLeast {
+			return x >= bound
+		}
+		return x <= bound
+	}
+	switch {
+	case meets(ci.Lo) && meets(ci.Hi):
+		return "met"
+	case !meets(ci.Lo) && !meets(ci.Hi):
+		return "not met"
+	case meets(ci.Median):
+		return "met on the median; the interval straddles it"
+	}
+	return "not met on the median; the interval straddles it"
 }
 
 // reactionRows is the reaction scenario's row; seconds is sorted.

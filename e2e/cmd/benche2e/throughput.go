@@ -48,6 +48,9 @@ type rigOptions struct {
 	// ExtenderFloor runs the null extender instead ("bind" or "filter";
 	// checkFloor).
 	ExtenderFloor string
+	// BudgetChanges is, in dra mode, how many budget changes each of
+	// budgetCost's rounds makes a side (0 skips them).
+	BudgetChanges int
 }
 
 // side is one arm of the comparison.
@@ -74,6 +77,11 @@ func throughputSides(mode, planeConfig, binDir string, clientQPS int) [2]side {
 		return [2]side{{Name: "extender", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
 	case "native", "native-prioritize":
 		return [2]side{{Name: "native-mode", Resource: names.UnderlayIPResource}, {Name: "native", Resource: nativeResource}}
+	case "dra":
+		// The stock kube-scheduler, one profile that scores both resources
+		// alike (draSchedulerConfig): where the count comes from, devices
+		// or Node status, is the only difference.
+		return [2]side{{Name: "dra", Resource: names.UnderlayIPResource}, {Name: "native", Resource: nativeResource}}
 	case "plugin":
 		// One capscale-scheduler, one profile: the plugin is the only
 		// difference (it skips the other side's pods in PreFilter and PreScore).
@@ -137,6 +145,7 @@ type batchResult struct {
 	SLIP99     float64
 	Extender   map[string]float64 // p50 ms per route
 	Requests   map[string]float64 // apiserver requests per pod by verb/resource/subresource
+	Traffic    map[string]float64 // API writes, bodies and watch events per pod (traffic.flat, perUnit)
 	Runtime    map[string]float64 // kube-scheduler's Go runtime per pod (runtimePerPod)
 	QuietWait  time.Duration
 	Quiet      bool
@@ -156,6 +165,9 @@ type sideReport struct {
 	SLIP99Ms         float64            `json:"pod_scheduling_sli_p99_ms"`
 	ExtenderP50Ms    map[string]float64 `json:"extender_p50_ms,omitempty"`
 	RequestsPerPod   map[string]float64 `json:"apiserver_requests_per_pod"`
+	// TrafficPerPod is the API writes, their bodies' bytes and the watch
+	// events sent per pod (apitraffic.go), the medians of the rounds.
+	TrafficPerPod map[string]float64 `json:"api_traffic_per_pod"`
 	// RuntimePerPod is kube-scheduler's allocation and garbage collection
 	// per pod, the medians of the rounds (runtimePerPod).
 	RuntimePerPod map[string]float64 `json:"kube_scheduler_runtime_per_pod,omitempty"`
@@ -185,6 +197,8 @@ type rigReport struct {
 	PairedRateCI95     interval `json:"paired_rate_ratio_ci95"`
 	PairedCPUCI95      interval `json:"paired_cpu_per_pod_ratio_ci95"`
 	PairedSchedCPUCI95 interval `json:"paired_kube_scheduler_cpu_per_pod_ratio_ci95"`
+	// Budget is dra mode's budget-change cost (budgetCost).
+	Budget *budgetReport `json:"budget_change,omitempty"`
 }
 
 // defaultSchedulerConfig is kube-scheduler's own defaults, for the tax
@@ -222,6 +236,7 @@ func throughput(ctx context.Context, o rigOptions) error {
 		defer os.Remove(schedCfg)
 	}
 	native := o.Mode == "native" || o.Mode == "native-prioritize"
+	dra := o.Mode == "dra"
 	plugin := pluginMode(o.Mode)
 	var schedBin string
 	if nullPlugin(o.Mode) {
@@ -262,6 +277,7 @@ func throughput(ctx context.Context, o rigOptions) error {
 		Extender:        !plugin,
 		ExtenderHTTPS:   o.ExtenderHTTPS,
 		Native:          native,
+		DRA:             dra,
 		Plugin:          plugin,
 		SchedulerBinary: schedBin,
 	})
@@ -284,6 +300,11 @@ func throughput(ctx context.Context, o rigOptions) error {
 	if err := waitNodesUsable(ctx, s.Client, o.Nodes, native); err != nil {
 		return err
 	}
+	if dra {
+		if err := waitDevicesPublished(ctx, s.Client, o.Nodes, 10); err != nil {
+			return err
+		}
+	}
 	// The bench's own client must never be what limits the rate.
 	benchCfg := rest.CopyConfig(s.Config)
 	benchCfg.QPS, benchCfg.Burst = 2000, 4000
@@ -304,6 +325,10 @@ func throughput(ctx context.Context, o rigOptions) error {
 	// Idle: what every process burns with nothing to schedule.
 	time.Sleep(5 * time.Second)
 	pids := livePids(s.Plane)
+	idleAPI, err := scrapeAPIServer(ctx, s.Client)
+	if err != nil {
+		return err
+	}
 	a, err := sampleCPU(pids)
 	if err != nil {
 		return err
@@ -314,10 +339,31 @@ func throughput(ctx context.Context, o rigOptions) error {
 	if err != nil {
 		return err
 	}
-	idle := idleRates(a, b, time.Since(t0))
+	idleWall := time.Since(t0)
+	idle := idleRates(a, b, idleWall)
 	fmt.Printf("# idle CPU (ms per s): %s\n", formatMap(idle, 1000))
+	idleAPIAfter, err := scrapeAPIServer(ctx, s.Client)
+	if err != nil {
+		return err
+	}
+	idleTraffic := perUnit(apiTraffic(idleAPI, idleAPIAfter).flat(), nil, 0, 1)
+	for k, v := range idleTraffic {
+		idleTraffic[k] = v / idleWall.Seconds()
+	}
 
-	r := &rig{s: s, bench: bench, adminHTTP: adminHTTP, extHTTP: extHTTP, w: w, ns: ns, idle: idle, batch: o.Batch, pprofDir: o.PprofDir, lastRound: o.Rounds - 1}
+	var budgetLines []row
+	var budget *budgetReport
+	r := &rig{s: s, bench: bench, adminHTTP: adminHTTP, extHTTP: extHTTP, w: w, ns: ns, idle: idle, idleTraffic: idleTraffic, batch: o.Batch, pprofDir: o.PprofDir, lastRound: o.Rounds - 1}
+	if o.Mode == "dra" && o.BudgetChanges > 0 {
+		// Before the rounds, on a plane that holds no claim yet: its rows
+		// are printed at once, and again with the rounds'.
+		b, err := r.budgetCost(ctx, o.BudgetChanges, o.Nodes)
+		if err != nil {
+			return err
+		}
+		budget, budgetLines = &b, budgetRows(b)
+		printRows(budgetLines, thisRun(started, load))
+	}
 	current := sides[0].Name
 	var results []batchResult
 	fmt.Printf("round\tside\tpods/s\tcpu ms/pod (sched ext api etcd kwok kcm)\tattempt p50/p99 ms\tsli p50/p99 ms\tquiet wait\n")
@@ -350,8 +396,9 @@ func throughput(ctx context.Context, o rigOptions) error {
 		}
 	}
 	rep := report(o, load, idle, sides, results)
+	rep.Budget = budget
 	printReport(rep, sides)
-	printRows(throughputRows(rep, sides[0].Name, sides[1].Name), thisRun(started, load))
+	printRows(append(throughputRows(rep, sides[0].Name, sides[1].Name), budgetLines...), thisRun(started, load))
 	if o.JSONFile != "" {
 		out, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
@@ -379,6 +426,7 @@ type rig struct {
 	w                  *bindWatcher
 	ns                 string
 	idle               map[string]float64
+	idleTraffic        map[string]float64 // API traffic per wall second when idle (traffic.flat's keys)
 	batch              int
 	pprofDir           string
 	lastRound          int
@@ -474,6 +522,7 @@ func (r *rig) measure(ctx context.Context, sd side, round int) (batchResult, err
 		res.Extender["connections/pod"] = (c - before.extender.counters("capscale_extender_http_connections_total")[""]) / float64(r.batch)
 	}
 	res.Runtime = runtimePerPod(before.sched, after.sched, r.batch)
+	res.Traffic = perUnit(apiTraffic(before.apiSrv, after.apiSrv).flat(), r.idleTraffic, wall, r.batch)
 	bReq := before.apiSrv.counters("apiserver_request_total", "verb", "resource", "subresource")
 	for k, v := range after.apiSrv.counters("apiserver_request_total", "verb", "resource", "subresource") {
 		if d := (v - bReq[k]) / float64(r.batch); d >= 0.05 {
@@ -634,8 +683,8 @@ func report(o rigOptions, load string, idle map[string]float64, sides [2]side, r
 				mine = append(mine, r)
 			}
 		}
-		sr := sideReport{CPUMsPerPod: map[string]float64{}, CPUMsPerPodCI95: map[string]interval{}, ExtenderP50Ms: map[string]float64{}, RequestsPerPod: map[string]float64{}, RuntimePerPod: map[string]float64{}}
-		perProc, perRoute, perReq, perRuntime := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+		sr := sideReport{CPUMsPerPod: map[string]float64{}, CPUMsPerPodCI95: map[string]interval{}, ExtenderP50Ms: map[string]float64{}, RequestsPerPod: map[string]float64{}, RuntimePerPod: map[string]float64{}, TrafficPerPod: map[string]float64{}}
+		perProc, perRoute, perReq, perRuntime, perTraffic := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		var att50, att99, sli50, sli99 []float64
 		for _, r := range mine {
 			sr.RoundsPodsPerS = append(sr.RoundsPodsPerS, r.PodsPerS)
@@ -651,6 +700,9 @@ func report(o rigOptions, load string, idle map[string]float64, sides [2]side, r
 			}
 			for k, v := range r.Runtime {
 				perRuntime[k] = append(perRuntime[k], v)
+			}
+			for k, v := range r.Traffic {
+				perTraffic[k] = append(perTraffic[k], v)
 			}
 			att50, att99 = append(att50, r.AttemptP50), append(att99, r.AttemptP99)
 			sli50, sli99 = append(sli50, r.SLIP50), append(sli99, r.SLIP99)
@@ -672,6 +724,11 @@ func report(o rigOptions, load string, idle map[string]float64, sides [2]side, r
 		}
 		for k, v := range perRuntime {
 			sr.RuntimePerPod[k] = summarize(v).Median
+		}
+		for k, v := range perTraffic {
+			// A key a round did not see counts 0 there.
+			v = append(v, make([]float64, len(mine)-len(v))...)
+			sr.TrafficPerPod[k] = summarize(v).Median
 		}
 		sr.AttemptP50Ms, sr.AttemptP99Ms = summarize(att50).Median, summarize(att99).Median
 		sr.SLIP50Ms, sr.SLIP99Ms = summarize(sli50).Median, summarize(sli99).Median
@@ -698,6 +755,7 @@ func printReport(rep rigReport, sides [2]side) {
 			fmt.Printf("  extender (median of rounds): %s\n", formatMap(sr.ExtenderP50Ms, 1))
 		}
 		fmt.Printf("  apiserver requests per pod: %s\n", formatMap(sr.RequestsPerPod, 1))
+		fmt.Printf("  API traffic per pod (median of rounds, idle taken off): %s\n", trafficFigure(sr.TrafficPerPod))
 		if len(sr.RuntimePerPod) > 0 {
 			fmt.Printf("  kube-scheduler's Go runtime per pod (median of rounds): %s\n", formatMap(sr.RuntimePerPod, 1))
 		}
