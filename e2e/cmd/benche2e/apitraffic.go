@@ -13,7 +13,10 @@ import (
 // (apiserver_request_body_size_bytes' sums, by resource and verb) and the
 // watch events it sent (apiserver_watch_events_total and
 // apiserver_watch_events_sizes' sums, by resource: an event counts once for
-// every watcher it went to, so these are the bytes on the wire).
+// every watcher it went to, so these are the bytes on the wire). Leases are
+// left out: their renewals (the nodes', the components' leader elections)
+// are the plane's heartbeat, not the work measured, and come in bursts that
+// an idle rate cannot take off a window of a few seconds.
 
 // traffic is one window's API traffic.
 type traffic struct {
@@ -61,8 +64,13 @@ func (f metricFamilies) sums(name string, keys ...string) map[string]float64 {
 // /metrics; series that did not grow are left out.
 func apiTraffic(before, after metricFamilies) traffic {
 	t := traffic{Writes: map[string]float64{}, WriteBytes: map[string]float64{}, WatchEvents: map[string]float64{}, WatchBytes: map[string]float64{}}
-	grew := func(dst map[string]float64, b, a map[string]float64, keep func(string) bool) {
+	// resource is where a key (verb/resource[/subresource], resource/verb
+	// or resource) names its resource.
+	grew := func(dst map[string]float64, b, a map[string]float64, resource int, keep func(string) bool) {
 		for k, v := range a {
+			if parts := strings.Split(k, "/"); len(parts) > resource && parts[resource] == "leases" {
+				continue
+			}
 			if d := v - b[k]; d > 0 && keep(k) {
 				dst[k] = d
 			}
@@ -70,44 +78,63 @@ func apiTraffic(before, after metricFamilies) traffic {
 	}
 	all := func(string) bool { return true }
 	grew(t.Writes, before.counters("apiserver_request_total", "verb", "resource", "subresource"),
-		after.counters("apiserver_request_total", "verb", "resource", "subresource"),
+		after.counters("apiserver_request_total", "verb", "resource", "subresource"), 1,
 		func(k string) bool { verb, _, _ := strings.Cut(k, "/"); return writeVerbs[verb] })
-	grew(t.WriteBytes, before.sums("apiserver_request_body_size_bytes", "resource", "verb"), after.sums("apiserver_request_body_size_bytes", "resource", "verb"), all)
-	grew(t.WatchEvents, before.counters("apiserver_watch_events_total", "resource"), after.counters("apiserver_watch_events_total", "resource"), all)
-	grew(t.WatchBytes, before.sums("apiserver_watch_events_sizes", "resource"), after.sums("apiserver_watch_events_sizes", "resource"), all)
+	grew(t.WriteBytes, before.sums("apiserver_request_body_size_bytes", "resource", "verb"), after.sums("apiserver_request_body_size_bytes", "resource", "verb"), 0, all)
+	grew(t.WatchEvents, before.counters("apiserver_watch_events_total", "resource"), after.counters("apiserver_watch_events_total", "resource"), 0, all)
+	grew(t.WatchBytes, before.sums("apiserver_watch_events_sizes", "resource"), after.sums("apiserver_watch_events_sizes", "resource"), 0, all)
 	return t
 }
 
 // perUnit charges a window's traffic (flat's shape) to its units of work,
-// less what the plane sends when idle (idle is per wall second: the nodes'
-// Lease renewals, the components' leader elections), as cpuMsPerPod does
-// with CPU; a key below its idle rate is charged 0.
+// less what the plane sends when idle (idle is per wall second), as
+// cpuMsPerPod does with CPU; a key below its idle rate is charged 0, and
+// each kind's total is the sum of what its keys were charged.
 func perUnit(window, idle map[string]float64, wall time.Duration, units int) map[string]float64 {
 	out := map[string]float64{}
 	if units <= 0 {
 		return out
 	}
+	for _, kind := range trafficKinds {
+		out[kind] = 0
+	}
 	for k, v := range window {
+		kind := kindOf(k)
+		if kind == "" || kind == k {
+			continue // a total: the sum of its keys, below
+		}
 		if d := v - idle[k]*wall.Seconds(); d > 0 {
 			out[k] = d / float64(units)
+			out[kind] += out[k]
 		}
 	}
 	return out
 }
 
-// flat is t as one map, each key prefixed by its kind ("writes ",
-// "write bytes ", "watch events ", "watch bytes "), with the totals of
-// each kind under the bare kind: the shape the rounds' medians are taken
-// over.
+// trafficKinds are flat's kinds, each a total and a prefix of its keys.
+var trafficKinds = []string{"writes", "write bytes", "watch events", "watch bytes"}
+
+// kindOf is the kind of a flat key: the total itself, or the kind its key
+// starts with ("" for neither).
+func kindOf(k string) string {
+	for _, kind := range trafficKinds {
+		if k == kind || strings.HasPrefix(k, kind+" ") {
+			return kind
+		}
+	}
+	return ""
+}
+
+// flat is t as one map, each key prefixed by its kind (trafficKinds), with
+// the totals of each kind under the bare kind: the shape the rounds'
+// medians are taken over.
 func (t traffic) flat() map[string]float64 {
 	out := map[string]float64{}
-	for _, kind := range []struct {
-		name string
-		m    map[string]float64
-	}{{"writes", t.Writes}, {"write bytes", t.WriteBytes}, {"watch events", t.WatchEvents}, {"watch bytes", t.WatchBytes}} {
-		out[kind.name] = total(kind.m)
-		for k, v := range kind.m {
-			out[kind.name+" "+k] = v
+	for i, m := range []map[string]float64{t.Writes, t.WriteBytes, t.WatchEvents, t.WatchBytes} {
+		kind := trafficKinds[i]
+		out[kind] = total(m)
+		for k, v := range m {
+			out[kind+" "+k] = v
 		}
 	}
 	return out

@@ -24,6 +24,7 @@ apiserver_request_total{verb="POST",resource="resourceclaims",subresource=""} ` 
 apiserver_request_total{verb="PUT",resource="resourceslices",subresource=""} ` + ftoa(slicePuts) + `
 apiserver_request_total{verb="PUT",resource="leases",subresource=""} ` + ftoa(leasePuts) + `
 apiserver_request_total{verb="GET",resource="pods",subresource=""} ` + ftoa(gets) + `
+apiserver_request_total{verb="POST",resource="",subresource=""} ` + ftoa(gets) + `
 # TYPE apiserver_request_body_size_bytes histogram
 apiserver_request_body_size_bytes_bucket{group="resource.k8s.io",resource="resourceclaims",verb="create",le="+Inf"} ` + ftoa(claimCreates) + `
 apiserver_request_body_size_bytes_sum{group="resource.k8s.io",resource="resourceclaims",verb="create"} ` + ftoa(claimBytes) + `
@@ -45,14 +46,14 @@ apiserver_watch_events_sizes_count{group="resource.k8s.io",version="v1",resource
 func ftoa(v float64) string { b, _ := json.Marshal(v); return string(b) }
 
 // TestAPITraffic: writes only (no reads), body bytes and watch events by
-// resource, series that did not move left out; perUnit takes the idle
-// plane's rate off (the Lease renewals) and charges the rest to the pods.
+// resource, Leases and series that did not move left out; perUnit takes the
+// idle plane's rate off and charges the rest to the pods.
 func TestAPITraffic(t *testing.T) {
 	before := scrapeOf(t, 10, 2, 100, 50, 10*1500, 30, 30*2000)
 	after := scrapeOf(t, 110, 2, 150, 900, 110*1500, 330, 330*2000)
 	got := apiTraffic(before, after).flat()
 	want := map[string]float64{
-		"writes": 150, "writes POST/resourceclaims": 100, "writes PUT/leases": 50,
+		"writes": 950, "writes POST/resourceclaims": 100, "writes POST": 850,
 		"write bytes": 150000, "write bytes resourceclaims/create": 150000,
 		"watch events": 300, "watch events resourceclaims": 300,
 		"watch bytes": 600000, "watch bytes resourceclaims": 600000,
@@ -60,14 +61,20 @@ func TestAPITraffic(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("apiTraffic(...).flat() =\n%v\nwant\n%v", got, want)
 	}
-	// 10 s at 5 Lease writes a second were idle work, not the 100 pods'.
-	idle := map[string]float64{"writes": 5, "writes PUT/leases": 5}
+	// 10 s at 85 POSTs of no resource a second were idle work, not the
+	// 100 pods'; each total is what its keys were charged.
+	idle := map[string]float64{"writes": 85, "writes POST": 85}
 	per := perUnit(got, idle, 10*time.Second, 100)
 	if per["writes"] != 1 || per["writes POST/resourceclaims"] != 1 || per["watch events"] != 3 {
 		t.Errorf("perUnit = %v, want 1 write and 3 watch events a pod", per)
 	}
-	if _, ok := per["writes PUT/leases"]; ok {
-		t.Errorf("perUnit charged the idle Lease writes: %v", per)
+	if _, ok := per["writes POST"]; ok {
+		t.Errorf("perUnit charged the idle writes: %v", per)
+	}
+	// A total is never taken off on its own: the budget-change rows once
+	// said "writes 0.00 (PATCH/nodes 1.00, PUT/resourceslices 1.00)".
+	if per := perUnit(got, map[string]float64{"writes": 1000}, time.Second, 100); per["writes"] != 9.5 {
+		t.Errorf("perUnit with an idle total: writes %v, want 9.5, the sum of its keys", per["writes"])
 	}
 	if len(perUnit(got, nil, time.Second, 0)) != 0 {
 		t.Error("perUnit with no units charged something")
