@@ -24,11 +24,16 @@ import (
 // nodes advertise in their status. budgetCost then prices one node's budget
 // change both ways.
 
+// draMode says whether mode is DRA mode against the plain resource.
+func draMode(mode string) bool { return mode == "dra" || mode == "dra-unscored" }
+
 // draSchedulerConfig edits the KubeSchedulerConfiguration m (native mode's,
 // which DRA mode ships) so that NodeResourcesFit scores the plain resource
 // as it scores capscale.io/underlay-ip: both sides rank nodes by their free
-// share of the resource they ask for, with the same weight.
-func draSchedulerConfig(m map[string]any) error {
+// share of the resource they ask for, with the same weight. Unless scored:
+// then neither is scored (dra-unscored), as with kube-scheduler's default
+// strategy, which ranks by CPU and memory only.
+func draSchedulerConfig(m map[string]any, scored bool) error {
 	profiles, _ := m["profiles"].([]any)
 	for _, p := range profiles {
 		prof, _ := p.(map[string]any)
@@ -41,9 +46,13 @@ func draSchedulerConfig(m map[string]any) error {
 			args, _ := pc["args"].(map[string]any)
 			strategy, _ := args["scoringStrategy"].(map[string]any)
 			resources, _ := strategy["resources"].([]any)
-			for _, r := range resources {
+			for i, r := range resources {
 				if res, _ := r.(map[string]any); res["name"] == names.UnderlayIPResource {
-					strategy["resources"] = append(resources, map[string]any{"name": nativeResource, "weight": res["weight"]})
+					if scored {
+						strategy["resources"] = append(resources, map[string]any{"name": nativeResource, "weight": res["weight"]})
+					} else {
+						strategy["resources"] = append(resources[:i:i], resources[i+1:]...)
+					}
 					return nil
 				}
 			}

@@ -134,7 +134,16 @@ func TestDRASchedulerConfig(t *testing.T) {
 	if weights[names.UnderlayIPResource] == 0 || weights[string(nativeResource)] != weights[names.UnderlayIPResource] {
 		t.Errorf("scoring weights %v, want the plain resource's equal to %s's", weights, names.UnderlayIPResource)
 	}
-	if err := draSchedulerConfig(map[string]any{"profiles": []any{}}); err == nil {
+	// dra-unscored: neither resource in the scoring strategy.
+	unscored, _, err := schedulerConfig(0, "dra-unscored", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(unscored)
+	if b, err := os.ReadFile(unscored); err != nil || strings.Contains(string(b), names.UnderlayIPResource) || !strings.Contains(string(b), "LeastAllocated") {
+		t.Errorf("dra-unscored's configuration scores an extended resource (%v):\n%s", err, b)
+	}
+	if err := draSchedulerConfig(map[string]any{"profiles": []any{}}, true); err == nil {
 		t.Error("draSchedulerConfig of a configuration that scores nothing: no error")
 	}
 }

@@ -69,7 +69,7 @@ func main() {
 	nodes := flag.Int("nodes", 500, "kwok nodes for the throughput scenario")
 	batch := flag.Int("batch", 500, "throughput: pods per batch")
 	rounds := flag.Int("rounds", 8, "throughput: measured rounds per side, alternating (plus one warm-up batch a side)")
-	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), plugin-floor (the same resource with and without a plugin that does nothing: the framework's price for one more plugin), plugin-null (plugin mode's pods against the plain resource's on the profile with that plugin: UnderlayIP against the floor), plugin-memo (plugin mode's pods with UnderlayIP's capacity memo against UnderlayIP reading each Node every time), native-prioritize (native mode with the extender as prioritizer only, vs the same), dra (DRA mode: the stock kube-scheduler allocating capscale's devices, vs the same on the plain resource; then a budget change both ways), tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults) or plugin-tax (pods without underlay IPs: capscale-scheduler with deploy/plugin's configuration vs stock kube-scheduler with its defaults)")
+	mode := flag.String("mode", "extender", "throughput: extender (extender mode vs a plain extended resource), native (native mode vs the same), plugin (plugin mode's capscale-scheduler vs the same on that binary), plugin-floor (the same resource with and without a plugin that does nothing: the framework's price for one more plugin), plugin-null (plugin mode's pods against the plain resource's on the profile with that plugin: UnderlayIP against the floor), plugin-memo (plugin mode's pods with UnderlayIP's capacity memo against UnderlayIP reading each Node every time), native-prioritize (native mode with the extender as prioritizer only, vs the same), dra (DRA mode: the stock kube-scheduler allocating capscale's devices, vs the same on the plain resource, both scored most free first; then a budget change both ways), dra-unscored (the same with neither resource scored: kube-scheduler's default ranking by CPU and memory), tax (pods without underlay IPs: capscale's scheduler configuration vs kube-scheduler's defaults) or plugin-tax (pods without underlay IPs: capscale-scheduler with deploy/plugin's configuration vs stock kube-scheduler with its defaults)")
 	nodeLease := flag.Duration("node-lease", 40*time.Second, "throughput: the kwok nodes' Lease duration (they renew every quarter of it); at 5000 nodes the kubelet's 40s means 500 Lease writes a second, which saturate a 2-core plane")
 	extenderFloor := flag.String("extender-floor", "", "throughput, --mode extender: run the null extender (e2e/cmd/nullextender; make bench-e2e builds it) in the extender's place, to read the protocol's floor: 'bind' with filter and bind as deployed, 'filter' with kube-scheduler binding itself")
 	extenderHTTPS := flag.Bool("extender-https", false, "throughput: serve the extender over verified TLS, so that kube-scheduler's client multiplexes its calls on one HTTP/2 connection")
@@ -321,12 +321,12 @@ func checkFloor(floor, mode, pprofDir string, https bool) error {
 func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error) {
 	file := stack.DeployFile("scheduler/kube-scheduler-config.yaml")
 	switch {
-	case mode == "native" || mode == "native-prioritize" || mode == "dra":
+	case mode == "native" || mode == "native-prioritize" || draMode(mode):
 		file = stack.DeployFile("native/kube-scheduler-config.yaml")
 	case pluginMode(mode):
 		file = stack.DeployFile("plugin/kube-scheduler-config.yaml")
 	}
-	if qps == 0 && mode != "native-prioritize" && mode != "dra" && !nullPlugin(mode) && !noBind {
+	if qps == 0 && mode != "native-prioritize" && !draMode(mode) && !nullPlugin(mode) && !noBind {
 		return file, nil, nil
 	}
 	b, err := os.ReadFile(file)
@@ -358,8 +358,8 @@ func schedulerConfig(qps int, mode string, noBind bool) (string, []string, error
 			return "", nil, fmt.Errorf("%s: %w", file, err)
 		}
 	}
-	if mode == "dra" {
-		if err := draSchedulerConfig(m); err != nil {
+	if draMode(mode) {
+		if err := draSchedulerConfig(m, mode == "dra"); err != nil {
 			return "", nil, fmt.Errorf("%s: %w", file, err)
 		}
 	}
@@ -398,7 +398,7 @@ func qpsLabel(qps int) string {
 }
 
 // throughputModes are the values --mode takes.
-var throughputModes = []string{"extender", "native", "plugin", "plugin-floor", "plugin-null", "plugin-memo", "native-prioritize", "dra", "tax", "plugin-tax"}
+var throughputModes = []string{"extender", "native", "plugin", "plugin-floor", "plugin-null", "plugin-memo", "native-prioritize", "dra", "dra-unscored", "tax", "plugin-tax"}
 
 // pluginMode says whether mode runs plugin mode's scheduler (no extender).
 func pluginMode(mode string) bool {

@@ -155,7 +155,7 @@ func throughputRows(rep rigReport, a, b string) []row {
 		rateGoal = "≥ 0.95 (issue 11)"
 	case rep.Scenario == "plugin":
 		rateGoal, cpuGoal = "≥ 0.98 (issue 26)", "within 5% (issue 26)"
-	case rep.Scenario == "dra":
+	case draMode(rep.Scenario):
 		rateGoal = "≥ 0.95 (issue 56): " + verdict(rep.PairedRateCI95, 0.95, true)
 		cpuGoal = "kube-scheduler within 10% (issue 56): " + verdict(rep.PairedSchedCPUCI95, 1.10, false)
 	case rep.Scenario == "plugin-memo":
@@ -178,7 +178,7 @@ func throughputRows(rep rigReport, a, b string) []row {
 	figure := fmt.Sprintf("all processes %.2f / %.2f (median paired ratio %s); kube-scheduler %s / %s",
 		sa.CPUMsPerPodTotal, sb.CPUMsPerPodTotal, rep.PairedCPUCI95,
 		ms2(sa.CPUMsPerPodCI95["kube-scheduler"]), ms2(sb.CPUMsPerPodCI95["kube-scheduler"]))
-	if pluginMode(rep.Scenario) || rep.Scenario == "dra" {
+	if pluginMode(rep.Scenario) || draMode(rep.Scenario) {
 		// The plugin's cost, or DRA's, is in kube-scheduler's CPU.
 		figure += fmt.Sprintf(" (median paired ratio %s)", rep.PairedSchedCPUCI95)
 	}
@@ -186,7 +186,7 @@ func throughputRows(rep rigReport, a, b string) []row {
 		figure += fmt.Sprintf("; extender %s / %s", ms2(sa.CPUMsPerPodCI95["extender"]), ms2(sb.CPUMsPerPodCI95["extender"]))
 	}
 	cpu := row{Measure: "CPU ms per pod, " + what, Figure: figure, Goal: cpuGoal}
-	if rep.Scenario != "dra" {
+	if !draMode(rep.Scenario) {
 		return []row{rate, cpu}
 	}
 	// DRA mode makes a ResourceClaim per pod: what the apiserver writes

@@ -77,10 +77,10 @@ func throughputSides(mode, planeConfig, binDir string, clientQPS int) [2]side {
 		return [2]side{{Name: "extender", Resource: names.UnderlayIPResource, Scheduler: exactProfile}, {Name: "native", Resource: nativeResource, Scheduler: exactProfile}}
 	case "native", "native-prioritize":
 		return [2]side{{Name: "native-mode", Resource: names.UnderlayIPResource}, {Name: "native", Resource: nativeResource}}
-	case "dra":
+	case "dra", "dra-unscored":
 		// The stock kube-scheduler, one profile that scores both resources
-		// alike (draSchedulerConfig): where the count comes from, devices
-		// or Node status, is the only difference.
+		// alike, or neither (draSchedulerConfig): where the count comes
+		// from, devices or Node status, is the only difference.
 		return [2]side{{Name: "dra", Resource: names.UnderlayIPResource}, {Name: "native", Resource: nativeResource}}
 	case "plugin":
 		// One capscale-scheduler, one profile: the plugin is the only
@@ -236,7 +236,7 @@ func throughput(ctx context.Context, o rigOptions) error {
 		defer os.Remove(schedCfg)
 	}
 	native := o.Mode == "native" || o.Mode == "native-prioritize"
-	dra := o.Mode == "dra"
+	dra := draMode(o.Mode)
 	plugin := pluginMode(o.Mode)
 	var schedBin string
 	if nullPlugin(o.Mode) {
@@ -354,7 +354,7 @@ func throughput(ctx context.Context, o rigOptions) error {
 	var budgetLines []row
 	var budget *budgetReport
 	r := &rig{s: s, bench: bench, adminHTTP: adminHTTP, extHTTP: extHTTP, w: w, ns: ns, idle: idle, idleTraffic: idleTraffic, batch: o.Batch, pprofDir: o.PprofDir, lastRound: o.Rounds - 1}
-	if o.Mode == "dra" && o.BudgetChanges > 0 {
+	if dra && o.BudgetChanges > 0 {
 		// Before the rounds, on a plane that holds no claim yet: its rows
 		// are printed at once, and again with the rounds'.
 		b, err := r.budgetCost(ctx, o.BudgetChanges, o.Nodes)
