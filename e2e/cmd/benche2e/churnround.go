@@ -45,8 +45,9 @@ type churnRound struct {
 func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, probes int) (churnRound, error) {
 	mirror := r.mirror
 	pid := r.s.Controller.Pid()
+	label := "with capscale"
 	if alone {
-		mirror = &pending{want: map[string]pendingChange{}} // drained, not timed
+		label = "IPAM alone" // its lag is drained, not timed
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			return churnRound{}, fmt.Errorf("stopping capscale-controller: %w", err)
 		}
@@ -134,16 +135,12 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 	if cpuTo, err := procCPU(pid); err == nil {
 		out.controllerCPUms = float64(cpuTo-cpuFrom) / float64(time.Millisecond)
 	}
-	if mirror == r.mirror {
+	if label != "IPAM alone" {
 		out.lag = r.mirror.done()
 		out.bind = r.bound.done()
-		r.mirror.reset()
-		r.bound.reset()
 	}
-	label := "with capscale"
-	if mirror != r.mirror {
-		label = "IPAM alone"
-	}
+	r.mirror.reset()
+	r.bound.reset()
 	fmt.Printf("churn %d/s, %s: %d changes at %.1f/s, each CiliumNode write %s; object to mirrored value %s; %d probes bound %s; kube-apiserver %.0f requests/s, Node PATCH %.1f/s, Node watch %.0f KiB/s; controller CPU %.0f ms to the end of the drain\n",
 		rate, label, changes, out.achieved, quantiles(out.writes), quantiles(out.lag), len(out.bind), quantiles(out.bind),
 		out.cost.requests, out.cost.nodePatches, out.cost.nodeWatchBytes/1024, out.controllerCPUms)
