@@ -377,8 +377,8 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 		return nil, err
 	}
 	var churnRows []row
-	if churn.rate > 0 {
-		if churnRows, err = sourceChurn(ctx, s, dyn, uids, churn); err != nil {
+	if len(churn.rates) > 0 {
+		if churnRows, err = sourceChurn(ctx, s, uids, churn); err != nil {
 			return nil, err
 		}
 	}

@@ -100,9 +100,9 @@ func main() {
 	sourceChanges := flag.Int("source-changes", 100, "capacity-source: IPAM object changes timed per mode")
 	costNodes := flag.Int("source-cost-nodes", 5000, "capacity-source: kwok nodes (a CiliumNode each) for the cost part; 0 skips it")
 	costEvents := flag.Int("source-cost-events", 5000, "capacity-source: object changes of each kind whose controller CPU is measured")
-	churnRate := flag.Int("source-churn-rate", 50, "capacity-source: capacity changes a second across the cost part's nodes, timed to the Node and to waiting probe pods; 0 skips the churn")
-	churnLength := flag.Duration("source-churn-length", time.Minute, "capacity-source: how long the churn runs (and the idle window it is compared with)")
-	churnProbes := flag.Int("source-churn-probes", 20, "capacity-source: nodes with a pod waiting for one of the churn's changes")
+	churnRates := flag.String("source-churn-rates", "10,25,50", "capacity-source: capacity changes a second across the cost part's nodes, comma-separated; each rate runs the IPAM's writes alone and with capscale mirroring them, timed to the Node and to waiting probe pods; empty skips the churn")
+	churnLength := flag.Duration("source-churn-length", 45*time.Second, "capacity-source: how long each churn round runs (and the idle window it is compared with)")
+	churnProbes := flag.Int("source-churn-probes", 30, "capacity-source: nodes with a pod waiting for one of the churn's changes, shared out among the rates")
 	budgetChanges := flag.Int("budget-changes", 50, "throughput, --mode dra: nodes whose budget each round of the budget-change cost changes (4 rounds an arm, alternated); 0 skips it")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
@@ -112,6 +112,11 @@ func main() {
 	}
 	if err := checkFloor(*extenderFloor, *mode, *pprofDir, *extenderHTTPS); err != nil {
 		fmt.Fprintf(os.Stderr, "benche2e: %v\n", err)
+		os.Exit(2)
+	}
+	rates, rerr := parseRates(*churnRates)
+	if rerr != nil {
+		fmt.Fprintf(os.Stderr, "benche2e: --source-churn-rates: %v\n", rerr)
 		os.Exit(2)
 	}
 	if err := checkNodeLease(*nodeLease); err != nil {
@@ -165,7 +170,7 @@ func main() {
 		err = kedaBench(ctx, keda)
 	case "capacity-source":
 		err = capacitySourceBench(ctx, *capacityModes, *sourceChanges, *costNodes, *costEvents,
-			churnOptions{rate: *churnRate, length: *churnLength, probes: *churnProbes}, *binDir, *nodeLease)
+			churnOptions{rates: rates, length: *churnLength, probes: *churnProbes}, *binDir, *nodeLease)
 	case "soak":
 		err = soakRun(ctx, *soakModes, *nodes, *soakDuration, *soakRate, *soakOut, *binDir, *nodeLease)
 	case "all":

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
@@ -22,11 +23,29 @@ import (
 )
 
 // churnOptions is the churn part of the capacity-source cost (issue 55 §6):
-// rate capacity changes a second across the nodes for a while, and probes
-// nodes with a pod waiting for the capacity that one of the changes brings.
+// at each of rates, capacity changes a second across the nodes for length,
+// and probe nodes with a pod waiting for the capacity one change brings.
 type churnOptions struct {
-	nodes, rate, probes int
-	length              time.Duration
+	nodes, probes int
+	rates         []int
+	length        time.Duration
+}
+
+// parseRates reads a comma-separated list of positive changes a second;
+// empty is none.
+func parseRates(s string) ([]int, error) {
+	var rates []int
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		r, err := strconv.Atoi(f)
+		if err != nil || r < 1 {
+			return nil, fmt.Errorf("%q is not a positive number of changes a second", f)
+		}
+		rates = append(rates, r)
+	}
+	return rates, nil
 }
 
 // pending is when each awaited state's change was written, and how long
@@ -89,6 +108,13 @@ func (p *pending) open() int {
 	return len(p.want)
 }
 
+// reset forgets the latencies recorded so far.
+func (p *pending) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency = nil
+}
+
 func (p *pending) done() []float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -131,16 +157,25 @@ func (c apiserverCost) rates(since apiserverCost, d time.Duration) apiserverCost
 	}
 }
 
-// sourceChurn runs the churn on a stack whose nodes are all mirrored: the
-// last o.probes nodes each get a pod that waits at capacity 0, the others
-// take o.rate changes a second. Every o.length/o.probes one probe node's
-// capacity goes to 1. It reports the object-to-Node lag of every change,
-// the object-to-bound lag of every probe, and kube-apiserver's cost beside
-// an idle window of the same length.
-func sourceChurn(ctx context.Context, s *stack.Stack, dyn dynamic.Interface, uids map[string]types.UID, o churnOptions) ([]row, error) {
+// sourceChurn runs the churn on a stack whose nodes are all mirrored. For
+// each rate it runs two rounds of o.length, their order alternated from
+// rate to rate: the IPAM's writes alone (capscale-controller stopped with
+// SIGSTOP, so the plane's own cost and write latency show), and the same
+// writes with capscale mirroring them, where every o.length/k one of k
+// probe nodes, each with a pod waiting at capacity 0, goes to 1. The IPAM
+// writes as cilium-operator (ipamwriter.go). It reports per rate the
+// object-to-Node lag of every change, the object-to-bound lag of every
+// probe, the IPAM's write latency on each side, and kube-apiserver's cost
+// beside an idle window.
+func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID, o churnOptions) ([]row, error) {
 	span := o.nodes - o.probes
-	if span < 1 || o.rate < 1 || o.probes < 1 || o.length < time.Second {
-		return nil, fmt.Errorf("churn: %d nodes, %d probes, %d changes a second for %s: want a node left to change, a probe, a change a second and a second", o.nodes, o.probes, o.rate, o.length)
+	perRound := o.probes / max(len(o.rates), 1)
+	if span < 1 || len(o.rates) == 0 || slices.Min(o.rates) < 1 || perRound < 1 || o.length < time.Second {
+		return nil, fmt.Errorf("churn: %d nodes, %d probes, rates %v a second for %s: want a node left to change, a probe per rate, a change a second and a second", o.nodes, o.probes, o.rates, o.length)
+	}
+	w, err := newIPAMWriter(ctx, s)
+	if err != nil {
+		return nil, err
 	}
 	mirror := &pending{want: map[string]pendingChange{}}
 	bound := &pending{want: map[string]pendingChange{}}
@@ -163,50 +198,13 @@ func sourceChurn(ctx context.Context, s *stack.Stack, dyn dynamic.Interface, uid
 	defer func() { stop(); factory.Shutdown() }()
 	factory.WaitForCacheSync(ctx.Done())
 
-	// The probes: capacity 0, then a pod each that waits on its node.
 	const ns = "churn"
-	if err := s.WaitForNamespace(ctx, ns); err != nil {
+	probe := func(j int) string { return plane.NodeName(span + j) }
+	if err := placeProbes(ctx, s, w, uids, ns, o.probes, probe); err != nil {
 		return nil, err
 	}
-	probe := func(j int) string { return plane.NodeName(span + j) }
-	for j := range o.probes {
-		if err := putCiliumNode(ctx, dyn, ipamtest.CiliumNodeENI(probe(j), uids[probe(j)], 2, nil)); err != nil {
-			return nil, err
-		}
-	}
-	for j := range o.probes {
-		node := probe(j)
-		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			n, err := s.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-			return err == nil && n.Annotations[names.UnderlayIPSourceCapacityAnnotation] == "0", nil
-		}); err != nil {
-			return nil, fmt.Errorf("probe node %s never mirrored 0: %w", node, err)
-		}
-		p := benchUnderlayPod(ns, fmt.Sprintf("probe-%03d", j))
-		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
-		if _, err := s.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			return nil, err
-		}
-	}
-	for j := range o.probes {
-		name := fmt.Sprintf("probe-%03d", j)
-		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			p, err := s.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil || p.Spec.NodeName != "" {
-				return false, err
-			}
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-					return true, nil
-				}
-			}
-			return false, nil
-		}); err != nil {
-			return nil, fmt.Errorf("probe pod %s never waited: %w", name, err)
-		}
-	}
 
-	// An idle window first, as long as the churn, for what the plane costs
+	// An idle window first, as long as a round, for what the plane costs
 	// anyway (kwok's Leases, the controllers' resyncs).
 	idleFrom, err := readCost(ctx, s)
 	if err != nil {
@@ -220,88 +218,78 @@ func sourceChurn(ctx context.Context, s *stack.Stack, dyn dynamic.Interface, uid
 	}
 	idle := idleTo.rates(idleFrom, time.Since(t))
 
-	churnFrom, err := readCost(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	changes := int(o.length.Seconds() * float64(o.rate))
-	every := o.length / time.Duration(o.probes)
-	tick := time.NewTicker(time.Second / time.Duration(o.rate))
-	defer tick.Stop()
-	var (
-		wg       sync.WaitGroup
-		slots    = make(chan struct{}, 256) // writes in flight, so one slow write does not hold the pace
-		mu       sync.Mutex
-		firstErr error
-		writes   []float64 // each CiliumNode put, spec and status, in ms
-	)
-	put := func(p *pending, key, node string, capacity int) {
-		defer wg.Done()
-		defer func() { <-slots }()
-		t := time.Now()
-		err := putCiliumNode(ctx, dyn, ipamtest.CiliumNodeENI(node, uids[node], capacity+2, nil))
-		mu.Lock()
-		writes = append(writes, float64(time.Since(t))/float64(time.Millisecond))
-		if err != nil {
-			firstErr = err
+	r := &churnRun{s: s, w: w, uids: uids, span: span, length: o.length, mirror: mirror, bound: bound, probe: probe}
+	var rows []row
+	nextProbe := 0
+	for i, rate := range o.rates {
+		sides := []bool{true, false}
+		if i%2 == 1 {
+			sides = []bool{false, true}
 		}
-		mu.Unlock()
-		if err == nil {
-			p.written(key)
+		var alone, with churnRound
+		for _, a := range sides {
+			probes := 0
+			if !a {
+				probes = perRound
+			}
+			round, err := r.round(ctx, rate, a, nextProbe, probes)
+			if err != nil {
+				return nil, err
+			}
+			if a {
+				alone = round
+			} else {
+				with = round
+				nextProbe += perRound
+			}
 		}
+		rows = append(rows, churnRows(o.nodes, rate, alone, with, idle)...)
 	}
-	probed := 0
-	for k := range changes {
-		<-tick.C
-		// Spread over the nodes; each round of the span gives a node a value
-		// its previous round did not.
-		node := plane.NodeName((k * 7919) % span)
-		capacity := 20 + (k/span)%5
-		mirror.expect(node, strconv.Itoa(capacity))
-		slots <- struct{}{}
-		wg.Add(1)
-		go put(mirror, node, node, capacity)
-		if probed < o.probes && time.Since(start) >= time.Duration(probed)*every+every/2 {
-			node := probe(probed)
-			name := fmt.Sprintf("probe-%03d", probed)
-			bound.expect(name, "bound")
-			slots <- struct{}{}
-			wg.Add(1)
-			go put(bound, name, node, 1)
-			probed++
-		}
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	churnTo, err := readCost(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	during := churnTo.rates(churnFrom, time.Since(start))
-	achieved := float64(changes) / time.Since(start).Seconds()
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
-		return mirror.open() == 0 && bound.open() == 0, nil
-	}); err != nil {
-		return nil, fmt.Errorf("after the churn %d changes were never mirrored and %d probe pods never bound", mirror.open(), bound.open())
-	}
-	lag, bind := mirror.done(), bound.done()
-	q := func(xs []float64) string {
-		return fmt.Sprintf("%.0f / %.0f ms (max %.0f ms)", quantileOf(xs, 0.5), quantileOf(xs, 0.99), quantileOf(xs, 1))
-	}
-	fmt.Printf("churn: %d changes at %.1f/s over %d nodes (each CiliumNode write, spec and status, took %s); object to mirrored value %s; %d probes bound %s\n",
-		changes, achieved, span, q(writes), q(lag), len(bind), q(bind))
-	fmt.Printf("churn: kube-apiserver %.0f requests/s (idle %.0f), Node PATCH %.1f/s (idle %.1f), Node watch events %.0f KiB/s (idle %.0f)\n",
-		during.requests, idle.requests, during.nodePatches, idle.nodePatches, during.nodeWatchBytes/1024, idle.nodeWatchBytes/1024)
-	what := fmt.Sprintf("Capacity source at %d nodes, %d capacity changes a second", o.nodes, o.rate)
-	return []row{
-		{Measure: fmt.Sprintf("%s: IPAM object change to the Node's mirrored value, p50 / p99 (%d changes)", what, changes), Figure: q(lag)},
-		{Measure: fmt.Sprintf("%s: IPAM object change to the waiting pod bound, p50 / p99 (%d probes)", what, len(bind)), Figure: q(bind), Goal: "p99 ≤ 1 s"},
-		{Measure: what + ": kube-apiserver requests a second, during the churn / idle",
-			Figure: fmt.Sprintf("%.0f / %.0f", during.requests, idle.requests)},
-		{Measure: what + ": Node watch events sent by kube-apiserver, KiB a second, during the churn / idle",
-			Figure: fmt.Sprintf("%.0f / %.0f KiB/s", during.nodeWatchBytes/1024, idle.nodeWatchBytes/1024)},
-	}, nil
+	return rows, nil
 }
+
+// placeProbes gives each probe node capacity 0 and a pod that waits on it.
+func placeProbes(ctx context.Context, s *stack.Stack, w *ipamWriter, uids map[string]types.UID, ns string, n int, probe func(int) string) error {
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		return err
+	}
+	for j := range n {
+		if err := w.put(ctx, ipamtest.CiliumNodeENI(probe(j), uids[probe(j)], 2, nil)); err != nil {
+			return err
+		}
+	}
+	for j := range n {
+		node := probe(j)
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			n, err := s.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			return err == nil && n.Annotations[names.UnderlayIPSourceCapacityAnnotation] == "0", nil
+		}); err != nil {
+			return fmt.Errorf("probe node %s never mirrored 0: %w", node, err)
+		}
+		p := benchUnderlayPod(ns, probeName(j))
+		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+		if _, err := s.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	for j := range n {
+		name := probeName(j)
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := s.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || p.Spec.NodeName != "" {
+				return false, err
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			return fmt.Errorf("probe pod %s never waited: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func probeName(j int) string { return fmt.Sprintf("probe-%03d", j) }

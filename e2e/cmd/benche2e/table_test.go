@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -247,6 +248,20 @@ BenchmarkBroken-2 x 1 ns/op
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("row %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestParseRates(t *testing.T) {
+	for in, want := range map[string][]int{"": nil, "50": {50}, "10, 25,50": {10, 25, 50}} {
+		got, err := parseRates(in)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("parseRates(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"0", "-5", "ten", "10,x"} {
+		if _, err := parseRates(in); err == nil {
+			t.Errorf("parseRates(%q) accepted", in)
 		}
 	}
 }

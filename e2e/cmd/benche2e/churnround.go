@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/capscale/capscale/controller/capacitysource/ipamtest"
+	"github.com/capscale/capscale/e2e/plane"
+	"github.com/capscale/capscale/e2e/stack"
+)
+
+// churnRun is what the churn's rounds share; next numbers the changes over
+// every round, so that each pass over the nodes writes a value the
+// previous pass did not.
+type churnRun struct {
+	s             *stack.Stack
+	w             *ipamWriter
+	uids          map[string]types.UID
+	span          int
+	length        time.Duration
+	mirror, bound *pending
+	probe         func(int) string
+	next          int
+}
+
+// churnRound is one round's figures.
+type churnRound struct {
+	achieved        float64
+	writes          []float64 // each CiliumNode write, spec and status, in ms
+	lag, bind       []float64 // ms
+	cost            apiserverCost
+	controllerCPUms float64
+}
+
+// round writes rate capacity changes a second for r.length. With alone,
+// capscale-controller is stopped meanwhile and its lag is not timed; once
+// it runs again, the round ends when it has mirrored every change.
+func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, probes int) (churnRound, error) {
+	mirror := r.mirror
+	pid := r.s.Controller.Pid()
+	label := "with capscale"
+	if alone {
+		label = "IPAM alone" // its lag is drained, not timed
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return churnRound{}, fmt.Errorf("stopping capscale-controller: %w", err)
+		}
+	}
+	resume := func() error {
+		if !alone {
+			return nil
+		}
+		alone = false
+		return syscall.Kill(pid, syscall.SIGCONT)
+	}
+	defer func() { _ = resume() }()
+	cpuFrom, _ := procCPU(pid)
+	costFrom, err := readCost(ctx, r.s)
+	if err != nil {
+		return churnRound{}, err
+	}
+	var (
+		wg       sync.WaitGroup
+		slots    = make(chan struct{}, 256) // writes in flight, so one slow write does not hold the pace
+		mu       sync.Mutex
+		firstErr error
+		out      churnRound
+	)
+	put := func(p *pending, key, node string, capacity int) {
+		defer wg.Done()
+		defer func() { <-slots }()
+		t := time.Now()
+		err := r.w.put(ctx, ipamtest.CiliumNodeENI(node, r.uids[node], capacity+2, nil))
+		mu.Lock()
+		out.writes = append(out.writes, float64(time.Since(t))/float64(time.Millisecond))
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+		if err == nil {
+			p.written(key)
+		}
+	}
+	start := time.Now()
+	changes := int(r.length.Seconds() * float64(rate))
+	every := r.length / time.Duration(max(probes, 1))
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	probed := 0
+	for range changes {
+		<-tick.C
+		k := r.next
+		r.next++
+		// Spread over the nodes; each pass over the span gives a node a
+		// value its previous pass did not.
+		node := plane.NodeName((k * 7919) % r.span)
+		capacity := 20 + (k/r.span)%5
+		mirror.expect(node, strconv.Itoa(capacity))
+		slots <- struct{}{}
+		wg.Add(1)
+		go put(mirror, node, node, capacity)
+		if probed < probes && time.Since(start) >= time.Duration(probed)*every+every/2 {
+			j := firstProbe + probed
+			r.bound.expect(probeName(j), "bound")
+			slots <- struct{}{}
+			wg.Add(1)
+			go put(r.bound, probeName(j), r.probe(j), 1)
+			probed++
+		}
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return churnRound{}, firstErr
+	}
+	costTo, err := readCost(ctx, r.s)
+	if err != nil {
+		return churnRound{}, err
+	}
+	out.cost = costTo.rates(costFrom, time.Since(start))
+	out.achieved = float64(changes) / time.Since(start).Seconds()
+	if err := resume(); err != nil {
+		return churnRound{}, fmt.Errorf("resuming capscale-controller: %w", err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		return mirror.open() == 0 && r.bound.open() == 0, nil
+	}); err != nil {
+		return churnRound{}, fmt.Errorf("after the round at %d/s %d changes were never mirrored and %d probe pods never bound", rate, mirror.open(), r.bound.open())
+	}
+	if cpuTo, err := procCPU(pid); err == nil {
+		out.controllerCPUms = float64(cpuTo-cpuFrom) / float64(time.Millisecond)
+	}
+	if label != "IPAM alone" {
+		out.lag = r.mirror.done()
+		out.bind = r.bound.done()
+	}
+	r.mirror.reset()
+	r.bound.reset()
+	fmt.Printf("churn %d/s, %s: %d changes at %.1f/s, each CiliumNode write %s; object to mirrored value %s; %d probes bound %s; kube-apiserver %.0f requests/s, Node PATCH %.1f/s, Node watch %.0f KiB/s; controller CPU %.0f ms to the end of the drain\n",
+		rate, label, changes, out.achieved, quantiles(out.writes), quantiles(out.lag), len(out.bind), quantiles(out.bind),
+		out.cost.requests, out.cost.nodePatches, out.cost.nodeWatchBytes/1024, out.controllerCPUms)
+	return out, nil
+}
+
+func quantiles(xs []float64) string {
+	if len(xs) == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f / %.0f ms (max %.0f ms)", quantileOf(xs, 0.5), quantileOf(xs, 0.99), quantileOf(xs, 1))
+}
+
+// churnRows are one rate's rows for BENCHMARKS.md.
+func churnRows(nodes, rate int, alone, with churnRound, idle apiserverCost) []row {
+	what := fmt.Sprintf("Capacity source at %d nodes, %d capacity changes a second (the IPAM writing as cilium-operator)", nodes, rate)
+	goal := ""
+	if rate >= 50 {
+		goal = "p99 ≤ 1 s"
+	}
+	return []row{
+		{Measure: fmt.Sprintf("%s: IPAM object change to the Node's mirrored value, p50 / p99 (%d changes)", what, len(with.lag)), Figure: quantiles(with.lag)},
+		{Measure: fmt.Sprintf("%s: IPAM object change to the waiting pod bound, p50 / p99 (%d probes)", what, len(with.bind)), Figure: quantiles(with.bind), Goal: goal},
+		{Measure: what + ": the IPAM's own CiliumNode write (spec and status), p50, alone / with capscale mirroring",
+			Figure: fmt.Sprintf("%.0f / %.0f ms", quantileOf(alone.writes, 0.5), quantileOf(with.writes, 0.5)),
+			Spread: fmt.Sprintf("p99 %.0f / %.0f ms; achieved %.1f / %.1f changes a second", quantileOf(alone.writes, 0.99), quantileOf(with.writes, 0.99), alone.achieved, with.achieved)},
+		{Measure: what + ": kube-apiserver requests a second, idle / IPAM alone / with capscale",
+			Figure: fmt.Sprintf("%.0f / %.0f / %.0f", idle.requests, alone.cost.requests, with.cost.requests),
+			Spread: fmt.Sprintf("Node PATCH %.1f a second with capscale", with.cost.nodePatches)},
+		{Measure: what + ": Node watch events sent by kube-apiserver, idle / IPAM alone / with capscale",
+			Figure: fmt.Sprintf("%.0f / %.0f / %.0f KiB/s", idle.nodeWatchBytes/1024, alone.cost.nodeWatchBytes/1024, with.cost.nodeWatchBytes/1024)},
+		{Measure: what + ": capscale-controller CPU per capacity change, its Node patch included",
+			Figure: fmt.Sprintf("%.0f µs", with.controllerCPUms*1000/float64(max(len(with.lag), 1)))},
+	}
+}

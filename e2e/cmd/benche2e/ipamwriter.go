@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/capscale/capscale/e2e/stack"
+)
+
+// Cilium v1.20.2's operator client: ServiceAccount kube-system/cilium-operator
+// (install/kubernetes/cilium/values.yaml:172, in kube-system as Cilium installs),
+// 100 queries a second with bursts of 200 (operator/cmd/root.go:116-117).
+// Writing as it does puts the IPAM's writes where kube-apiserver's priority
+// and fairness puts the operator's (a kube-system ServiceAccount:
+// workload-high), not among the exempt system:masters requests.
+const (
+	operatorNamespace = "kube-system"
+	operatorName      = "cilium-operator"
+	operatorQPS       = 100
+	operatorBurst     = 200
+)
+
+// ipamWriter writes CiliumNodes as cilium-operator does: from what it last
+// wrote (its informer's copy), an update and a status update, no read first.
+type ipamWriter struct {
+	dyn dynamic.ResourceInterface
+	mu  sync.Mutex
+	rv  map[string]string // by name: the resourceVersion last written
+}
+
+func newIPAMWriter(ctx context.Context, s *stack.Stack) (*ipamWriter, error) {
+	if err := grantOperator(ctx, s); err != nil {
+		return nil, err
+	}
+	token, err := s.ServiceAccountToken(ctx, operatorNamespace, operatorName)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.AnonymousClientConfig(s.Config)
+	cfg.BearerToken = token
+	cfg.QPS, cfg.Burst = operatorQPS, operatorBurst
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	w := &ipamWriter{dyn: dyn.Resource(ciliumNodes), rv: map[string]string{}}
+	list, err := w.dyn.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing CiliumNodes as %s/%s: %w", operatorNamespace, operatorName, err)
+	}
+	for _, o := range list.Items {
+		w.rv[o.GetName()] = o.GetResourceVersion()
+	}
+	return w, nil
+}
+
+// grantOperator gives the operator's ServiceAccount what the bench writes
+// with it: CiliumNodes and their status (a subset of cilium-operator's
+// ClusterRole, install/kubernetes/cilium/templates/cilium-operator/clusterrole.yaml).
+func grantOperator(ctx context.Context, s *stack.Stack) error {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-cilium-operator"},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{ciliumNodes.Group},
+			Resources: []string{"ciliumnodes", "ciliumnodes/status"},
+			Verbs:     []string{"get", "list", "watch", "create", "update"},
+		}},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-cilium-operator"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: operatorNamespace, Name: operatorName}},
+	}
+	if _, err := s.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if _, err := s.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// put writes obj's spec and then its status over what was last written.
+func (w *ipamWriter) put(ctx context.Context, obj *unstructured.Unstructured) error {
+	name := obj.GetName()
+	w.mu.Lock()
+	rv := w.rv[name]
+	w.mu.Unlock()
+	obj = obj.DeepCopy()
+	obj.SetResourceVersion(rv)
+	cur, err := w.dyn.Update(ctx, obj, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("updating CiliumNode %s: %w", name, err)
+	}
+	obj.SetResourceVersion(cur.GetResourceVersion())
+	cur, err = w.dyn.UpdateStatus(ctx, obj, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("updating the status of CiliumNode %s: %w", name, err)
+	}
+	w.mu.Lock()
+	w.rv[name] = cur.GetResourceVersion()
+	w.mu.Unlock()
+	return nil
+}
