@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	externalmetrics "k8s.io/metrics/pkg/apis/external_metrics/v1beta1"
 
@@ -136,6 +138,86 @@ func TestAdapterHA(t *testing.T) {
 	holdReplicas(ctx, t, s, "gpu", 3, 2*haInterval)
 	answers.noErrorsBetween(t, unready.Add(endpointPropagation), time.Now(), "after replica 1's endpoint turned unready")
 	t.Logf("scale-down trace %v; %d answers through the aggregator, %d errors in all", down.values, answers.count(), answers.errorCount())
+
+	// 5. Every replica down (issue 55 §1's failure matrix).
+	t.Run("every replica down: HPAs hold, then scale on a sync after it is back", func(t *testing.T) {
+		adapterDown(ctx, t, s)
+	})
+}
+
+// hpaSync is the plane's HPA sync period (startAdapterStackWith).
+const hpaSync = 2 * time.Second
+
+// adapterDown is the metrics adapter's row of the failure matrix
+// (docs/operations.md "When a part of capscale is down"): with every
+// replica down, an HPA on a capscale metric keeps its replicas and says why
+// (ScalingActive False, FailedGetExternalMetric) while its metric moves;
+// once the replicas are back it scales to the new value on a following
+// sync. The QPS policy keeps no state, so what the HPA reaches is exactly
+// ceil(total/single).
+func adapterDown(ctx context.Context, t *testing.T, s *stack.Stack) {
+	dep := SimpleDeployment(adapterNS, "web", 1, nil)
+	dep.Annotations = map[string]string{names.SinglePodQPSAnnotation: "500", names.TotalQPSAnnotation: "800"}
+	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Create(ctx, desiredReplicasHPA("web", names.PolicyQPS, 1, 10), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicas(ctx, t, s, "web", 2, time.Minute, nil, nil)
+	waitScalingActive(ctx, t, s, "web", "True", "")
+
+	for i := range s.Adapters {
+		s.KillAdapter(i)
+	}
+	for i := range s.Adapters {
+		waitEndpointReady(ctx, t, s, i, false)
+	}
+	// 1800 QPS at 500 a pod: 4 replicas, once the HPA can read it.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"1800"}}}`, names.TotalQPSAnnotation)
+	if _, err := s.Client.AppsV1().Deployments(adapterNS).Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitScalingActive(ctx, t, s, "web", "False", "FailedGetExternalMetric")
+	holdReplicas(ctx, t, s, "web", 2, 2*hpaSync)
+	holdReplicas(ctx, t, s, "gpu", 3, hpaSync)
+
+	start := time.Now()
+	for i := range s.Adapters {
+		if err := s.RestartAdapter(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back := time.Now()
+	waitReplicas(ctx, t, s, "web", 4, time.Minute, &replicaTrace{values: []int32{2}}, func(from, to int32) bool { return to == 4 })
+	waitScalingActive(ctx, t, s, "web", "True", "")
+	holdReplicas(ctx, t, s, "gpu", 3, hpaSync)
+	t.Logf("adapter: both replicas ready %v after their restart; the HPA scaled 2 -> 4 %v after that (HPA sync %v)",
+		back.Sub(start).Round(time.Millisecond), time.Since(back).Round(time.Millisecond), hpaSync)
+}
+
+// waitScalingActive waits until the HPA's ScalingActive condition has
+// status (and reason, when not "").
+func waitScalingActive(ctx context.Context, t *testing.T, s *stack.Stack, name, status, reason string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		hpa, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range hpa.Status.Conditions {
+			if c.Type == autoscalingv2.ScalingActive {
+				last = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+				return string(c.Status) == status && (reason == "" || c.Reason == reason), nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("HPA %s: ScalingActive never %s %s (last %s): %v", name, status, reason, last, err)
+	}
+	t.Logf("HPA %s: ScalingActive %s", name, last)
 }
 
 // waitEveryReplica waits until each adapter replica, asked directly, answers

@@ -71,6 +71,9 @@ func TestKubectlIPs(t *testing.T) {
 			s := startStack(t, stack.Options{
 				Plane:    plane.Options{Nodes: 7, Logf: t.Logf, Node: kubectlCapacity},
 				Extender: mode != "plugin", Native: mode == "native", Plugin: mode == "plugin",
+				// check reads an external metric: plugin mode, where
+				// capscale-scheduler places its probe pod, runs the adapter.
+				Adapter: mode == "plugin",
 			})
 			ctx := testContext(t, 8*time.Minute)
 			const ns = "kubectl-ips"
@@ -126,6 +129,9 @@ func TestKubectlIPs(t *testing.T) {
 			}
 			selectedIPs(ctx, t, run, rep)
 			t.Logf("kubectl capscale ips (%s mode):\n%s", mode, run(ctx, "ips", "table"))
+			if mode == "plugin" {
+				t.Run("check and ips as the operator Roles", func(t *testing.T) { operatorRoles(ctx, t, s, pluginDir) })
+			}
 		})
 	}
 }

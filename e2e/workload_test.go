@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -476,7 +477,52 @@ func TestWorkloadAPI(t *testing.T) {
 			}
 		}
 	})
+	// After the audit log's subtest: its writes are not among the ones
+	// checked there.
+	t.Run("down and back: nothing else waits on it, its first request is served", func(t *testing.T) {
+		workloadAPIDown(ctx, t, s, hc, console)
+	})
+}
 
+// workloadAPIDown is the workload API's row of the failure matrix
+// (docs/operations.md "When a part of capscale is down"): while it is down a
+// console's call fails and nothing else notices (a Deployment scaled with
+// the apiserver gets its pods); the first request after it is back is
+// served. It holds no state, so nothing is caught up.
+func workloadAPIDown(ctx context.Context, t *testing.T, s *stack.Stack, hc *http.Client, console *apiClient) {
+	ns := adapterNS
+	if _, err := s.Client.AppsV1().Deployments(ns).Create(ctx, SimpleDeployment(ns, "down", 1, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	WaitForRunningPods(ctx, t, s.Plane, ns, "app=down", 1)
+	s.WorkloadAPI.Kill()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, s.WorkloadAPIURL+"/v1/namespaces/"+ns+"/deployments/down/scale", strings.NewReader(`{"replicas":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+console.token)
+	if resp, err := hc.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the killed workload API answered %d", resp.StatusCode)
+	}
+	// Nothing else waits on it: the same scale through the apiserver.
+	patch := []byte(`{"spec":{"replicas":3}}`)
+	if _, err := s.Client.AppsV1().Deployments(ns).Patch(ctx, "down", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	WaitForRunningPods(ctx, t, s.Plane, ns, "app=down", 3)
+
+	start := time.Now()
+	if err := s.RestartWorkloadAPI(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ready := time.Since(start)
+	if code := console.do(ctx, "PUT", "/v1/namespaces/"+ns+"/deployments/down/scale", map[string]int32{"replicas": 2}, nil); code != 200 {
+		t.Fatalf("the first request after the restart: %d, want 200", code)
+	}
+	served := time.Since(start)
+	WaitForRunningPods(ctx, t, s.Plane, ns, "app=down", 2)
+	t.Logf("workload API: ready %v after its restart, its first request served %v after that", ready.Round(time.Millisecond), (served - ready).Round(time.Millisecond))
 }
 
 // deploymentWrites says what differs between two reads of a deployment

@@ -61,6 +61,7 @@ func parseWorkload(args []string, allowed []lifecycle.Kind, ns string) (lifecycl
 // needs, for the hint on a refusal by the apiserver.
 var roles = map[string]string{
 	"ips":     "capscale-kubectl:ips",
+	"check":   "capscale-kubectl:check in the namespace",
 	"stop":    "capscale-workload:stop-start",
 	"start":   "capscale-workload:stop-start",
 	"restart": "capscale-workload:restart",

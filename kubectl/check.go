@@ -45,7 +45,8 @@ through the external-metrics API (the aggregator, to capscale's adapter), or
 without --metric, that API's list of metrics. It fails on the first check
 that does not pass, saying which. The chart's helm test runs it.
 It needs create, get and delete on pods in the namespace and list on the
-external metrics it reads (a read with a label selector is a list).`,
+external metrics it reads (a read with a label selector is a list):
+ClusterRole capscale-kubectl:check, bound in the namespace.`,
 		Example: `  kubectl capscale check -n capscale-system --image registry.example/capscale:v0.1.0
   kubectl capscale check -n shop --image registry.example/capscale:v0.1.0 --metric capscale-load-index:source=shop-load
   kubectl capscale check -n shop --scheduler-name "" --metric capscale-load-index:source=shop-load`,
@@ -66,14 +67,14 @@ external metrics it reads (a read with a label selector is a list).`,
 			if o.scheduler != "" {
 				line, err := checkScheduling(ctx, c, ns, o, s.streams.ErrOut)
 				if err != nil {
-					return err
+					return explain(err, "check", false)
 				}
 				fmt.Fprintln(s.streams.Out, line)
 			}
 			if o.external {
 				lines, err := checkMetrics(ctx, c, ns, o.metrics)
 				if err != nil {
-					return err
+					return explain(err, "check", false)
 				}
 				for _, l := range lines {
 					fmt.Fprintln(s.streams.Out, l)
@@ -255,10 +256,20 @@ func checkMetrics(ctx context.Context, c kubernetes.Interface, ns string, metric
 func statusError(body []byte, err error) error {
 	var st metav1.Status
 	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" && st.Message != "" {
-		return fmt.Errorf("%s (%d %s)", st.Message, st.Code, st.Reason)
+		return statusMessage{msg: fmt.Sprintf("%s (%d %s)", st.Message, st.Code, st.Reason), status: &apierrors.StatusError{ErrStatus: st}}
 	}
 	return err
 }
+
+// statusMessage reads as the Status's message and code and is still that
+// Status to errors.As, so that explain names the Role a 403 lacks.
+type statusMessage struct {
+	msg    string
+	status *apierrors.StatusError
+}
+
+func (e statusMessage) Error() string { return e.msg }
+func (e statusMessage) Unwrap() error { return e.status }
 
 func describeMetric(name, sel string) string {
 	if sel == "" {

@@ -129,8 +129,12 @@ func TestCheckMetrics(t *testing.T) {
 	if lines, err := checkMetrics(ctx, c, "shop", nil); err != nil || len(lines) != 1 || !strings.Contains(lines[0], "capscale-load-index among them") {
 		t.Errorf("the list: %q %v", lines, err)
 	}
-	if _, err := checkMetrics(ctx, c, "shop", []string{"capscale-load-index:source=denied"}); err == nil || !strings.Contains(err.Error(), "cannot list resource") {
+	_, err = checkMetrics(ctx, c, "shop", []string{"capscale-load-index:source=denied"})
+	if err == nil || !strings.Contains(err.Error(), "cannot list resource") {
 		t.Errorf("a refusal: %v, want the apiserver's words", err)
+	}
+	if err := explain(err, "check", false); err == nil || !strings.Contains(err.Error(), "ClusterRole capscale-kubectl:check") {
+		t.Errorf("a refusal explained: %v, want the ClusterRole that grants check's reads", err)
 	}
 	for _, m := range []string{"capscale-load-index:source=other", "capscale-total-qps"} {
 		if _, err := checkMetrics(ctx, c, "shop", []string{m}); err == nil {

@@ -175,12 +175,25 @@ func (s *Stack) startWorkloadAPI(ctx context.Context) error {
 		fmt.Sprintf("--bind-address=127.0.0.1:%d", port), "--kubeconfig=" + kc,
 		"--tls-cert-file=" + cert.CertFile, "--tls-private-key-file=" + cert.KeyFile, "--v=2",
 	}
-	proc, err := s.StartProcess("workload-api", filepath.Join(s.Opts.BinDir, "workload-api"), append(args, s.Opts.WorkloadArgs...)...)
+	s.workloadArgs = append(args, s.Opts.WorkloadArgs...)
+	return s.runWorkloadAPI(ctx, "workload-api")
+}
+
+func (s *Stack) runWorkloadAPI(ctx context.Context, name string) error {
+	proc, err := s.StartProcess(name, filepath.Join(s.Opts.BinDir, "workload-api"), s.workloadArgs...)
 	if err != nil {
 		return err
 	}
 	s.WorkloadAPI = proc
 	return s.waitReady(ctx, proc, s.WorkloadAPIURL+"/readyz")
+}
+
+// RestartWorkloadAPI starts the workload API again on its port with its
+// arguments, as the Deployment controller would replace its pod, and waits
+// until it is ready. Kill it first with WorkloadAPI.Kill().
+func (s *Stack) RestartWorkloadAPI(ctx context.Context) error {
+	s.workloadStarts++
+	return s.runWorkloadAPI(ctx, fmt.Sprintf("workload-api-start-%d", s.workloadStarts))
 }
 
 func newGet(ctx context.Context, url string) (*http.Request, error) {

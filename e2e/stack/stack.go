@@ -138,6 +138,10 @@ type Stack struct {
 
 	extenderPort int
 	extenderKC   string
+	// workloadArgs start the workload API again; workloadStarts names each
+	// restart's log.
+	workloadArgs   []string
+	workloadStarts int
 	// extenderTLS is the extender's CA and serving pair with ExtenderHTTPS.
 	extenderTLS  *extenderTLS
 	controllerKC string
