@@ -68,7 +68,9 @@ const draNodes = 8
 //   - capacity source: the own-ipam source raises and lowers a budget;
 //     under allocated claims nothing is free beyond it, nothing evicted;
 //   - draws-all: the draws-all policy's pods, on default-scheduler, counted
-//     by it with no second scheduler.
+//     by it with no second scheduler;
+//   - kustomize: deploy/ with the component deploy/dra renders and the
+//     plane's kube-apiserver accepts it (server-side dry run).
 func TestDRAMode(t *testing.T) {
 	src := ownIPAM(t)
 	o := stack.Options{
@@ -125,6 +127,7 @@ func TestDRAMode(t *testing.T) {
 	t.Run("freed IP reused at once", func(t *testing.T) { draReuse(ctx, t, s) })
 	t.Run("capacity source", func(t *testing.T) { draSource(ctx, t, s, src) })
 	t.Run("draws-all", func(t *testing.T) { draDrawsAll(ctx, t, s) })
+	t.Run("kustomize deploy/dra applies", func(t *testing.T) { draKustomizeApplies(ctx, t, s) })
 }
 
 // draBurst: three Deployments of 15 underlay pods each for 33 IPs.
