@@ -34,7 +34,7 @@ const noPlugin = "DRA driver " + devices.Driver + " is not registered"
 // kubelet-plugin, as the chart's DaemonSet runs it, with the RBAC of
 // deploy/dra/kubelet-plugin.yaml) beside each kubelet. First without the
 // plugin: a pod with an IP is bound and its kubelet cannot start it,
-// saying so. Then the plugins start and that pod runs. Then
+// saying so. Then the plugins start and a pod with an IP runs. Then
 // TestRealNodePrevented's scenario: 25 pods for 2 nodes of 10 IPs, 20
 // Running, 5 Pending with the scheduler's reason, a freed IP reused three
 // times, the IPAM never over.
@@ -62,13 +62,18 @@ func TestRealNodeDRAKubeletPlugin(t *testing.T) {
 	msg := waitKubeletEvent(ctx, t, s, probeNS, probe.Name, "FailedPrepareDynamicResources", noPlugin)
 	t.Logf("without the kubelet plugin, the kubelet says: %s", msg)
 
-	started := time.Now()
+	// The kubelet retries that pod only after a backoff of a minute or more:
+	// a new pod shows the plugin at work sooner.
+	deleteAndWaitGone(ctx, t, s, probeNS, probe.Name)
 	plugins := startKubeletPlugins(ctx, t, s)
-	waitRealState(ctx, t, s, probeNS, 2*time.Minute, "the probe pod Running once the plugins run", func(st realState) bool {
+	started := time.Now()
+	again := realPod(probeNS, "probe-again", 1)
+	createPods(ctx, t, s, again)
+	waitRealState(ctx, t, s, probeNS, 2*time.Minute, "a pod with an IP Running once the plugins run", func(st realState) bool {
 		return st.runningCount() == 1
 	})
-	t.Logf("the probe pod ran %.1fs after the plugins started", time.Since(started).Seconds())
-	deleteAndWaitGone(ctx, t, s, probeNS, probe.Name)
+	t.Logf("with the plugins registered, a pod with an IP ran %.1fs after its creation", time.Since(started).Seconds())
+	deleteAndWaitGone(ctx, t, s, probeNS, again.Name)
 	checkSlicesUnmarked(ctx, t, s)
 
 	// With the plugin: TestRealNodePrevented's scenario.
