@@ -58,13 +58,19 @@ const draNodes = 8
 //     node over, exactly 33 bound; each bound pod's claim holds its IPs as
 //     devices of its node, each pool publishes its budget, and kubectl
 //     capscale ips shows those budgets and claims;
+//   - workload API maximum: the workload API's answer is the free devices,
+//     and scaling to it through the API binds every pod, one more waits;
+//   - metrics: the extender's capacity, used-IP and device gauges equal
+//     the budgets and what the claims hold (dra_readers_test.go);
 //   - most free first: kube-scheduler's NodeResourcesFit scores the
 //     DRA-backed resource (the free fraction, weight 10);
 //   - freed IP reused at once: a deleted pod's IP goes to the waiting pod;
 //   - capacity source: the own-ipam source raises and lowers a budget;
 //     under allocated claims nothing is free beyond it, nothing evicted;
 //   - draws-all: the draws-all policy's pods, on default-scheduler, counted
-//     by it with no second scheduler.
+//     by it with no second scheduler;
+//   - kustomize: deploy/ with the component deploy/dra renders and the
+//     plane's kube-apiserver accepts it (server-side dry run).
 func TestDRAMode(t *testing.T) {
 	src := ownIPAM(t)
 	o := stack.Options{
@@ -81,6 +87,7 @@ func TestDRAMode(t *testing.T) {
 			}
 		}},
 		DRA:                   true,
+		WorkloadAPI:           true,
 		CapacitySources:       ownIPAMSourceSelecting("marked", "{matchLabels: {"+sourceLabel+": own-ipam}}"),
 		NoAwaitCapacitySource: true,
 		Prepare:               func(ctx context.Context, s *stack.Stack) error { return src.crd(ctx, s) },
@@ -114,10 +121,13 @@ func TestDRAMode(t *testing.T) {
 
 	t.Run("device models", func(t *testing.T) { probeModels(ctx, t, s.Plane) })
 	t.Run("burst", func(t *testing.T) { draBurst(ctx, t, s, capacity, total) })
+	t.Run("workload API maximum", func(t *testing.T) { draWorkloadMax(ctx, t, s, total) })
+	t.Run("metrics", func(t *testing.T) { draMetrics(ctx, t, s, total) })
 	t.Run("most free first", func(t *testing.T) { draMostFree(ctx, t, s) })
 	t.Run("freed IP reused at once", func(t *testing.T) { draReuse(ctx, t, s) })
 	t.Run("capacity source", func(t *testing.T) { draSource(ctx, t, s, src) })
 	t.Run("draws-all", func(t *testing.T) { draDrawsAll(ctx, t, s) })
+	t.Run("kustomize deploy/dra applies", func(t *testing.T) { draKustomizeApplies(ctx, t, s) })
 }
 
 // draBurst: three Deployments of 15 underlay pods each for 33 IPs.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -64,7 +65,7 @@ type Publisher struct {
 	skipDropped atomic.Bool
 
 	writes  *prometheus.CounterVec
-	devices prometheus.Gauge
+	devices prometheus.GaugeFunc
 }
 
 // New returns a publisher over the extender's node informer; it makes its
@@ -79,11 +80,13 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, o Option
 			Namespace: "capscale", Subsystem: "extender", Name: "device_slice_writes_total",
 			Help: "Writes of DRA mode's ResourceSlices (driver " + Driver + "), by verb (create, update, delete) and result (ok, error).",
 		}, []string{"verb", "result"}),
-		devices: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "capscale", Subsystem: "extender", Name: "published_devices",
-			Help: "Underlay-IP devices (driver " + Driver + ") in the ResourceSlices the device publisher last wrote or found, over all nodes.",
-		}),
 	}
+	// Read from the slice cache when scraped: what kube-scheduler can
+	// allocate from, whoever wrote it last.
+	p.devices = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "capscale", Subsystem: "extender", Name: "published_devices",
+		Help: "Underlay-IP devices (driver " + Driver + ") in the ResourceSlices the device publisher last wrote or found, over all nodes.",
+	}, p.publishedDevices)
 	if p.o.InUse == nil {
 		p.o.InUse = func(string) int64 { return 0 }
 	}
@@ -136,6 +139,20 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, o Option
 		return nil, fmt.Errorf("adding the device publisher's claim handler: %w", err)
 	}
 	return p, nil
+}
+
+// publishedDevices counts the devices of the cached slices of Driver.
+func (p *Publisher) publishedDevices() float64 {
+	if p.slices == nil {
+		return 0
+	}
+	n := 0
+	for _, o := range p.slices.GetStore().List() {
+		if s, ok := o.(*resourcev1.ResourceSlice); ok && s.Spec.Driver == Driver {
+			n += len(s.Spec.Devices)
+		}
+	}
+	return float64(n)
 }
 
 // Start runs the publisher's own informers until ctx is done.

@@ -38,7 +38,7 @@ back.`,
 		Args: cobra.NoArgs,
 	}
 	command.Wire(ctx, cmd, o.Logs, o.Flags(), o.Validate, o.Config)
-	cmd.AddCommand(newReleaseCleanupCommand(ctx))
+	cmd.AddCommand(newReleaseCleanupCommand(ctx), newKubeletPluginCommand(ctx))
 	return cmd
 }
 
