@@ -48,7 +48,8 @@ func loggingFlags() map[string]bool {
 
 // Binaries returns every binary's flags, from each cmd/<bin>/app's
 // NewOptions().Flags(), leaving out the logging flags; and the flags of
-// `extender release-cleanup` and `metrics-adapter preflight`, from their
+// `extender release-cleanup`, `extender kubelet-plugin` and
+// `metrics-adapter preflight`, from their
 // cobra commands.
 func Binaries() ([]Binary, error) {
 	skip := loggingFlags()
@@ -72,6 +73,11 @@ func Binaries() ([]Binary, error) {
 		return nil, err
 	}
 	out = append(out, cleanup)
+	plugin, err := subcommand(extender.NewCommand(context.Background()), "extender", "kubelet-plugin", skip)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, plugin)
 	fss = adapter.NewOptions().Flags()
 	out = append(out, fromSets("metrics-adapter", fss.Order, fss.FlagSets))
 	pre, err := subcommand(adapter.NewCommand(context.Background()), "metrics-adapter", "preflight", skip)
