@@ -156,15 +156,7 @@ const hpaSync = 2 * time.Second
 // sync. The QPS policy keeps no state, so what the HPA reaches is exactly
 // ceil(total/single).
 func adapterDown(ctx context.Context, t *testing.T, s *stack.Stack) {
-	dep := SimpleDeployment(adapterNS, "web", 1, nil)
-	dep.Annotations = map[string]string{names.SinglePodQPSAnnotation: "500", names.TotalQPSAnnotation: "800"}
-	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Create(ctx, desiredReplicasHPA("web", names.PolicyQPS, 1, 10), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitReplicas(ctx, t, s, "web", 2, time.Minute, nil, nil)
+	createQPSWorkload(ctx, t, s)
 	waitScalingActive(ctx, t, s, "web", "True", "")
 
 	for i := range s.Adapters {

@@ -313,15 +313,7 @@ func holdReplicas(ctx context.Context, t *testing.T, s *stack.Stack, name string
 func TestAdapterQPS(t *testing.T) {
 	s, _ := startAdapterStack(t, 0.5)
 	ctx := testContext(t, 4*time.Minute)
-	dep := SimpleDeployment(adapterNS, "web", 1, nil)
-	dep.Annotations = map[string]string{names.SinglePodQPSAnnotation: "500", names.TotalQPSAnnotation: "800"}
-	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Create(ctx, desiredReplicasHPA("web", names.PolicyQPS, 1, 10), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitReplicas(ctx, t, s, "web", 2, time.Minute, nil, nil)
+	createQPSWorkload(ctx, t, s)
 	list, err := externalMetric(ctx, s, names.TotalQPSMetric, "workload=web")
 	if err != nil || len(list.Items) != 1 || list.Items[0].Value.Value() != 800 {
 		t.Errorf("capscale-total-qps for web: %+v, %v; want one item of 800", list, err)
@@ -344,4 +336,19 @@ func TestAdapterQPS(t *testing.T) {
 		t.Fatalf("a non-numeric single-pod QPS still produced a metric: %v", err)
 	}
 	holdReplicas(ctx, t, s, "web", 4, 6*time.Second)
+}
+
+// createQPSWorkload creates Deployment web (single-pod QPS 500, total 800)
+// and an HPA on its QPS policy, and waits for the 2 replicas it asks.
+func createQPSWorkload(ctx context.Context, t *testing.T, s *stack.Stack) {
+	t.Helper()
+	dep := SimpleDeployment(adapterNS, "web", 1, nil)
+	dep.Annotations = map[string]string{names.SinglePodQPSAnnotation: "500", names.TotalQPSAnnotation: "800"}
+	if _, err := s.Client.AppsV1().Deployments(adapterNS).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client.AutoscalingV2().HorizontalPodAutoscalers(adapterNS).Create(ctx, desiredReplicasHPA("web", names.PolicyQPS, 1, 10), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicas(ctx, t, s, "web", 2, time.Minute, nil, nil)
 }

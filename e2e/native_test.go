@@ -121,9 +121,16 @@ func waitNodeEvent(ctx context.Context, t *testing.T, s *stack.Stack, node, reas
 // waitPendingMessage waits for a FailedScheduling event containing want.
 func waitPendingMessage(ctx context.Context, t *testing.T, s *stack.Stack, ns, want string) {
 	t.Helper()
+	waitEventSaying(ctx, t, s, ns, "reason=FailedScheduling", want, time.Minute)
+}
+
+// waitEventSaying waits until an event of ns matching the field selector
+// contains want, and returns its message.
+func waitEventSaying(ctx context.Context, t *testing.T, s *stack.Stack, ns, selector, want string, timeout time.Duration) string {
+	t.Helper()
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := s.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		evs, err := s.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: selector})
 		if err != nil {
 			return false, nil
 		}
@@ -136,6 +143,7 @@ func waitPendingMessage(ctx context.Context, t *testing.T, s *stack.Stack, ns, w
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no FailedScheduling event says %q; last: %q", want, last)
+		t.Fatalf("no event of %s (%s) says %q; last: %q: %v", ns, selector, want, last, err)
 	}
+	return last
 }

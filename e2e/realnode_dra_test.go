@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -77,38 +76,7 @@ func TestRealNodeDRAKubeletPlugin(t *testing.T) {
 	checkSlicesUnmarked(ctx, t, s)
 
 	// With the plugin: TestRealNodePrevented's scenario.
-	const ns = "dra-plugin"
-	if err := s.WaitForNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	watch := watchIPAM(ctx, t, s, s.RealNodes)
-	var pods []*corev1.Pod
-	for i := range 25 {
-		pods = append(pods, realPod(ns, fmt.Sprintf("p-%02d", i), 1))
-	}
-	createPods(ctx, t, s, pods...)
-	st := waitRealState(ctx, t, s, ns, 3*time.Minute, "20 Running, 5 Pending", func(st realState) bool {
-		return st.runningCount() == 20 && len(st.creating) == 0 && len(st.pending) == 5
-	})
-	for _, n := range s.RealNodes {
-		if got := len(st.running[n.Name]); got != 10 {
-			t.Errorf("%s runs %d pods, want 10 (%s)", n.Name, got, st)
-		}
-	}
-	checkRunningIPs(t, s.RealNodes, st)
-	checkPendingReason(ctx, t, s, ns, st.pending, realExhausted["dra"])
-	waitIPAMSettled(ctx, t, watch, 10)
-	for round := range 3 {
-		node := plane.RealNodeName(round % 2)
-		took := freeOneIP(ctx, t, s, ns, node)
-		t.Logf("freed-IP reuse, DRA mode with the kubelet plugin, round %d: a Pending pod Running on %s %.1fs after a Running pod there was deleted", round+1, node, took.Seconds())
-	}
-	if st, err := realPodState(ctx, s, ns); err != nil {
-		t.Fatal(err)
-	} else if st.runningCount() != 20 || len(st.pending) != 2 {
-		t.Errorf("after three IPs freed and taken: %s, want 20 Running and 2 Pending", st)
-	}
-	checkIPAMNeverOver(ctx, t, s, ns, watch, 10)
+	preventedScenario(ctx, t, s, "dra-plugin", "DRA mode with the kubelet plugin", realExhausted["dra"])
 	checkSlicesUnmarked(ctx, t, s)
 	// Each kubelet called its plugin: the pods ran through it.
 	for _, p := range plugins {
@@ -182,24 +150,7 @@ func startKubeletPlugins(ctx context.Context, t *testing.T, s *stack.Stack) []*p
 // contains want, and returns the message.
 func waitKubeletEvent(ctx context.Context, t *testing.T, s *stack.Stack, ns, pod, reason, want string) string {
 	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := s.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason + ",involvedObject.name=" + pod})
-		if err != nil {
-			return false, nil
-		}
-		for _, e := range evs.Items {
-			last = e.Message
-			if strings.Contains(e.Message, want) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no %s event of pod %s/%s saying %q (last: %q): %v", reason, ns, pod, want, last, err)
-	}
-	return last
+	return waitEventSaying(ctx, t, s, ns, "reason="+reason+",involvedObject.name="+pod, want, 2*time.Minute)
 }
 
 // deleteAndWaitGone deletes a pod and waits until it has left the API

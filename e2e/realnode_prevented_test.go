@@ -61,7 +61,15 @@ func realNodePrevented(t *testing.T, m schedulingMode) {
 	if s.Opts.Native {
 		waitAllocatable(ctx, t, s, map[string]int64{plane.RealNodeName(0): 10, plane.RealNodeName(1): 10}, time.Minute)
 	}
-	const ns = "prevented"
+	preventedScenario(ctx, t, s, "prevented", m.name+" mode", realExhausted[m.name])
+}
+
+// preventedScenario runs the failure capscale prevents on s's two real
+// nodes of 10 IPs in namespace ns: 25 pods, 20 Running and 5 Pending with
+// reason, three freed IPs each taken by a Pending pod on its node, and the
+// IPAM never handing out more than capscale counted.
+func preventedScenario(ctx context.Context, t *testing.T, s *stack.Stack, ns, label, reason string) {
+	t.Helper()
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +89,7 @@ func realNodePrevented(t *testing.T, m schedulingMode) {
 		}
 	}
 	checkRunningIPs(t, s.RealNodes, st)
-	checkPendingReason(ctx, t, s, ns, st.pending, realExhausted[m.name])
+	checkPendingReason(ctx, t, s, ns, st.pending, reason)
 	waitIPAMSettled(ctx, t, watch, 10)
 
 	// A freed IP: the deleted pod's IP goes back to the IPAM, and a
@@ -89,7 +97,7 @@ func realNodePrevented(t *testing.T, m schedulingMode) {
 	for round := range 3 {
 		node := plane.RealNodeName(round % 2)
 		took := freeOneIP(ctx, t, s, ns, node)
-		t.Logf("freed-IP reuse, %s mode, round %d: a Pending pod Running on %s %.1fs after a Running pod there was deleted", m.name, round+1, node, took.Seconds())
+		t.Logf("freed-IP reuse, %s, round %d: a Pending pod Running on %s %.1fs after a Running pod there was deleted", label, round+1, node, took.Seconds())
 	}
 	st, err := realPodState(ctx, s, ns)
 	if err != nil {

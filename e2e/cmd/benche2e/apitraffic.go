@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // API traffic per unit of work (a pod, a budget change), read from
@@ -36,28 +38,10 @@ var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "APPL
 // sums returns the sample sum of each series of a histogram family keyed by
 // the values of the given labels, joined with "/".
 func (f metricFamilies) sums(name string, keys ...string) map[string]float64 {
-	out := map[string]float64{}
-	fam, ok := f[name]
-	if !ok {
-		return out
-	}
-	for _, m := range fam.GetMetric() {
-		if m.GetHistogram() == nil {
-			continue
-		}
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		parts := make([]string, 0, len(keys))
-		for _, k := range keys {
-			if v := have[k]; v != "" {
-				parts = append(parts, v)
-			}
-		}
-		out[strings.Join(parts, "/")] += m.GetHistogram().GetSampleSum()
-	}
-	return out
+	return f.byLabels(name, keys, func(m *dto.Metric) (float64, bool) {
+		h := m.GetHistogram()
+		return h.GetSampleSum(), h != nil
+	})
 }
 
 // apiTraffic is what kube-apiserver did between two scrapes of its

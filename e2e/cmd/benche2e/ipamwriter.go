@@ -71,7 +71,7 @@ func grantOperator(ctx context.Context, s *stack.Stack) error {
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{ciliumNodes.Group},
 			Resources: []string{"ciliumnodes", "ciliumnodes/status"},
-			Verbs:     []string{"get", "list", "watch", "create", "update"},
+			Verbs:     []string{"list", "update"},
 		}},
 	}
 	binding := &rbacv1.ClusterRoleBinding{

@@ -209,12 +209,22 @@ func (f metricFamilies) histogramBuckets(name string, want map[string]string) []
 // counters returns each series of a counter family keyed by the values of
 // the given labels, joined with "/".
 func (f metricFamilies) counters(name string, keys ...string) map[string]float64 {
+	return f.byLabels(name, keys, func(m *dto.Metric) (float64, bool) { return m.GetCounter().GetValue(), true })
+}
+
+// byLabels sums value over each series of family name keyed by the values
+// of keys, joined with "/"; a series value refuses is left out.
+func (f metricFamilies) byLabels(name string, keys []string, value func(*dto.Metric) (float64, bool)) map[string]float64 {
 	out := map[string]float64{}
 	fam, ok := f[name]
 	if !ok {
 		return out
 	}
 	for _, m := range fam.GetMetric() {
+		v, ok := value(m)
+		if !ok {
+			continue
+		}
 		have := map[string]string{}
 		for _, l := range m.GetLabel() {
 			have[l.GetName()] = l.GetValue()
@@ -225,7 +235,7 @@ func (f metricFamilies) counters(name string, keys ...string) map[string]float64
 				parts = append(parts, v)
 			}
 		}
-		out[strings.Join(parts, "/")] += m.GetCounter().GetValue()
+		out[strings.Join(parts, "/")] += v
 	}
 	return out
 }

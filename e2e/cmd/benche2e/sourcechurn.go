@@ -138,13 +138,7 @@ func readCost(ctx context.Context, s *stack.Stack) (apiserverCost, error) {
 			c.nodePatches += v
 		}
 	}
-	if fam, ok := f["apiserver_watch_events_sizes"]; ok {
-		for _, m := range fam.GetMetric() {
-			if labelsMatch(m, map[string]string{"resource": "nodes"}) && m.GetHistogram() != nil {
-				c.nodeWatchBytes += m.GetHistogram().GetSampleSum()
-			}
-		}
-	}
+	c.nodeWatchBytes = f.sums("apiserver_watch_events_sizes", "resource")["nodes"]
 	return c, nil
 }
 
