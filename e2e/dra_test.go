@@ -69,6 +69,7 @@ const draNodes = 8
 //     under allocated claims nothing is free beyond it, nothing evicted;
 //   - draws-all: the draws-all policy's pods, on default-scheduler, counted
 //     by it with no second scheduler;
+//   - publisher down: the failure matrix's row (dra_publisher_down_test.go);
 //   - kustomize: deploy/ with the component deploy/dra renders and the
 //     plane's kube-apiserver accepts it (server-side dry run).
 func TestDRAMode(t *testing.T) {
@@ -127,6 +128,7 @@ func TestDRAMode(t *testing.T) {
 	t.Run("freed IP reused at once", func(t *testing.T) { draReuse(ctx, t, s) })
 	t.Run("capacity source", func(t *testing.T) { draSource(ctx, t, s, src) })
 	t.Run("draws-all", func(t *testing.T) { draDrawsAll(ctx, t, s) })
+	t.Run("publisher down", func(t *testing.T) { draPublisherDown(ctx, t, s) })
 	t.Run("kustomize deploy/dra applies", func(t *testing.T) { draKustomizeApplies(ctx, t, s) })
 }
 
