@@ -62,6 +62,21 @@ func TestKustomizeDRA(t *testing.T) {
 	if s := get[*rbacv1.RoleBinding](t, r, objectKey("RoleBinding", "capscale-system", "capscale:device-publisher")).Subjects; !reflect.DeepEqual(s, []rbacv1.Subject{sa}) {
 		t.Errorf("the device publisher's RoleBinding binds %+v, want the scheduler Pod's ServiceAccount", s)
 	}
+	// The gate on the kubelet plugin's pods, as the chart sets it.
+	e, ce := container(t, get[*appsv1.Deployment](t, r, sched), "extender"), container(t, get[*appsv1.Deployment](t, chart, sched), "extender")
+	for _, f := range []string{"--kubelet-plugin-selector", "--kubelet-plugin-namespace"} {
+		if g, w := flagValue(e.Command, f), flagValue(ce.Command, f); g == "" || g != w {
+			t.Errorf("the extender's %s=%q, want the chart's %q", f, g, w)
+		}
+	}
+	pods := objectKey("Role", "capscale-system", "capscale:device-publisher:kubelet-plugins")
+	if g, w := get[*rbacv1.Role](t, r, pods).Rules, get[*rbacv1.Role](t, chart, pods).Rules; !reflect.DeepEqual(g, w) {
+		t.Errorf("the kubelet plugins' Role %+v, want the chart's %+v", g, w)
+	}
+	pb := objectKey("RoleBinding", "capscale-system", "capscale:device-publisher:kubelet-plugins")
+	if s := get[*rbacv1.RoleBinding](t, r, pb).Subjects; !reflect.DeepEqual(s, []rbacv1.Subject{sa}) {
+		t.Errorf("the kubelet plugins' RoleBinding binds %+v, want the scheduler Pod's ServiceAccount", s)
+	}
 	vap := objectKey("ValidatingAdmissionPolicy", "", "capscale-device-publisher-slices")
 	if g, w := r[vap].raw["spec"], chart[vap].raw["spec"]; !reflect.DeepEqual(g, w) {
 		t.Errorf("the slice policy differs from the chart's (- chart, + deploy/dra):\n%s", diff.Diff(w, g))

@@ -1,13 +1,16 @@
 package deploy
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 var (
@@ -97,4 +100,82 @@ func TestHelmDRAKubeletPluginValues(t *testing.T) {
 			t.Errorf("%s mode renders the DRA kubelet plugin", mode)
 		}
 	}
+}
+
+// TestHelmDRAKubeletPluginGate: the plugin runs on the host's network (no
+// pod IP, so none of the node's underlay IPs) and is Ready by /readyz on
+// 127.0.0.1 at its --health-port; the extender watches exactly the
+// DaemonSet's pods, in the release namespace, with a Role that may only
+// read pods there. Without the plugin neither the flag nor the Role.
+func TestHelmDRAKubeletPluginGate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		port int32
+	}{
+		{name: "default", args: []string{"--set", "extender.mode=dra"}, port: 9809},
+		{name: "another port and namespace", args: []string{"--set", "extender.mode=dra", "--set", "extender.kubeletPlugin.healthPort=19809", "--namespace", "ops"}, port: 19809},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := helmTemplate(t, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns := "capscale-system"
+			if slices.Contains(tc.args, "ops") {
+				ns = "ops"
+			}
+			ds := get[*appsv1.DaemonSet](t, r, objectKey("DaemonSet", ns, "capscale-dra-kubelet-plugin"))
+			spec := ds.Spec.Template.Spec
+			if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+				t.Errorf("hostNetwork %v, dnsPolicy %q: want the host's network and ClusterFirstWithHostNet", spec.HostNetwork, spec.DNSPolicy)
+			}
+			c := spec.Containers[0]
+			if len(c.Ports) > 0 {
+				t.Errorf("ports %v: /readyz is on loopback, nothing to declare", c.Ports)
+			}
+			p := c.ReadinessProbe
+			if p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Path != "/readyz" || p.HTTPGet.Port.IntVal != tc.port {
+				t.Errorf("readiness probe %+v, want GET 127.0.0.1:%d/readyz", p, tc.port)
+			}
+			if !slices.Contains(c.Command, fmt.Sprintf("--health-port=%d", tc.port)) {
+				t.Errorf("command %v does not serve /readyz on %d", c.Command, tc.port)
+			}
+
+			e := container(t, get[*appsv1.Deployment](t, r, objectKey("Deployment", ns, "capscale-scheduler")), "extender")
+			sel, gotNS := flagValue(e.Command, "--kubelet-plugin-selector"), flagValue(e.Command, "--kubelet-plugin-namespace")
+			s, err := labels.Parse(sel)
+			if err != nil || sel == "" || !s.Matches(labels.Set(ds.Spec.Template.Labels)) || gotNS != ns {
+				t.Errorf("the extender's --kubelet-plugin-selector=%q (%v) in %q: want one that selects the DaemonSet's pods %v in %s", sel, err, gotNS, ds.Spec.Template.Labels, ns)
+			}
+			role := get[*rbacv1.Role](t, r, objectKey("Role", ns, "capscale:device-publisher:kubelet-plugins"))
+			if w := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}}; !reflect.DeepEqual(role.Rules, w) {
+				t.Errorf("the kubelet plugins' Role %+v, want only reading pods", role.Rules)
+			}
+			rb := get[*rbacv1.RoleBinding](t, r, objectKey("RoleBinding", ns, "capscale:device-publisher:kubelet-plugins"))
+			if w := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "capscale-scheduler", Namespace: ns}}; !reflect.DeepEqual(rb.Subjects, w) || rb.RoleRef.Name != role.Name {
+				t.Errorf("the kubelet plugins' RoleBinding %+v to %s, want the extender's ServiceAccount", rb.Subjects, rb.RoleRef.Name)
+			}
+		})
+	}
+	r, err := helmTemplate(t, "--set", "extender.mode=dra", "--set", "extender.kubeletPlugin.enabled=false", "--set", "extender.extraArgs={--skip-node-operations}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := container(t, get[*appsv1.Deployment](t, r, objectKey("Deployment", "capscale-system", "capscale-scheduler")), "extender"); flagValue(e.Command, "--kubelet-plugin-selector") != "" {
+		t.Errorf("without the plugin the extender still waits for it: %v", e.Command)
+	}
+	if _, ok := r[objectKey("Role", "capscale-system", "capscale:device-publisher:kubelet-plugins")]; ok {
+		t.Error("without the plugin the chart still lets the extender read pods for it")
+	}
+}
+
+// flagValue is the value of --name=value in argv, "" if absent.
+func flagValue(argv []string, name string) string {
+	for _, a := range argv {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }

@@ -122,6 +122,10 @@ func TestHelmPrometheusRule(t *testing.T) {
 			"--set", "monitoring.serviceMonitor.enabled=true", "--api-versions", serviceMonitorV1},
 			alerts: []string{"CapscaleSchedulerDown", "CapscaleControllerDown", "CapscaleCapacityMirrorLag",
 				"CapscaleCapacityPublisherDown", "CapscaleCapacityPublishFailing", "CapscaleExternalMetricsAPIServiceUnavailable"}},
+		{name: "dra", args: []string{"--set", "extender.mode=dra"},
+			alerts: []string{"CapscaleSchedulerDown", "CapscaleControllerDown", "CapscaleExternalMetricsAPIServiceUnavailable", "CapscaleDRAKubeletPluginMissing"}},
+		{name: "dra without the kubelet plugin", args: []string{"--set", "extender.mode=dra", "--set", "extender.kubeletPlugin.enabled=false", "--set", "extender.extraArgs={--skip-node-operations}"},
+			alerts: []string{"CapscaleSchedulerDown", "CapscaleControllerDown", "CapscaleExternalMetricsAPIServiceUnavailable"}},
 		{name: "no scheduler, no controller", args: []string{"--set", "scheduler.enabled=false", "--set", "controller.enabled=false"},
 			alerts: []string{"CapscaleExternalMetricsAPIServiceUnavailable"}},
 	} {

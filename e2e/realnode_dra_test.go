@@ -31,9 +31,14 @@ const noPlugin = "DRA driver " + devices.Driver + " is not registered"
 // without alpha gates runs it (docs/dra.md): no DRAOptionalNodeOperations
 // anywhere, the slices unmarked, and capscale's kubelet plugin (extender
 // kubelet-plugin, as the chart's DaemonSet runs it, with the RBAC of
-// deploy/dra/kubelet-plugin.yaml) beside each kubelet. First without the
-// plugin: a pod with an IP is bound and its kubelet cannot start it,
-// saying so. Then the plugins start and a pod with an IP runs. Then
+// deploy/dra/kubelet-plugin.yaml) beside each kubelet, as host processes.
+// First without the plugin, on the ungated path (the stack's extender runs
+// without --kubelet-plugin-selector, as it must where no plugin pod
+// exists): a pod with an IP is bound and its kubelet cannot start it,
+// saying so; this is what the gate prevents, and why the chart and
+// deploy/dra turn it on (TestRealNodeDRAPluginFailSafe holds the gated
+// path, with the plugin as the chart's pods). Then the plugins start and a
+// pod with an IP runs. Then
 // TestRealNodePrevented's scenario: 25 pods for 2 nodes of 10 IPs, 20
 // Running, 5 Pending with the scheduler's reason, a freed IP reused three
 // times, the IPAM never over.
@@ -51,7 +56,8 @@ func TestRealNodeDRAKubeletPlugin(t *testing.T) {
 		}
 	}
 
-	// Without the plugin: bound, and the kubelet cannot prepare the claim.
+	// Without the plugin and without the gate: bound, and the kubelet
+	// cannot prepare the claim.
 	const probeNS = "dra-no-plugin"
 	if err := s.WaitForNamespace(ctx, probeNS); err != nil {
 		t.Fatal(err)

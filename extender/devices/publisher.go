@@ -44,6 +44,11 @@ type Options struct {
 	// SkipNodeOperations marks the slices of every node that declares
 	// OptionalNodeOperationsFeature as needing no kubelet plugin.
 	SkipNodeOperations bool
+	// PluginSelector, if not nil, selects the kubelet plugin's pods in
+	// PluginNamespace: a node where none of them is Ready publishes no
+	// free device (served.go). Nil publishes every node.
+	PluginSelector  labels.Selector
+	PluginNamespace string
 }
 
 // OptionalNodeOperationsFeature is the feature a kubelet with the
@@ -57,15 +62,19 @@ type Publisher struct {
 	nodes  corelisters.NodeLister
 	slices cache.SharedIndexInformer
 	claims cache.SharedIndexInformer
-	synced []cache.InformerSynced
-	o      Options
+	// plugins are the kubelet plugin's pods; nil without PluginSelector.
+	plugins  cache.SharedIndexInformer
+	unserved unserved
+	synced   []cache.InformerSynced
+	o        Options
 
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[string]]
 	// skipDropped: the apiserver dropped spec.skipNodeOperations once.
 	skipDropped atomic.Bool
 
-	writes  *prometheus.CounterVec
-	devices prometheus.GaugeFunc
+	writes        *prometheus.CounterVec
+	devices       prometheus.GaugeFunc
+	unservedNodes prometheus.GaugeFunc
 }
 
 // New returns a publisher over the extender's node informer; it makes its
@@ -87,6 +96,10 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, o Option
 		Namespace: "capscale", Subsystem: "extender", Name: "published_devices",
 		Help: "Underlay-IP devices (driver " + Driver + ") in the ResourceSlices the device publisher last wrote or found, over all nodes.",
 	}, p.publishedDevices)
+	p.unservedNodes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "capscale", Subsystem: "extender", Name: "unserved_nodes",
+		Help: "Nodes whose pool of " + Driver + " publishes no free device because no Ready pod of the kubelet plugin runs there (--kubelet-plugin-selector), on the replica that publishes; 0 on the others and without the flag.",
+	}, p.unserved.count)
 	if p.o.InUse == nil {
 		p.o.InUse = func(string) int64 { return 0 }
 	}
@@ -97,7 +110,7 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, o Option
 		p.o.Unlisted = func(string) int64 { return 0 }
 	}
 	if r := o.Registerer; r != nil {
-		for _, c := range []prometheus.Collector{p.writes, p.devices} {
+		for _, c := range []prometheus.Collector{p.writes, p.devices, p.unservedNodes} {
 			if err := r.Register(c); err != nil {
 				return nil, fmt.Errorf("registering the device publisher's metrics: %w", err)
 			}
@@ -114,6 +127,18 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, o Option
 	p.synced = []cache.InformerSynced{nodes.Informer().HasSynced, p.slices.HasSynced, p.claims.HasSynced}
 	if o.InUseSynced != nil {
 		p.synced = append(p.synced, o.InUseSynced)
+	}
+	if o.PluginSelector != nil {
+		var err error
+		if p.plugins, err = pluginPodInformer(client, o.PluginNamespace, o.PluginSelector); err != nil {
+			return nil, err
+		}
+		p.synced = append(p.synced, p.plugins.HasSynced)
+		// A plugin pod that starts, turns Ready or not, or goes: its node
+		// is looked at again.
+		if _, err := p.plugins.AddEventHandler(podNodeHandler(p.Enqueue)); err != nil {
+			return nil, fmt.Errorf("adding the device publisher's kubelet plugin pod handler: %w", err)
+		}
 	}
 	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: p.enqueueNode,
@@ -159,6 +184,9 @@ func (p *Publisher) publishedDevices() float64 {
 func (p *Publisher) Start(ctx context.Context) {
 	go p.slices.RunWithContext(ctx)
 	go p.claims.RunWithContext(ctx)
+	if p.plugins != nil {
+		go p.plugins.RunWithContext(ctx)
+	}
 }
 
 // UsageChanged is told that the pods on node moved (the extender's Tracker):
@@ -189,6 +217,9 @@ func (p *Publisher) Run(ctx context.Context) {
 	}
 	p.queue.Store(&q)
 	defer p.queue.CompareAndSwap(&q, nil)
+	// Only the leader's count is current: a replica that stops leading
+	// says 0, so that summing over replicas counts each node once.
+	defer p.unserved.reset()
 	all, err := p.nodes.List(labels.Everything())
 	if err == nil {
 		for _, n := range all {

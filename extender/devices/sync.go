@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	v1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ func (p *Publisher) sync(ctx context.Context, name string) error {
 	node, err := p.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		// The node is gone: so are its IPs.
+		p.unserved.forget(name)
 		for _, s := range have {
 			if err := p.write(ctx, name, Change{Delete: s}); err != nil {
 				return err
@@ -37,8 +39,18 @@ func (p *Publisher) sync(ctx context.Context, name string) error {
 	d := publisher.Decide(node, p.o.Rule, publisher.Use{InUse: p.o.InUse(name), Drawn: p.o.Drawn(name), Unlisted: p.o.Unlisted(name)})
 	budget := d.Want
 	if d.Invalid != "" {
-		// Nothing new fits; what runs keeps its claims (Names keeps the
-		// allocated devices published).
+		// Nothing new fits; what runs keeps its claims (Names publishes
+		// no free device, and none at all while claims hold any: a slice's
+		// change deallocates no claim).
+		budget = 0
+	}
+	served, err := p.served(name)
+	if err != nil {
+		return err
+	}
+	if !served {
+		// No kubelet plugin to prepare a claim there: as an invalid node,
+		// nothing new fits and what runs keeps its claims.
 		budget = 0
 	}
 	allocated, err := p.allocated(name)
@@ -53,6 +65,27 @@ func (p *Publisher) sync(ctx context.Context, name string) error {
 		}
 	}
 	return nil
+}
+
+// served reports whether node's kubelet plugin is Ready (always, without
+// PluginSelector), and keeps the unserved set and its log.
+func (p *Publisher) served(node string) (bool, error) {
+	if p.plugins == nil {
+		return true, nil
+	}
+	objs, err := p.plugins.GetIndexer().ByIndex(byNode, node)
+	if err != nil {
+		return false, fmt.Errorf("listing the kubelet plugin's pods on node %s: %w", node, err)
+	}
+	pods := make([]*v1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if q, ok := o.(*v1.Pod); ok {
+			pods = append(pods, q)
+		}
+	}
+	ok := Served(pods)
+	p.unserved.set(node, !ok)
+	return ok, nil
 }
 
 // write makes one change of node's pool.

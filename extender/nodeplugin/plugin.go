@@ -4,15 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"time"
 
-	"google.golang.org/grpc"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/capscale/capscale/internal/httpserver"
 )
 
 // Plugin is kubeletplugin's DRAPlugin over Prepare and Unprepare.
@@ -74,6 +76,11 @@ type Config struct {
 	// PluginDir holds the plugin's own socket, dra.sock, which the kubelet
 	// dials; created if missing.
 	PluginDir string
+	// HealthAddress, if set, is host:port of /readyz: 200 once the kubelet
+	// registered the plugin, 503 before and while stopping.
+	HealthAddress string
+	// HealthListening, if set, receives the address /readyz is served on.
+	HealthListening func(net.Addr)
 }
 
 // Run registers the plugin with the kubelet and serves it until ctx is
@@ -82,9 +89,30 @@ func Run(ctx context.Context, c Config) error {
 	if err := os.MkdirAll(c.PluginDir, 0o750); err != nil {
 		return fmt.Errorf("creating the plugin directory %s: %w", c.PluginDir, err)
 	}
+	var health net.Listener
+	if c.HealthAddress != "" {
+		// Listen first: a port already taken fails the start, not a probe.
+		var err error
+		if health, err = net.Listen("tcp", c.HealthAddress); err != nil {
+			return fmt.Errorf("listening for /readyz on %s: %w", c.HealthAddress, err)
+		}
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	p := &Plugin{node: c.NodeName, fatal: cancel}
+	reg := &registration{refused: cancel}
+	served := make(chan struct{})
+	if health != nil {
+		go func() {
+			defer close(served)
+			if err := httpserver.ServeListener(ctx, httpserver.Options{ShutdownTimeout: time.Second}, health, reg, c.HealthListening); err != nil {
+				cancel(fmt.Errorf("serving /readyz: %w", err))
+			}
+		}()
+	} else {
+		close(served)
+	}
+	defer func() { <-served }()
 	h, err := kubeletplugin.Start(ctx, p,
 		kubeletplugin.DriverName(Driver),
 		kubeletplugin.KubeClient(c.Client),
@@ -92,30 +120,18 @@ func Run(ctx context.Context, c Config) error {
 		kubeletplugin.RegistrarDirectoryPath(c.RegistryDir),
 		kubeletplugin.PluginDataDirectoryPath(c.PluginDir),
 		kubeletplugin.HealthService(false),
-		kubeletplugin.GRPCInterceptor(logRegistration),
+		kubeletplugin.GRPCInterceptor(reg.intercept),
 	)
 	if err != nil {
+		cancel(nil)
 		return fmt.Errorf("starting the kubelet plugin of %s: %w", Driver, err)
 	}
 	klog.InfoS("Serving the kubelet plugin", "driver", Driver, "node", klog.KRef("", c.NodeName), "registryDir", c.RegistryDir, "pluginDir", c.PluginDir)
 	<-ctx.Done()
+	reg.stopping.Store(true)
 	h.Stop()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
-}
-
-// logRegistration logs the kubelet's answer to the registration: the one
-// sign, on the plugin's side, that the kubelet will call it.
-func logRegistration(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	resp, err := handler(ctx, req)
-	if st, ok := req.(*registerapi.RegistrationStatus); ok {
-		if st.PluginRegistered {
-			klog.InfoS("Registered with the kubelet", "driver", Driver)
-		} else {
-			klog.ErrorS(nil, "The kubelet refused the registration", "driver", Driver, "reason", st.Error)
-		}
-	}
-	return resp, err
 }

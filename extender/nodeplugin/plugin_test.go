@@ -2,9 +2,12 @@ package nodeplugin
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +18,16 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
+
+func get(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
 
 func dial(t *testing.T, socket string) *grpc.ClientConn {
 	t.Helper()
@@ -45,13 +58,18 @@ func TestRun(t *testing.T) {
 	client := fake.NewClientset(c)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, Config{Client: client, NodeName: "n1", RegistryDir: reg, PluginDir: dir}) }()
+	addr := make(chan net.Addr, 1)
+	go func() {
+		done <- Run(ctx, Config{Client: client, NodeName: "n1", RegistryDir: reg, PluginDir: dir,
+			HealthAddress: "127.0.0.1:0", HealthListening: func(a net.Addr) { addr <- a }})
+	}()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run after its context ended: %v", err)
 		}
 	}()
+	readyz := "http://" + (<-addr).String() + "/readyz"
 
 	regSocket := filepath.Join(reg, Driver+"-reg.sock")
 	var info *registerapi.PluginInfo
@@ -65,8 +83,16 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no registration socket answering at %s: %v", regSocket, err)
 	}
+	// Not Ready until the kubelet says it registered the plugin: the
+	// device publisher holds the node's devices back until then.
+	if code := get(t, readyz); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before the kubelet's answer: %d, want 503", code)
+	}
 	if _, err := registerapi.NewRegistrationClient(dial(t, regSocket)).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Errorf("NotifyRegistrationStatus: %v", err)
+	}
+	if code := get(t, readyz); code != http.StatusOK {
+		t.Errorf("/readyz once registered: %d, want 200", code)
 	}
 	if info.Type != registerapi.DRAPlugin || info.Name != Driver || info.Endpoint != filepath.Join(dir, "dra.sock") ||
 		!slices.Contains(info.SupportedVersions, drapbv1.DRAPluginService) {
@@ -103,5 +129,51 @@ func TestRun(t *testing.T) {
 		if a.GetVerb() != "get" || a.GetResource().Resource != "resourceclaims" {
 			t.Errorf("the plugin called %s %s; it may only get resourceclaims", a.GetVerb(), a.GetResource().Resource)
 		}
+	}
+}
+
+// TestRunRefused: a registration the kubelet refuses ends Run with an
+// error that says why (the container exits non-zero and the kubelet
+// restarts it, registering afresh), and /readyz never said Ready.
+func TestRunRefused(t *testing.T) {
+	base, err := os.MkdirTemp("", "np")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	reg := filepath.Join(base, "plugins_registry")
+	if err := os.MkdirAll(reg, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	addr := make(chan net.Addr, 1)
+	go func() {
+		done <- Run(ctx, Config{Client: fake.NewClientset(), NodeName: "n1", RegistryDir: reg, PluginDir: filepath.Join(base, "plugins", Driver),
+			HealthAddress: "127.0.0.1:0", HealthListening: func(a net.Addr) { addr <- a }})
+	}()
+	readyz := "http://" + (<-addr).String() + "/readyz"
+	regSocket := filepath.Join(reg, Driver+"-reg.sock")
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := os.Stat(regSocket)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("no registration socket at %s: %v", regSocket, err)
+	}
+	// The kubelet's words (pluginmanager's operation_generator.go).
+	why := "RegisterPlugin error -- plugin validation failed with err: no"
+	_, _ = registerapi.NewRegistrationClient(dial(t, regSocket)).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: false, Error: why})
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "refused the registration") || !strings.Contains(err.Error(), why) {
+			t.Errorf("Run after a refusal: %v, want an error saying the kubelet refused it and why", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Run still running after the kubelet refused the registration")
+	}
+	if _, err := http.Get(readyz); err == nil {
+		t.Errorf("/readyz still answers after Run ended")
 	}
 }

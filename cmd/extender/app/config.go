@@ -2,11 +2,13 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -202,9 +204,16 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 	}
 	var devs *devices.Publisher
 	if o.PublishDevices {
+		var plugins labels.Selector
+		if o.KubeletPluginSelector != "" {
+			if plugins, err = labels.Parse(o.KubeletPluginSelector); err != nil {
+				return nil, fmt.Errorf("--kubelet-plugin-selector: %w", err)
+			}
+		}
 		devs, err = devices.New(cs, factory.Core().V1().Nodes(), devices.Options{
 			Rule: ledger.Rule(), InUse: ledger.Requested, Drawn: ledger.Drawn, Unlisted: ledger.Unlisted,
 			InUseSynced: synced, Registerer: reg, SkipNodeOperations: o.SkipNodeOperations,
+			PluginSelector: plugins, PluginNamespace: o.KubeletPluginNamespace,
 		})
 		if err != nil {
 			return nil, err

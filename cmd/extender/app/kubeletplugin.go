@@ -3,8 +3,10 @@ package app
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/spf13/cobra"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -23,7 +25,10 @@ type KubeletPluginOptions struct {
 	NodeName string
 	// RegistryDir and PluginDir: nodeplugin.Config's.
 	RegistryDir, PluginDir string
-	Logs                   *logsapi.LoggingConfiguration
+	// HealthPort, if not 0, serves /readyz on 127.0.0.1 (the DaemonSet
+	// runs on the host's network).
+	HealthPort int
+	Logs       *logsapi.LoggingConfiguration
 }
 
 // NewKubeletPluginOptions returns the defaults: the kubelet's own
@@ -45,6 +50,7 @@ func (o *KubeletPluginOptions) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "The node the plugin runs on (default $NODE_NAME): the pool whose devices it prepares.")
 	fs.StringVar(&o.RegistryDir, "kubelet-registry-dir", o.RegistryDir, "The kubelet's plugin registration directory (<kubelet root dir>/plugins_registry), where the plugin's registration socket goes.")
 	fs.StringVar(&o.PluginDir, "plugin-dir", o.PluginDir, "Directory of the plugin's own socket (dra.sock), which the kubelet dials; created if missing, the same path in the container and on the host.")
+	fs.IntVar(&o.HealthPort, "health-port", o.HealthPort, "Port of 127.0.0.1 to serve /readyz on for the kubelet's readiness probe: 200 once the kubelet registered the plugin, 503 before; the device publisher (--kubelet-plugin-selector) publishes a node's free devices only while the plugin's pod there is Ready. 0: none.")
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 	return fss
 }
@@ -59,6 +65,9 @@ func (o *KubeletPluginOptions) Validate() []error {
 		if !filepath.IsAbs(dir) {
 			errs = append(errs, fmt.Errorf("%s must be an absolute path, got %q", name, dir))
 		}
+	}
+	if o.HealthPort < 0 || o.HealthPort > 65535 {
+		errs = append(errs, fmt.Errorf("--health-port must be between 0 and 65535, got %d", o.HealthPort))
 	}
 	for _, err := range logsapi.Validate(o.Logs, nil, nil) {
 		errs = append(errs, err)
@@ -79,7 +88,13 @@ func (o *KubeletPluginOptions) Config() (*kubeletPluginConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kubeletPluginConfig{nodeplugin.Config{Client: cs, NodeName: o.NodeName, RegistryDir: o.RegistryDir, PluginDir: o.PluginDir}}, nil
+	c := nodeplugin.Config{Client: cs, NodeName: o.NodeName, RegistryDir: o.RegistryDir, PluginDir: o.PluginDir}
+	if o.HealthPort != 0 {
+		// Loopback only: the kubelet probes from the host, and nothing
+		// else needs to reach it.
+		c.HealthAddress = net.JoinHostPort("127.0.0.1", strconv.Itoa(o.HealthPort))
+	}
+	return &kubeletPluginConfig{c}, nil
 }
 
 // Run serves the plugin until ctx ends.
@@ -98,7 +113,9 @@ kubelet, so that the kubelet runs pods whose claims hold underlay-IP devices
 (DRA mode, --publish-devices) without the alpha gate
 DRAOptionalNodeOperations. Preparing a claim returns its devices and injects
 nothing (the CNI hands out the IP; the claim only counts it); unpreparing does
-nothing. It reads the claims the kubelet names and writes nothing.`,
+nothing. It reads the claims the kubelet names and writes nothing. With
+--health-port it is Ready (/readyz on 127.0.0.1) once the kubelet registered
+it, and it exits non-zero if the kubelet refuses the registration.`,
 		Args: cobra.NoArgs,
 	}
 	return command.Wire(ctx, cmd, o.Logs, o.Flags(), o.Validate, o.Config)

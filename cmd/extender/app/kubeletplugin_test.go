@@ -44,7 +44,13 @@ func TestKubeletPluginOptions(t *testing.T) {
 					o.PluginDir == "/n/kubelet/plugins/ip.capscale.io" && o.Logs.Verbosity == 2
 			},
 		},
+		{
+			name:  "what the chart's DaemonSet passes",
+			argv:  []string{"--kubelet-registry-dir=/var/lib/kubelet/plugins_registry", "--plugin-dir=/var/lib/kubelet/plugins/ip.capscale.io", "--health-port=9809"},
+			check: func(o *KubeletPluginOptions) bool { return o.HealthPort == 9809 },
+		},
 		{name: "no node", argv: []string{"--node-name="}, wantErr: "--node-name (or $NODE_NAME) must name"},
+		{name: "bad health port", argv: []string{"--health-port=70000"}, wantErr: "--health-port must be between 0 and 65535"},
 		{name: "relative plugin dir", argv: []string{"--plugin-dir=plugins"}, wantErr: "--plugin-dir must be an absolute path"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,7 +78,7 @@ func TestKubeletPluginSubcommand(t *testing.T) {
 	if err != nil || cmd.Name() != "kubelet-plugin" || cmd.RunE == nil {
 		t.Fatalf("extender kubelet-plugin: %v, %v", cmd, err)
 	}
-	for _, f := range []string{"kubeconfig", "node-name", "kubelet-registry-dir", "plugin-dir", "v"} {
+	for _, f := range []string{"kubeconfig", "node-name", "kubelet-registry-dir", "plugin-dir", "health-port", "v"} {
 		if cmd.Flags().Lookup(f) == nil {
 			t.Errorf("extender kubelet-plugin has no --%s", f)
 		}

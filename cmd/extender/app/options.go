@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
@@ -65,8 +66,13 @@ type Options struct {
 	// SkipNodeOperations marks, with PublishDevices, the slices of nodes
 	// whose kubelet declares DRAOptionalNodeOperations as needing no
 	// kubelet plugin.
-	SkipNodeOperations   bool
-	LeaderElectNamespace string
+	SkipNodeOperations bool
+	// KubeletPluginSelector, with PublishDevices, selects the kubelet
+	// plugin's pods in KubeletPluginNamespace: a node where none is Ready
+	// publishes no free device. Empty: every node publishes.
+	KubeletPluginSelector  string
+	KubeletPluginNamespace string
+	LeaderElectNamespace   string
 	// LeaderElectIdentity defaults to the host name and a random suffix.
 	LeaderElectIdentity string
 	// MaxProcs is the GOMAXPROCS the binary runs with; 0 keeps Go's own
@@ -87,16 +93,17 @@ func NewOptions() *Options {
 	return &Options{
 		// Loopback by default: the verbs (above all /bind) are not
 		// authenticated and only the kube-scheduler beside it calls them.
-		BindAddress:          "127.0.0.1:8888",
-		DefaultCapacity:      10,
-		MaxRequestBytes:      wire.DefaultMaxRequestBytes,
-		ReservationTTL:       time.Minute,
-		ShutdownTimeout:      10 * time.Second,
-		KubeAPIQPS:           50,
-		KubeAPIBurst:         100,
-		RequeueQPS:           20,
-		LeaderElectNamespace: "capscale-system",
-		BinderID:             "capscale-scheduler",
+		BindAddress:            "127.0.0.1:8888",
+		DefaultCapacity:        10,
+		MaxRequestBytes:        wire.DefaultMaxRequestBytes,
+		ReservationTTL:         time.Minute,
+		ShutdownTimeout:        10 * time.Second,
+		KubeAPIQPS:             50,
+		KubeAPIBurst:           100,
+		RequeueQPS:             20,
+		LeaderElectNamespace:   "capscale-system",
+		KubeletPluginNamespace: "capscale-system",
+		BinderID:               "capscale-scheduler",
 		// One P: kube-scheduler filters one pod at a time, and every
 		// other call waits on the network. With more, each handoff
 		// between goroutines wakes an idle P, whose futex and spinning
@@ -131,6 +138,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	dfs := fss.FlagSet("DRA mode")
 	dfs.BoolVar(&o.PublishDevices, "publish-devices", o.PublishDevices, "Publish every node's underlay IPs ("+underlay.CapacityRuleText+") as DRA devices, one per IP, in a ResourceSlice pool per node of the driver "+names.UnderlayIPDriver+", so that kube-scheduler allocates capscale.io/underlay-ip through the DeviceClass "+names.UnderlayIPDeviceClass+" (DRA mode, Kubernetes 1.37 and later); devices that claims hold stay published when the capacity shrinks, so nothing is free beyond it; and remove the finalizer capscale.io/underlay-ip-release from each pod once its node gave its IPs back, as --publish-capacity does. Leader-elected on the same Lease; not with --publish-capacity.")
 	dfs.BoolVar(&o.SkipNodeOperations, "skip-node-operations", o.SkipNodeOperations, "With --publish-devices: mark the ResourceSlices of every node whose kubelet declares the feature DRAOptionalNodeOperations (alpha in Kubernetes 1.37: its gate on kube-apiserver, kube-scheduler and the kubelet) with skipNodeOperations \"*\", so that the kubelet runs pods with underlay IPs without a kubelet plugin of "+names.UnderlayIPDriver+". Nodes that do not declare it are published without it.")
+	dfs.StringVar(&o.KubeletPluginSelector, "kubelet-plugin-selector", o.KubeletPluginSelector, "With --publish-devices: a label selector of the kubelet plugin's pods (extender kubelet-plugin, the DaemonSet capscale-dra-kubelet-plugin) in --kubelet-plugin-namespace. A node where none of them is Running and Ready (the kubelet registered it) publishes no free device, so that pods with underlay IPs wait unbound, with kube-scheduler's reason, instead of being bound to a kubelet that cannot prepare their claims; devices that claims hold are not freed. Empty: every node publishes (for --skip-node-operations, where no plugin runs). The chart and deploy/dra set it.")
+	dfs.StringVar(&o.KubeletPluginNamespace, "kubelet-plugin-namespace", o.KubeletPluginNamespace, "Namespace of the kubelet plugin's pods (--kubelet-plugin-selector): the extender watches pods there only.")
 	nfs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, "Namespace of capscale's Leases: the capacity publisher's (capscale-capacity-publisher) and the binders' (capscale-underlay-binder).")
 	nfs.StringVar(&o.LeaderElectIdentity, "leader-elect-identity", o.LeaderElectIdentity, "This replica's identity in the Lease; empty uses the host name and a random suffix.")
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
@@ -181,6 +190,20 @@ func (o *Options) Validate() []error {
 	}
 	if o.SkipNodeOperations && !o.PublishDevices {
 		errs = append(errs, fmt.Errorf("--skip-node-operations marks the slices --publish-devices writes, and it is not set"))
+	}
+	if o.KubeletPluginSelector != "" {
+		if _, err := labels.Parse(o.KubeletPluginSelector); err != nil {
+			errs = append(errs, fmt.Errorf("--kubelet-plugin-selector: %w", err))
+		}
+		if !o.PublishDevices {
+			errs = append(errs, fmt.Errorf("--kubelet-plugin-selector gates the devices --publish-devices publishes, and it is not set"))
+		}
+		if o.SkipNodeOperations {
+			errs = append(errs, fmt.Errorf("--kubelet-plugin-selector holds back every node without a Ready kubelet plugin, and --skip-node-operations is for kubelets that run without one: set one of them"))
+		}
+		if o.KubeletPluginNamespace == "" {
+			errs = append(errs, fmt.Errorf("--kubelet-plugin-namespace must name the namespace of the kubelet plugin's pods"))
+		}
 	}
 	if o.PublishCapacity && o.PublishDevices {
 		errs = append(errs, fmt.Errorf("--publish-capacity and --publish-devices exclude each other: kube-scheduler counts a node's capscale.io/underlay-ip from its status when it has some there, and ignores its devices then"))

@@ -92,6 +92,11 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "empty binder ID", argv: []string{"--binder-id="}, want: []string{"--binder-id must be 1 to 128 characters"}},
 		{name: "long binder ID", argv: []string{"--binder-id=" + strings.Repeat("x", 129)}, want: []string{"--binder-id"}},
 		{name: "no lease namespace", argv: []string{"--leader-elect-namespace="}, want: []string{"--leader-elect-namespace"}},
+		{name: "the kubelet plugin gate", argv: []string{"--publish-devices", "--kubelet-plugin-selector=app.kubernetes.io/name=capscale-dra-kubelet-plugin", "--kubelet-plugin-namespace=ns"}},
+		{name: "the gate without devices", argv: []string{"--kubelet-plugin-selector=app=x"}, want: []string{"--kubelet-plugin-selector gates the devices --publish-devices"}},
+		{name: "the gate with the alpha path", argv: []string{"--publish-devices", "--skip-node-operations", "--kubelet-plugin-selector=app=x"}, want: []string{"set one of them"}},
+		{name: "a bad selector", argv: []string{"--publish-devices", "--kubelet-plugin-selector=app in (x"}, want: []string{"--kubelet-plugin-selector:"}},
+		{name: "the gate with no namespace", argv: []string{"--publish-devices", "--kubelet-plugin-selector=app=x", "--kubelet-plugin-namespace="}, want: []string{"--kubelet-plugin-namespace"}},
 		{name: "bad log format", argv: []string{"--logging-format=xml"}, want: []string{"format"}},
 		{
 			name: "every error at once",
