@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/clock"
@@ -18,6 +19,7 @@ import (
 	"github.com/capscale/capscale/controller/elasticweb"
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/binderlease"
+	"github.com/capscale/capscale/extender/devices"
 	"github.com/capscale/capscale/extender/publisher"
 	"github.com/capscale/capscale/extender/release"
 	"github.com/capscale/capscale/extender/wire"
@@ -106,6 +108,11 @@ func Components() ([]Component, error) {
 				return err
 			}
 			if _, err := release.New(cs, factory.Core().V1().Nodes(), reg); err != nil {
+				return err
+			}
+			// DRA mode's device publisher, with the kubelet-plugin gate on.
+			if _, err := devices.New(cs, factory.Core().V1().Nodes(), devices.Options{Rule: underlay.Rule{Default: 10}, Registerer: reg,
+				PluginSelector: labels.SelectorFromSet(labels.Set{"app": "kubelet-plugin"}), PluginNamespace: "capscale-system"}); err != nil {
 				return err
 			}
 			_, err := binderlease.New(cs, "capscale-system", "capscale-scheduler", reg)
