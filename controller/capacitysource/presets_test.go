@@ -55,6 +55,12 @@ func TestPresets(t *testing.T) {
 		u.Object["status"].(map[string]any)["ipam"].(map[string]any)["release-ips"] = rel
 		return u
 	}
+	// The operator's first IPs, before the agent took its router and
+	// health IPs out of them (status.ipam.used still empty).
+	beforeAgent := func(u *unstructured.Unstructured) *unstructured.Unstructured {
+		delete(u.Object["status"].(map[string]any)["ipam"].(map[string]any), "used")
+		return u
+	}
 	tests := []struct {
 		name, preset string
 		obj          *unstructured.Unstructured
@@ -69,6 +75,10 @@ func TestPresets(t *testing.T) {
 			obj: withRelease(ipamtest.CiliumNodeENI("n1", "u", 12, nil), map[string]string{
 				"10.0.1.13": "do-not-release", "10.0.1.14": "marked-for-release", "10.0.1.15": "ready-for-release", "10.9.9.9": "released"}),
 			want: 8},
+		{name: "ENI: the operator's first IPs before the agent took its router and health: those two still count", preset: "cilium-eni",
+			obj: beforeAgent(ipamtest.CiliumNodeENI("n1", "u", 8, nil)), want: 6},
+		{name: "ENI: a pool of one, before the agent: 0, not negative", preset: "cilium-eni",
+			obj: beforeAgent(ipamtest.CiliumNodeENI("n1", "u", 1, nil)), want: 0},
 		{name: "ENI: no pool yet (the operator has not allocated)", preset: "cilium-eni",
 			obj: &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "n1"}, "spec": map[string]any{}}}, want: 0},
 		{name: "Azure: the same fields", preset: "cilium-azure",
