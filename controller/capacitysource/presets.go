@@ -194,12 +194,14 @@ cel.bind(allocs, object.?spec.?ipam.?pools.?allocated.orValue([]).filter(a, a.?p
 // (on by default) before it lists them: between the operator's first IPs
 // and the agent taking those two, a count of the whole pool would let two
 // pods too many onto the node (TestKarpenterENIGrowth saw 8 bound on 6),
-// and the IPs in the release handshake; never below 0.
-const ciliumCRD = `math.greatest(0, size(object.?spec.?ipam.?pool.orValue({}))
-- math.greatest(2, object.?status.?ipam.?used.orValue({}).filter(ip,
+// and the IPs in the release handshake. The floor is at most the pool, so
+// an empty pool reads 0; more endpoints listed than the pool holds is
+// still negative, an invalid object.
+const ciliumCRD = `size(object.?spec.?ipam.?pool.orValue({}))
+- math.greatest(math.least(2, size(object.?spec.?ipam.?pool.orValue({}))), object.?status.?ipam.?used.orValue({}).filter(ip,
     !object.status.ipam.used[ip].?owner.orValue("").contains("/")).size())
 - object.?status.?ipam[?"release-ips"].orValue({}).filter(ip,
-    object.status.ipam["release-ips"][ip] != "do-not-release" && ip in object.?spec.?ipam.?pool.orValue({})).size())`
+    object.status.ipam["release-ips"][ip] != "do-not-release" && ip in object.?spec.?ipam.?pool.orValue({})).size()`
 
 var ciliumCloud = Source{
 	// Every pod that is not hostNetwork gets its IP from the pool.

@@ -79,6 +79,17 @@ func TestPresets(t *testing.T) {
 			obj: beforeAgent(ipamtest.CiliumNodeENI("n1", "u", 8, nil)), want: 6},
 		{name: "ENI: a pool of one, before the agent: 0, not negative", preset: "cilium-eni",
 			obj: beforeAgent(ipamtest.CiliumNodeENI("n1", "u", 1, nil)), want: 0},
+		{name: "ENI: more endpoints listed than the pool holds: negative, invalid (the floor is not taken beyond the pool)", preset: "cilium-eni",
+			obj: func() *unstructured.Unstructured {
+				u := ipamtest.CiliumNodeENI("n1", "u", 3, nil)
+				pool := u.Object["spec"].(map[string]any)["ipam"].(map[string]any)["pool"].(map[string]any)
+				for ip := range pool {
+					if len(pool) > 1 {
+						delete(pool, ip)
+					}
+				}
+				return u
+			}(), err: "negative: -1"},
 		{name: "ENI: no pool yet (the operator has not allocated)", preset: "cilium-eni",
 			obj: &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "n1"}, "spec": map[string]any{}}}, want: 0},
 		{name: "Azure: the same fields", preset: "cilium-azure",
