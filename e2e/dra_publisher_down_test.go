@@ -10,12 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
-	"github.com/capscale/capscale/internal/names"
 )
 
 // draPublisherDown is the failure matrix's row for DRA mode's device
@@ -35,7 +33,7 @@ func draPublisherDown(ctx context.Context, t *testing.T, s *stack.Stack) {
 
 	s.KillExtender()
 	down := time.Now()
-	setCapacityAnnotation(ctx, t, s, n1, "5")
+	annotateCapacity(ctx, t, s, n1, "5")
 	var pods []*corev1.Pod
 	for i := range 5 {
 		p := underlayPod(ns, fmt.Sprintf("p-%d", i), "p")
@@ -70,17 +68,8 @@ func draPublisherDown(ctx context.Context, t *testing.T, s *stack.Stack) {
 		t.Fatal(err)
 	}
 	deleteAll(ctx, t, s, ns)
-	setCapacityAnnotation(ctx, t, s, n1, "3")
+	annotateCapacity(ctx, t, s, n1, "3")
 	waitDevices(ctx, t, s, n1, 3, 0)
-}
-
-// setCapacityAnnotation sets node's capacity annotation.
-func setCapacityAnnotation(ctx context.Context, t *testing.T, s *stack.Stack, node, value string) {
-	t.Helper()
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, names.UnderlayIPCapacityAnnotation, value)
-	if _, err := s.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // waitPodBound waits until ns/name is bound.
