@@ -173,8 +173,11 @@ var capacitySources = []ipamSource{
 					cidrs = append(cidrs, fmt.Sprintf("10.20.%d.%d/32", i/250, i%250))
 				}
 			}
-			// The preset counts the default pool only (issue 55 §5).
-			return ipamtest.CiliumNodeMultiPool(node, uid, []ipamtest.PoolAllocation{{Pool: "default", CIDRs: cidrs, AllowFirstIP: true, AllowLastIP: true}})
+			// The preset counts the default pool only (issue 55 §5), less
+			// the agent's router and health IPs, here a /31 of their own.
+			cidrs = append(cidrs, "10.21.0.0/31")
+			return ipamtest.CiliumNodeMultiPool(node, uid, []ipamtest.PoolAllocation{{Pool: "default", CIDRs: cidrs, AllowFirstIP: true, AllowLastIP: true}},
+				"10.21.0.0", "10.21.0.1")
 		},
 		// A CIDR of more addresses than any node holds.
 		malformed: func(node string, uid types.UID, _ int) *unstructured.Unstructured {

@@ -165,7 +165,11 @@ var Presets = map[string]Source{
 // counted. Its pods still are, as pods, so the count is under by their
 // IPs until they end, never over. The CIDRs the agent released
 // (pool.go:195-258) are not in allocated, and it gives pods none of them
-// until its demand takes them back: not counted either.
+// until its demand takes them back: not counted either. The router and
+// health IPs (health on by default) are listed only once the agent took
+// them, after the operator's first CIDRs: until then each one not listed
+// still comes off, as for a v1.19 agent (ciliumCRD), but never more than
+// the pool holds beside what is listed, so an empty pool reads 0.
 const ciliumMultiPool = `cel.bind(enis, object.?status.?eni.?enis.orValue({}),
 cel.bind(eniSpec, object.?spec.?eni.orValue({}),
 cel.bind(carried, enis.filter(k,
@@ -177,17 +181,22 @@ cel.bind(carried, enis.filter(k,
       + enis[k].?addresses.orValue([]).filter(x, isIP(x) && ip(x).family() == 4).map(x, x + "/32"))
     .flatten().filter(c, isCIDR(c)).map(c, string(cidr(c))),
 cel.bind(allocs, object.?spec.?ipam.?pools.?allocated.orValue([]).filter(a, a.?pool.orValue("") == "default"),
-  allocs.map(a,
+cel.bind(total, allocs.map(a,
     a.?cidrs.orValue([]).filter(c, cidr(c).ip().family() == 4 && (size(enis) == 0 || string(cidr(c)) in carried)).map(c,
       math.bitShiftLeft(1, 32 - cidr(c).prefixLength())
       - (cidr(c).prefixLength() <= 30 ? (a.?allowFirstIP.orValue(false) ? 0 : 1) + (a.?allowLastIP.orValue(false) ? 0 : 1) : 0)
     ).sum()
-  ).sum()
-  - (object.?spec.?addresses.orValue([]).filter(x, x.?type.orValue("") == "CiliumInternalIP").map(x, x.?ip.orValue(""))
+  ).sum(),
+cel.bind(listed, (object.?spec.?addresses.orValue([]).filter(x, x.?type.orValue("") == "CiliumInternalIP").map(x, x.?ip.orValue(""))
      + [object.?spec.?health.?ipv4.orValue(""), object.?spec.?ingress.?ipv4.orValue("")])
     .filter(i, isIP(i) && ip(i).family() == 4
       && allocs.exists(a, a.?cidrs.orValue([]).exists(c, cidr(c).ip().family() == 4
-        && (size(enis) == 0 || string(cidr(c)) in carried) && cidr(c).containsIP(i)))).size()))))`
+        && (size(enis) == 0 || string(cidr(c)) in carried) && cidr(c).containsIP(i)))).size(),
+cel.bind(unlisted,
+    (object.?spec.?addresses.orValue([]).exists(x, x.?type.orValue("") == "CiliumInternalIP"
+      && isIP(x.?ip.orValue("")) && ip(x.?ip.orValue("")).family() == 4) ? 0 : 1)
+  + (isIP(object.?spec.?health.?ipv4.orValue("")) ? 0 : 1),
+  total - listed - math.least(unlisted, math.greatest(0, total - listed)))))))))`
 
 // ciliumCRD counts spec.ipam.pool less the agent's own endpoints in
 // status.ipam.used (an owner without "/"), at least its router and health

@@ -105,7 +105,20 @@ func TestPresets(t *testing.T) {
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
 				{Pool: "underlay", CIDRs: []string{"10.20.0.16/28"}, AllowFirstIP: true, AllowLastIP: true},
-			}), want: 14},
+			}, "10.20.0.17", "10.20.0.18"), want: 14},
+		// The operator's first CIDRs, before the agent took its router and
+		// health IPs out of them (v1.20: spec.addresses, spec.health).
+		{name: "multi-pool: before the agent took its router and health: those two still come off", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{{Pool: "default", CIDRs: []string{"10.10.0.0/28"}}}), want: 12},
+		{name: "multi-pool: the router listed, the health IP not yet", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{{Pool: "default", CIDRs: []string{"10.10.0.0/28"}}}, "10.10.0.1"), want: 12},
+		{name: "multi-pool: a pool of one before the agent: 0, not negative", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{{Pool: "default", CIDRs: []string{"10.10.0.7/32"}}}), want: 0},
+		{name: "multi-pool: more endpoints listed than the pool holds: negative, invalid (the floor is not taken beyond the pool)", preset: "cilium-multi-pool",
+			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{{Pool: "default", CIDRs: []string{"10.10.0.0/30"}}},
+				"10.10.0.1", "10.10.0.2", "10.10.0.0"), err: "negative: -1"},
+		{name: "ENI, v1.20 agent: the first allocation before the agent took its router and health", preset: "cilium-eni",
+			obj: ipamtest.CiliumNodeENIMultiPool("n1", "u", 8, 8, 0), want: 6},
 		{name: "multi-pool: router and health come out of the default pool", preset: "cilium-multi-pool",
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"10.10.0.0/28"}},
@@ -124,7 +137,7 @@ func TestPresets(t *testing.T) {
 		{name: "multi-pool: IPv6 CIDRs and tiny CIDRs", preset: "cilium-multi-pool",
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{
 				{Pool: "default", CIDRs: []string{"fd00::/120", "10.10.0.0/31", "10.10.0.2/32", "10.10.1.0/30"}},
-			}), want: 2 + 1 + 2},
+			}, "10.10.0.0", "10.10.0.1"), want: 2 + 1 + 2 - 2},
 		{name: "multi-pool: a malformed CIDR", preset: "cilium-multi-pool",
 			obj: ipamtest.CiliumNodeMultiPool("n1", "u", []ipamtest.PoolAllocation{{Pool: "default", CIDRs: []string{"10.10.0.0/33"}}}),
 			err: "network address parse error"},
