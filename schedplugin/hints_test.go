@@ -129,3 +129,59 @@ func nominated(pod *v1.Pod, node string) *v1.Pod {
 	pod.Status.NominatedNodeName = node
 	return pod
 }
+
+// TestQueueingHintsReach: a change on a node the waiting pod's nodeSelector
+// or required node affinity keeps it from never queues it; a node that
+// comes within reach with room does.
+func TestQueueingHintsReach(t *testing.T) {
+	nodeAdded := fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}
+	nodeUpdated := fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}
+	pinned := ipPod("pinned", "", 2)
+	pinned.Spec.NodeSelector = map[string]string{"pool": "a"}
+	byAffinity := ipPod("by-affinity", "", 2)
+	byAffinity.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+		NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{{Key: "pool", Operator: v1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}}
+	broken := ipPod("broken", "", 2)
+	broken.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+		NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{{Key: "pool", Operator: "Near", Values: []string{"a"}}}}}}}}
+	inA := map[string]string{"pool": "a"}
+	inB := map[string]string{"pool": "b"}
+	tests := []struct {
+		name           string
+		pod            *v1.Pod
+		event          fwk.ClusterEvent
+		oldObj, newObj any
+		want           fwk.QueueingHint
+	}{
+		{name: "capacity raised on a node the nodeSelector excludes", pod: pinned, event: nodeUpdated,
+			oldObj: capNode("n1", annotated("1"), inB), newObj: capNode("n1", annotated("5"), inB), want: fwk.QueueSkip},
+		{name: "capacity raised on a node the nodeSelector names", pod: pinned, event: nodeUpdated,
+			oldObj: capNode("n1", annotated("1"), inA), newObj: capNode("n1", annotated("5"), inA), want: fwk.Queue},
+		{name: "capacity raised on a node the required affinity excludes", pod: byAffinity, event: nodeUpdated,
+			oldObj: capNode("n1", annotated("1"), inB), newObj: capNode("n1", annotated("5"), inB), want: fwk.QueueSkip},
+		{name: "capacity raised on a node the required affinity admits", pod: byAffinity, event: nodeUpdated,
+			oldObj: capNode("n1", annotated("1"), inA), newObj: capNode("n1", annotated("5"), inA), want: fwk.Queue},
+		{name: "a node with room relabeled into the nodeSelector", pod: pinned, event: nodeUpdated,
+			oldObj: capNode("n1", annotated("5"), inB), newObj: capNode("n1", annotated("5"), inA), want: fwk.Queue},
+		{name: "a node without room relabeled into the nodeSelector", pod: pinned, event: nodeUpdated,
+			oldObj: capNode("n1", annotated("1"), inB), newObj: capNode("n1", annotated("1"), inA), want: fwk.QueueSkip},
+		{name: "a node relabeled out of the nodeSelector as its capacity grew", pod: pinned, event: nodeUpdated,
+			oldObj: capNode("n1", annotated("1"), inA), newObj: capNode("n1", annotated("5"), inB), want: fwk.QueueSkip},
+		{name: "a node added outside the nodeSelector", pod: pinned, event: nodeAdded, newObj: capNode("n2", annotated("5"), inB), want: fwk.QueueSkip},
+		{name: "a node added inside the nodeSelector", pod: pinned, event: nodeAdded, newObj: capNode("n2", annotated("5"), inA), want: fwk.Queue},
+		{name: "an affinity that does not parse: queued, never stuck", pod: broken, event: nodeUpdated,
+			oldObj: capNode("n1", annotated("1"), inB), newObj: capNode("n1", annotated("5"), inB), want: fwk.Queue},
+	}
+	pl := &Plugin{rule: underlay.Rule{Default: 10}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := hint(t, pl, tc.event, tc.pod, tc.oldObj, tc.newObj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("hint = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
