@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,6 +30,13 @@ type churnRun struct {
 	mirror, bound *pending
 	probe         func(int) string
 	next          int
+	// idle is each measured process's CPU rate in the idle window: a round
+	// starts once the plane is back at it (waitQuiet), so that no round
+	// inherits the backlog of the one before, nor of the fresh install.
+	idle map[string]float64
+	// workers is capscale-controller's --capacity-source-workers, 0 as
+	// the stack started it; restarts counts its restarts (each a log).
+	workers, restarts int
 }
 
 // churnRound is one round's figures.
@@ -37,6 +46,28 @@ type churnRound struct {
 	lag, bind       []float64 // ms
 	cost            apiserverCost
 	controllerCPUms float64
+	// cpuMs is every plane and capscale process's CPU from the round's
+	// start to the end of its drain; waited is how long the round waited
+	// for the plane to be quiet first, and quiet whether it got there.
+	cpuMs   map[string]float64
+	changes int
+	waited  time.Duration
+	quiet   bool
+}
+
+// allCPU reads the CPU time of every process of the plane that runs,
+// capscale's included.
+func allCPU(s *stack.Stack) cpuTimes {
+	out := cpuTimes{}
+	for _, proc := range s.Processes() {
+		if exited, _ := proc.Exited(); exited {
+			continue
+		}
+		if d, err := procCPU(proc.Pid()); err == nil {
+			out[proc.Name] += d
+		}
+	}
+	return out
 }
 
 // round writes rate capacity changes a second for r.length. With alone,
@@ -44,8 +75,15 @@ type churnRound struct {
 // it runs again, the round ends when it has mirrored every change.
 func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, probes int) (churnRound, error) {
 	mirror := r.mirror
+	waited, quiet, err := waitQuiet(ctx, livePids(r.s.Plane), r.idle, 2*time.Minute)
+	if err != nil {
+		return churnRound{}, err
+	}
 	pid := r.s.Controller.Pid()
 	label := "with capscale"
+	if r.workers > 0 {
+		label = fmt.Sprintf("with capscale at %d workers", r.workers)
+	}
 	if alone {
 		label = "IPAM alone" // its lag is drained, not timed
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -61,6 +99,7 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 	}
 	defer func() { _ = resume() }()
 	cpuFrom, _ := procCPU(pid)
+	allFrom := allCPU(r.s)
 	costFrom, err := readCost(ctx, r.s)
 	if err != nil {
 		return churnRound{}, err
@@ -70,7 +109,7 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 		slots    = make(chan struct{}, 256) // writes in flight, so one slow write does not hold the pace
 		mu       sync.Mutex
 		firstErr error
-		out      churnRound
+		out      = churnRound{waited: waited, quiet: quiet, cpuMs: map[string]float64{}}
 	)
 	put := func(p *pending, key, node string, capacity int) {
 		defer wg.Done()
@@ -124,6 +163,7 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 	}
 	out.cost = costTo.rates(costFrom, time.Since(start))
 	out.achieved = float64(changes) / time.Since(start).Seconds()
+	out.changes = changes
 	if err := resume(); err != nil {
 		return churnRound{}, fmt.Errorf("resuming capscale-controller: %w", err)
 	}
@@ -135,16 +175,35 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 	if cpuTo, err := procCPU(pid); err == nil {
 		out.controllerCPUms = float64(cpuTo-cpuFrom) / float64(time.Millisecond)
 	}
+	for name, to := range allCPU(r.s) {
+		if from, ok := allFrom[name]; ok {
+			out.cpuMs[name] = float64(to-from) / float64(time.Millisecond)
+		}
+	}
 	if label != "IPAM alone" {
 		out.lag = r.mirror.done()
 		out.bind = r.bound.done()
 	}
 	r.mirror.reset()
 	r.bound.reset()
-	fmt.Printf("churn %d/s, %s: %d changes at %.1f/s, each CiliumNode write %s; object to mirrored value %s; %d probes bound %s; kube-apiserver %.0f requests/s, Node PATCH %.1f/s, Node watch %.0f KiB/s; controller CPU %.0f ms to the end of the drain\n",
-		rate, label, changes, out.achieved, quantiles(out.writes), quantiles(out.lag), len(out.bind), quantiles(out.bind),
-		out.cost.requests, out.cost.nodePatches, out.cost.nodeWatchBytes/1024, out.controllerCPUms)
+	fmt.Printf("churn %d/s, %s (after %.0f s waiting for a quiet plane, quiet %v): %d changes at %.1f/s, each CiliumNode write %s; object to mirrored value %s; %d probes bound %s; kube-apiserver %.0f requests/s, Node PATCH %.1f/s, Node watch %.0f KiB/s; controller CPU %.0f ms to the end of the drain; CPU per change: %s\n",
+		rate, label, waited.Seconds(), quiet, changes, out.achieved, quantiles(out.writes), quantiles(out.lag), len(out.bind), quantiles(out.bind),
+		out.cost.requests, out.cost.nodePatches, out.cost.nodeWatchBytes/1024, out.controllerCPUms, perChange(out.cpuMs, changes))
 	return out, nil
+}
+
+// perChange is each process's CPU per change, largest first.
+func perChange(cpuMs map[string]float64, changes int) string {
+	names := make([]string, 0, len(cpuMs))
+	for n := range cpuMs {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return cpuMs[names[i]] > cpuMs[names[j]] })
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.2f ms", n, cpuMs[n]/float64(max(changes, 1))))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func quantiles(xs []float64) string {
@@ -155,8 +214,8 @@ func quantiles(xs []float64) string {
 }
 
 // churnRows are one rate's rows for BENCHMARKS.md.
-func churnRows(nodes, rate int, alone, with churnRound, idle apiserverCost) []row {
-	what := fmt.Sprintf("Capacity source at %d nodes, %d capacity changes a second (the IPAM writing as cilium-operator)", nodes, rate)
+func churnRows(nodes, rate int, label string, alone, with churnRound, idle apiserverCost) []row {
+	what := fmt.Sprintf("Capacity source at %d nodes, %d capacity changes a second (the IPAM writing as cilium-operator%s)", nodes, rate, label)
 	goal := ""
 	if rate >= 50 {
 		goal = "p99 ≤ 1 s"
@@ -174,5 +233,11 @@ func churnRows(nodes, rate int, alone, with churnRound, idle apiserverCost) []ro
 			Figure: fmt.Sprintf("%.0f / %.0f / %.0f KiB/s", idle.nodeWatchBytes/1024, alone.cost.nodeWatchBytes/1024, with.cost.nodeWatchBytes/1024)},
 		{Measure: what + ": capscale-controller CPU per capacity change, its Node patch included",
 			Figure: fmt.Sprintf("%.0f µs", with.controllerCPUms*1000/float64(max(len(with.lag), 1)))},
+		{Measure: what + ": the plane's CPU per capacity change (every process, to the end of the drain), IPAM alone / with capscale",
+			Figure: fmt.Sprintf("%.1f / %.1f ms", total(alone.cpuMs)/float64(max(alone.changes, 1)), total(with.cpuMs)/float64(max(with.changes, 1))),
+			Spread: fmt.Sprintf("kube-apiserver %.1f / %.1f, etcd %.1f / %.1f ms; rounds started after %.0f / %.0f s waiting for a quiet plane",
+				alone.cpuMs["kube-apiserver"]/float64(max(alone.changes, 1)), with.cpuMs["kube-apiserver"]/float64(max(with.changes, 1)),
+				alone.cpuMs["etcd"]/float64(max(alone.changes, 1)), with.cpuMs["etcd"]/float64(max(with.changes, 1)),
+				alone.waited.Seconds(), with.waited.Seconds())},
 	}
 }

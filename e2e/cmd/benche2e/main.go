@@ -103,6 +103,7 @@ func main() {
 	churnRates := flag.String("source-churn-rates", "10,25,50", "capacity-source: capacity changes a second across the cost part's nodes, comma-separated; each rate runs the IPAM's writes alone and with capscale mirroring them, timed to the Node and to waiting probe pods; empty skips the churn")
 	churnLength := flag.Duration("source-churn-length", 45*time.Second, "capacity-source: how long each churn round runs (and the idle window it is compared with)")
 	churnProbes := flag.Int("source-churn-probes", 30, "capacity-source: nodes with a pod waiting for one of the churn's changes, shared out among the rates")
+	churnWorkers := flag.String("source-churn-workers", "", "capacity-source: --capacity-source-workers values, comma-separated; each rate then runs one round with capscale for each, in an order turned from rate to rate, capscale-controller restarted between them; empty keeps the controller's default")
 	budgetChanges := flag.Int("budget-changes", 50, "throughput, --mode dra: nodes whose budget each round of the budget-change cost changes (4 rounds an arm, alternated); 0 skips it")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
 	flag.Parse()
@@ -117,6 +118,11 @@ func main() {
 	rates, rerr := parseRates(*churnRates)
 	if rerr != nil {
 		fmt.Fprintf(os.Stderr, "benche2e: --source-churn-rates: %v\n", rerr)
+		os.Exit(2)
+	}
+	workers, werr := parseRates(*churnWorkers)
+	if werr != nil {
+		fmt.Fprintf(os.Stderr, "benche2e: --source-churn-workers: %v\n", werr)
 		os.Exit(2)
 	}
 	if err := checkNodeLease(*nodeLease); err != nil {
@@ -170,7 +176,7 @@ func main() {
 		err = kedaBench(ctx, keda)
 	case "capacity-source":
 		err = capacitySourceBench(ctx, *capacityModes, *sourceChanges, *costNodes, *costEvents,
-			churnOptions{rates: rates, length: *churnLength, probes: *churnProbes}, *binDir, *nodeLease)
+			churnOptions{rates: rates, workers: workers, length: *churnLength, probes: *churnProbes}, *binDir, *nodeLease)
 	case "soak":
 		err = soakRun(ctx, *soakModes, *nodes, *soakDuration, *soakRate, *soakOut, *binDir, *nodeLease)
 	case "all":

@@ -28,7 +28,10 @@ import (
 type churnOptions struct {
 	nodes, probes int
 	rates         []int
-	length        time.Duration
+	// workers are the --capacity-source-workers each rate's rounds with
+	// capscale run at, one round each; empty: one round, as started.
+	workers []int
+	length  time.Duration
 }
 
 // parseRates reads a comma-separated list of positive changes a second;
@@ -163,7 +166,8 @@ func (c apiserverCost) rates(since apiserverCost, d time.Duration) apiserverCost
 // beside an idle window.
 func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID, o churnOptions) ([]row, error) {
 	span := o.nodes - o.probes
-	perRound := o.probes / max(len(o.rates), 1)
+	withRounds := max(len(o.workers), 1)
+	perRound := o.probes / max(len(o.rates)*withRounds, 1)
 	if span < 1 || len(o.rates) == 0 || slices.Min(o.rates) < 1 || perRound < 1 || o.length < time.Second {
 		return nil, fmt.Errorf("churn: %d nodes, %d probes, rates %v a second for %s: want a node left to change, a probe per rate, a change a second and a second", o.nodes, o.probes, o.rates, o.length)
 	}
@@ -204,42 +208,87 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 	if err != nil {
 		return nil, err
 	}
+	pids := livePids(s.Plane)
+	cpuFrom, err := sampleCPU(pids)
+	if err != nil {
+		return nil, err
+	}
 	t := time.Now()
 	time.Sleep(o.length)
 	idleTo, err := readCost(ctx, s)
 	if err != nil {
 		return nil, err
 	}
+	cpuTo, err := sampleCPU(pids)
+	if err != nil {
+		return nil, err
+	}
 	idle := idleTo.rates(idleFrom, time.Since(t))
 
-	r := &churnRun{s: s, w: w, uids: uids, span: span, length: o.length, mirror: mirror, bound: bound, probe: probe}
+	r := &churnRun{s: s, w: w, uids: uids, span: span, length: o.length, mirror: mirror, bound: bound, probe: probe,
+		idle: idleRates(cpuFrom, cpuTo, time.Since(t))}
 	var rows []row
 	nextProbe := 0
 	for i, rate := range o.rates {
-		sides := []bool{true, false}
-		if i%2 == 1 {
-			sides = []bool{false, true}
+		// The sides in an order turned by one from rate to rate: 0 is the
+		// IPAM alone, k > 0 capscale at o.workers[k-1].
+		sides := make([]int, withRounds+1)
+		for k := range sides {
+			sides[k] = (k + i) % len(sides)
 		}
-		var alone, with churnRound
-		for _, a := range sides {
+		var alone churnRound
+		with := make([]churnRound, withRounds)
+		for _, side := range sides {
+			if side > 0 && len(o.workers) > 0 {
+				if err := r.restartController(ctx, o.workers[side-1]); err != nil {
+					return nil, err
+				}
+			}
 			probes := 0
-			if !a {
+			if side > 0 {
 				probes = perRound
 			}
-			round, err := r.round(ctx, rate, a, nextProbe, probes)
+			round, err := r.round(ctx, rate, side == 0, nextProbe, probes)
 			if err != nil {
 				return nil, err
 			}
-			if a {
+			if side == 0 {
 				alone = round
 			} else {
-				with = round
+				with[side-1] = round
 				nextProbe += perRound
 			}
 		}
-		rows = append(rows, churnRows(o.nodes, rate, alone, with, idle)...)
+		for k, w := range with {
+			label := ""
+			if len(o.workers) > 0 {
+				label = fmt.Sprintf(", --capacity-source-workers %d", o.workers[k])
+			}
+			rows = append(rows, churnRows(o.nodes, rate, label, alone, w, idle)...)
+		}
 	}
 	return rows, nil
+}
+
+// restartController runs capscale-controller at workers, unless it runs
+// so already: the replica is stopped and a new one started with the same
+// flags, which lists every Node and object again and writes nothing where
+// the Nodes are up to date (waitQuiet before the next round lets that
+// pass).
+func (r *churnRun) restartController(ctx context.Context, workers int) error {
+	if r.workers == workers {
+		return nil
+	}
+	r.s.Controller.Stop(30 * time.Second)
+	r.restarts++
+	c, err := r.s.StartController(ctx, fmt.Sprintf("controller-churn-%d", r.restarts), fmt.Sprintf("--capacity-source-workers=%d", workers))
+	if err != nil {
+		return fmt.Errorf("restarting capscale-controller at %d workers: %w", workers, err)
+	}
+	r.s.Controller = c
+	r.workers = workers
+	fmt.Printf("# capscale-controller restarted with --capacity-source-workers=%d\n", workers)
+	return nil
 }
 
 // placeProbes gives each probe node capacity 0 and a pod that waits on it.
