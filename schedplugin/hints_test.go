@@ -50,18 +50,43 @@ func hint(t *testing.T, pl *Plugin, ev fwk.ClusterEvent, pod *v1.Pod, oldObj, ne
 	return 0, nil
 }
 
+// hintCase is one event and the hint the plugin must give a waiting pod.
+type hintCase struct {
+	name string
+	// pod waits; nil is checkHints' pod.
+	pod            *v1.Pod
+	event          fwk.ClusterEvent
+	oldObj, newObj any
+	want           fwk.QueueingHint
+	wantErr        bool
+}
+
+// checkHints runs each case's hint for its pod, or for pod.
+func checkHints(t *testing.T, pod *v1.Pod, tests []hintCase) {
+	t.Helper()
+	pl := &Plugin{rule: underlay.Rule{Default: 10}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.pod
+			if p == nil {
+				p = pod
+			}
+			got, err := hint(t, pl, tc.event, p, tc.oldObj, tc.newObj)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Fatalf("hint = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestQueueingHints(t *testing.T) {
 	podDeleted := fwk.ClusterEvent{Resource: assignedPod, ActionType: fwk.Delete}
 	nodeAdded := fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}
 	nodeUpdated := fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}
-	waiting := ipPod("waiting", "", 2)
-	tests := []struct {
-		name           string
-		event          fwk.ClusterEvent
-		oldObj, newObj any
-		want           fwk.QueueingHint
-		wantErr        bool
-	}{
+	checkHints(t, ipPod("waiting", "", 2), []hintCase{
 		{name: "pod holding IPs deleted", event: podDeleted, oldObj: ipPod("holder", "n1", 1), want: fwk.Queue},
 		{name: "pod holding IPs deleted, seen late (tombstone)", event: podDeleted,
 			oldObj: cache.DeletedFinalStateUnknown{Key: "default/holder", Obj: ipPod("holder", "n1", 1)}, want: fwk.Queue},
@@ -104,19 +129,7 @@ func TestQueueingHints(t *testing.T) {
 			newObj: capNode("n1", map[string]string{names.UnderlayIPCapacityAnnotation: "1", names.UnderlayIPSourceCapacityAnnotation: "9"}, nil), want: fwk.QueueSkip},
 		{name: "label overridden by the annotation is raised", event: nodeUpdated,
 			oldObj: capNode("n1", annotated("1"), annotated("3")), newObj: capNode("n1", annotated("1"), annotated("9")), want: fwk.QueueSkip},
-	}
-	pl := &Plugin{rule: underlay.Rule{Default: 10}}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := hint(t, pl, tc.event, waiting, tc.oldObj, tc.newObj)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
-			}
-			if got != tc.want {
-				t.Fatalf("hint = %v, want %v", got, tc.want)
-			}
-		})
-	}
+	})
 }
 
 // mirrored is a capacity source's value as capscale-controller mirrors it.
@@ -138,21 +151,17 @@ func TestQueueingHintsReach(t *testing.T) {
 	nodeUpdated := fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}
 	pinned := ipPod("pinned", "", 2)
 	pinned.Spec.NodeSelector = map[string]string{"pool": "a"}
-	byAffinity := ipPod("by-affinity", "", 2)
-	byAffinity.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
-		NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{{Key: "pool", Operator: v1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}}
-	broken := ipPod("broken", "", 2)
-	broken.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
-		NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{{Key: "pool", Operator: "Near", Values: []string{"a"}}}}}}}}
+	// requiring is a pod whose required node affinity is pool <op> a.
+	requiring := func(name string, op v1.NodeSelectorOperator) *v1.Pod {
+		p := ipPod(name, "", 2)
+		p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+			NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{{Key: "pool", Operator: op, Values: []string{"a"}}}}}}}}
+		return p
+	}
+	byAffinity, broken := requiring("by-affinity", v1.NodeSelectorOpIn), requiring("broken", "Near")
 	inA := map[string]string{"pool": "a"}
 	inB := map[string]string{"pool": "b"}
-	tests := []struct {
-		name           string
-		pod            *v1.Pod
-		event          fwk.ClusterEvent
-		oldObj, newObj any
-		want           fwk.QueueingHint
-	}{
+	checkHints(t, nil, []hintCase{
 		{name: "capacity raised on a node the nodeSelector excludes", pod: pinned, event: nodeUpdated,
 			oldObj: capNode("n1", annotated("1"), inB), newObj: capNode("n1", annotated("5"), inB), want: fwk.QueueSkip},
 		{name: "capacity raised on a node the nodeSelector names", pod: pinned, event: nodeUpdated,
@@ -171,17 +180,5 @@ func TestQueueingHintsReach(t *testing.T) {
 		{name: "a node added inside the nodeSelector", pod: pinned, event: nodeAdded, newObj: capNode("n2", annotated("5"), inA), want: fwk.Queue},
 		{name: "an affinity that does not parse: queued, never stuck", pod: broken, event: nodeUpdated,
 			oldObj: capNode("n1", annotated("1"), inB), newObj: capNode("n1", annotated("5"), inB), want: fwk.Queue},
-	}
-	pl := &Plugin{rule: underlay.Rule{Default: 10}}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := hint(t, pl, tc.event, tc.pod, tc.oldObj, tc.newObj)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tc.want {
-				t.Fatalf("hint = %v, want %v", got, tc.want)
-			}
-		})
-	}
+	})
 }
