@@ -56,19 +56,19 @@ type churnRound struct {
 }
 
 // allCPU reads the CPU time of every process of the plane that runs,
-// capscale's included.
-func allCPU(s *stack.Stack) cpuTimes {
+// capscale's included (sampleCPU reads the measured ones only).
+func allCPU(p *plane.Plane) cpuTimes {
 	out := cpuTimes{}
-	for _, proc := range s.Processes() {
-		if exited, _ := proc.Exited(); exited {
-			continue
-		}
-		if d, err := procCPU(proc.Pid()); err == nil {
-			out[proc.Name] += d
+	for name, pid := range livePids(p) {
+		if d, err := procCPU(pid); err == nil {
+			out[name] = d
 		}
 	}
 	return out
 }
+
+// perChangeMs is ms over the round's changes.
+func (c churnRound) perChangeMs(ms float64) float64 { return ms / float64(max(c.changes, 1)) }
 
 // round writes rate capacity changes a second for r.length. With alone,
 // capscale-controller is stopped meanwhile and its lag is not timed; once
@@ -98,8 +98,7 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 		return syscall.Kill(pid, syscall.SIGCONT)
 	}
 	defer func() { _ = resume() }()
-	cpuFrom, _ := procCPU(pid)
-	allFrom := allCPU(r.s)
+	allFrom := allCPU(r.s.Plane)
 	costFrom, err := readCost(ctx, r.s)
 	if err != nil {
 		return churnRound{}, err
@@ -172,14 +171,12 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 	}); err != nil {
 		return churnRound{}, fmt.Errorf("after the round at %d/s %d changes were never mirrored and %d probe pods never bound", rate, mirror.open(), r.bound.open())
 	}
-	if cpuTo, err := procCPU(pid); err == nil {
-		out.controllerCPUms = float64(cpuTo-cpuFrom) / float64(time.Millisecond)
-	}
-	for name, to := range allCPU(r.s) {
+	for name, to := range allCPU(r.s.Plane) {
 		if from, ok := allFrom[name]; ok {
 			out.cpuMs[name] = float64(to-from) / float64(time.Millisecond)
 		}
 	}
+	out.controllerCPUms = out.cpuMs[r.s.Controller.Name]
 	if label != "IPAM alone" {
 		out.lag = r.mirror.done()
 		out.bind = r.bound.done()
@@ -234,10 +231,10 @@ func churnRows(nodes, rate int, label string, alone, with churnRound, idle apise
 		{Measure: what + ": capscale-controller CPU per capacity change, its Node patch included",
 			Figure: fmt.Sprintf("%.0f µs", with.controllerCPUms*1000/float64(max(len(with.lag), 1)))},
 		{Measure: what + ": the plane's CPU per capacity change (every process, to the end of the drain), IPAM alone / with capscale",
-			Figure: fmt.Sprintf("%.1f / %.1f ms", total(alone.cpuMs)/float64(max(alone.changes, 1)), total(with.cpuMs)/float64(max(with.changes, 1))),
+			Figure: fmt.Sprintf("%.1f / %.1f ms", alone.perChangeMs(total(alone.cpuMs)), with.perChangeMs(total(with.cpuMs))),
 			Spread: fmt.Sprintf("kube-apiserver %.1f / %.1f, etcd %.1f / %.1f ms; rounds started after %.0f / %.0f s waiting for a quiet plane",
-				alone.cpuMs["kube-apiserver"]/float64(max(alone.changes, 1)), with.cpuMs["kube-apiserver"]/float64(max(with.changes, 1)),
-				alone.cpuMs["etcd"]/float64(max(alone.changes, 1)), with.cpuMs["etcd"]/float64(max(with.changes, 1)),
+				alone.perChangeMs(alone.cpuMs["kube-apiserver"]), with.perChangeMs(with.cpuMs["kube-apiserver"]),
+				alone.perChangeMs(alone.cpuMs["etcd"]), with.perChangeMs(with.cpuMs["etcd"]),
 				alone.waited.Seconds(), with.waited.Seconds())},
 	}
 }

@@ -34,8 +34,8 @@ type churnOptions struct {
 	length  time.Duration
 }
 
-// parseRates reads a comma-separated list of positive changes a second;
-// empty is none.
+// parseRates reads a comma-separated list of positive numbers (changes a
+// second, or worker counts); empty is none.
 func parseRates(s string) ([]int, error) {
 	var rates []int
 	for f := range strings.SplitSeq(s, ",") {
@@ -44,7 +44,7 @@ func parseRates(s string) ([]int, error) {
 		}
 		r, err := strconv.Atoi(f)
 		if err != nil || r < 1 {
-			return nil, fmt.Errorf("%q is not a positive number of changes a second", f)
+			return nil, fmt.Errorf("%q is not a positive number", f)
 		}
 		rates = append(rates, r)
 	}
