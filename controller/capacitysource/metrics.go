@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // Metrics are the mirror's Prometheus series.
@@ -12,6 +13,11 @@ type Metrics struct {
 	evalSeconds prometheus.Histogram
 	patches     *prometheus.CounterVec
 	nodes       *prometheus.GaugeVec
+	// depth, wait and work are the mirror's queue as client-go's
+	// workqueue reports it (queueMetrics): how far behind the IPAM the
+	// mirror is, and whether the wait is in the queue or in the patch.
+	depth      prometheus.Gauge
+	wait, work prometheus.Histogram
 }
 
 // NewMetrics registers the mirror's series with reg (nil: unregistered).
@@ -34,11 +40,47 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "capscale_controller_capacity_source_nodes",
 			Help: `Nodes whose underlay-IP capacity a capacity source gives, by source ("*": more than one) and state (valid, invalid).`,
 		}, []string{"source", "state"}),
+		depth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "capscale_controller_capacity_source_queue_depth",
+			Help: "Nodes waiting in the capacity-source mirror's queue to be mirrored.",
+		}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "capscale_controller_capacity_source_queue_wait_seconds",
+			Help:    "Time a Node waited in the capacity-source mirror's queue before a worker took it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+		}),
+		work: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "capscale_controller_capacity_source_sync_duration_seconds",
+			Help:    "Time to mirror one Node once a worker took it, its patch included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.evaluations, m.evalSeconds, m.patches, m.nodes)
+		reg.MustRegister(m.evaluations, m.evalSeconds, m.patches, m.nodes, m.depth, m.wait, m.work)
 	}
 	return m
+}
+
+// queueMetrics gives the mirror's one queue its series; the others
+// client-go offers are left unrecorded.
+type queueMetrics struct{ m *Metrics }
+
+type noMetric struct{}
+
+func (noMetric) Inc()            {}
+func (noMetric) Set(float64)     {}
+func (noMetric) Observe(float64) {}
+
+func (q queueMetrics) NewDepthMetric(string) workqueue.GaugeMetric            { return q.m.depth }
+func (q queueMetrics) NewAddsMetric(string) workqueue.CounterMetric           { return noMetric{} }
+func (q queueMetrics) NewLatencyMetric(string) workqueue.HistogramMetric      { return q.m.wait }
+func (q queueMetrics) NewWorkDurationMetric(string) workqueue.HistogramMetric { return q.m.work }
+func (q queueMetrics) NewRetriesMetric(string) workqueue.CounterMetric        { return noMetric{} }
+func (q queueMetrics) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return noMetric{}
+}
+func (q queueMetrics) NewLongestRunningProcessorSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return noMetric{}
 }
 
 func (m *Metrics) evaluated(source string, r Result, d time.Duration) {

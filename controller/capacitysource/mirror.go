@@ -109,7 +109,7 @@ func New(cfg Config) (*Controller, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, time.Minute),
 			&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
 		),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "capacity-sources"})
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "capacity-sources", MetricsProvider: queueMetrics{cfg.Metrics}})
 
 	c.factory = kube.InformerFactory(cfg.Client)
 	c.nodes = c.factory.Core().V1().Nodes().Informer()

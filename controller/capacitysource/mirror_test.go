@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -149,6 +150,17 @@ func TestMirror(t *testing.T) {
 	if got := testutil.ToFloat64(c.cfg.Metrics.nodes.WithLabelValues("cilium", "valid")); got != 1 {
 		t.Errorf("capacity_source_nodes{cilium,valid} = %v, want 1", got)
 	}
+	// The queue's series: every sync waited and ran, and none is left.
+	for name, h := range map[string]prometheus.Histogram{"queue_wait": c.cfg.Metrics.wait, "sync_duration": c.cfg.Metrics.work} {
+		var m dto.Metric
+		if err := h.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.GetHistogram().GetSampleCount(); float64(got) < patches() {
+			t.Errorf("%s counted %d syncs, fewer than the %v patches", name, got, patches())
+		}
+	}
+	waitFor("the queue empty", func() bool { return testutil.ToFloat64(c.cfg.Metrics.depth) == 0 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
