@@ -28,8 +28,11 @@ type churnRun struct {
 	span          int
 	length        time.Duration
 	mirror, bound *pending
-	probe         func(int) string
-	next          int
+	// delivered times the IPAM's writes to the bench's own CiliumNode
+	// watch: kube-apiserver's part of the mirror's lag.
+	delivered *delivery
+	probe     func(int) string
+	next      int
 	// idle is each measured process's CPU rate in the idle window: a round
 	// starts once the plane is back at it (waitQuiet), so that no round
 	// inherits the backlog of the one before, nor of the fresh install.
@@ -41,9 +44,12 @@ type churnRun struct {
 
 // churnRound is one round's figures.
 type churnRound struct {
-	achieved        float64
-	writes          []float64 // each CiliumNode write, spec and status, in ms
-	lag, bind       []float64 // ms
+	achieved  float64
+	writes    []float64 // each CiliumNode write, spec and status, in ms
+	lag, bind []float64 // ms
+	// delivered is each IPAM write to a watch of kube-apiserver's (ms):
+	// the part of lag before capscale-controller can act.
+	delivered       []float64
 	cost            apiserverCost
 	controllerCPUms float64
 	// cpuMs is every plane and capscale process's CPU from the round's
@@ -99,6 +105,9 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 	}
 	defer func() { _ = resume() }()
 	allFrom := allCPU(r.s.Plane)
+	tl := startTimeline(ctx, r.s.Plane, r.s.Controller.URL)
+	r.delivered.take()
+	defer tl.finish()
 	costFrom, err := readCost(ctx, r.s)
 	if err != nil {
 		return churnRound{}, err
@@ -123,6 +132,7 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 		mu.Unlock()
 		if err == nil {
 			p.written(key)
+			r.delivered.written(node, r.w.version(node))
 		}
 	}
 	start := time.Now()
@@ -177,14 +187,21 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 		}
 	}
 	out.controllerCPUms = out.cpuMs[r.s.Controller.Name]
+	drained, err := readCost(ctx, r.s)
+	if err != nil {
+		return churnRound{}, err
+	}
+	lags, binds, delivered := r.mirror.done(), r.bound.done(), r.delivered.take()
+	out.delivered = lagsOf(delivered)
 	if label != "IPAM alone" {
-		out.lag = r.mirror.done()
-		out.bind = r.bound.done()
+		out.lag, out.bind = lagsOf(lags), lagsOf(binds)
 	}
 	r.mirror.reset()
 	r.bound.reset()
-	fmt.Printf("churn %d/s, %s (after %.0f s waiting for a quiet plane, quiet %v): %d changes at %.1f/s, each CiliumNode write %s; object to mirrored value %s; %d probes bound %s; kube-apiserver %.0f requests/s, Node PATCH %.1f/s, Node watch %.0f KiB/s; controller CPU %.0f ms to the end of the drain; CPU per change: %s\n",
-		rate, label, waited.Seconds(), quiet, changes, out.achieved, quantiles(out.writes), quantiles(out.lag), len(out.bind), quantiles(out.bind),
+	fmt.Printf("# churn %d/s, %s, to the end of the drain: %s\n# by 5 s: %s\n",
+		rate, label, drained.slowParts(costFrom), windows(tl.finish(), lags, delivered, binds, 5*time.Second))
+	fmt.Printf("churn %d/s, %s (after %.0f s waiting for a quiet plane, quiet %v): %d changes at %.1f/s, each CiliumNode write %s; to a watch %s; object to mirrored value %s; %d probes bound %s; kube-apiserver %.0f requests/s, Node PATCH %.1f/s, Node watch %.0f KiB/s; controller CPU %.0f ms to the end of the drain; CPU per change: %s\n",
+		rate, label, waited.Seconds(), quiet, changes, out.achieved, quantiles(out.writes), quantiles(out.delivered), quantiles(out.lag), len(out.bind), quantiles(out.bind),
 		out.cost.requests, out.cost.nodePatches, out.cost.nodeWatchBytes/1024, out.controllerCPUms, perChange(out.cpuMs, changes))
 	return out, nil
 }
@@ -218,7 +235,8 @@ func churnRows(nodes, rate int, label string, alone, with churnRound, idle apise
 		goal = "p99 ≤ 1 s"
 	}
 	return []row{
-		{Measure: fmt.Sprintf("%s: IPAM object change to the Node's mirrored value, p50 / p99 (%d changes)", what, len(with.lag)), Figure: quantiles(with.lag)},
+		{Measure: fmt.Sprintf("%s: IPAM object change to the Node's mirrored value, p50 / p99 (%d changes)", what, len(with.lag)), Figure: quantiles(with.lag),
+			Spread: "of which kube-apiserver's delivery of the change to a watch: " + quantiles(with.delivered)},
 		{Measure: fmt.Sprintf("%s: IPAM object change to the waiting pod bound, p50 / p99 (%d probes)", what, len(with.bind)), Figure: quantiles(with.bind), Goal: goal},
 		{Measure: what + ": the IPAM's own CiliumNode write (spec and status), p50, alone / with capscale mirroring",
 			Figure: fmt.Sprintf("%.0f / %.0f ms", quantileOf(alone.writes, 0.5), quantileOf(with.writes, 0.5)),

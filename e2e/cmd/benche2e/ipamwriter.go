@@ -110,3 +110,10 @@ func (w *ipamWriter) put(ctx context.Context, obj *unstructured.Unstructured) er
 	w.mu.Unlock()
 	return nil
 }
+
+// version is the resourceVersion last written to name.
+func (w *ipamWriter) version(name string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rv[name]
+}

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/capscale/capscale/controller/capacitysource/ipamtest"
@@ -59,7 +61,7 @@ func parseRates(s string) ([]int, error) {
 type pending struct {
 	mu      sync.Mutex
 	want    map[string]pendingChange // by node (mirror) or pod (bound)
-	latency []float64
+	latency []seenAt
 }
 
 type pendingChange struct {
@@ -82,7 +84,7 @@ func (p *pending) written(key string) {
 	switch {
 	case !ok:
 	case w.seen:
-		p.latency = append(p.latency, 0)
+		p.latency = append(p.latency, seenAt{at: time.Now()})
 		delete(p.want, key)
 	default:
 		w.at = time.Now()
@@ -100,7 +102,7 @@ func (p *pending) seen(key, value string) {
 		w.seen = true
 		p.want[key] = w
 	default:
-		p.latency = append(p.latency, float64(time.Since(w.at))/float64(time.Millisecond))
+		p.latency = append(p.latency, seenAt{at: time.Now(), lag: float64(time.Since(w.at)) / float64(time.Millisecond)})
 		delete(p.want, key)
 	}
 }
@@ -118,15 +120,30 @@ func (p *pending) reset() {
 	p.latency = nil
 }
 
-func (p *pending) done() []float64 {
+// done is the latencies recorded, in ms, each with when it was seen.
+func (p *pending) done() []seenAt {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]float64(nil), p.latency...)
+	return append([]seenAt(nil), p.latency...)
 }
 
-// apiserverCost is a window's Node writes, requests and Node watch bytes.
+func lagsOf(xs []seenAt) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = x.lag
+	}
+	return out
+}
+
+// apiserverCost is a window's Node writes, requests and Node watch bytes;
+// durSum and durCount are apiserver_request_duration_seconds' by
+// verb/resource/subresource, waitSum and waitCount priority and
+// fairness's queueing by priority level, and gcs kube-apiserver's garbage
+// collections: where a slow round's time went.
 type apiserverCost struct {
 	nodePatches, requests, nodeWatchBytes float64
+	durSum, durCount, waitSum, waitCount  map[string]float64
+	gcs                                   float64
 }
 
 func readCost(ctx context.Context, s *stack.Stack) (apiserverCost, error) {
@@ -142,7 +159,43 @@ func readCost(ctx context.Context, s *stack.Stack) (apiserverCost, error) {
 		}
 	}
 	c.nodeWatchBytes = f.sums("apiserver_watch_events_sizes", "resource")["nodes"]
+	c.durSum = f.sums("apiserver_request_duration_seconds", "verb", "resource", "subresource")
+	c.durCount = f.counts("apiserver_request_duration_seconds", "verb", "resource", "subresource")
+	c.waitSum = f.sums("apiserver_flowcontrol_request_wait_duration_seconds", "priority_level")
+	c.waitCount = f.counts("apiserver_flowcontrol_request_wait_duration_seconds", "priority_level")
+	if fam, ok := f["go_gc_duration_seconds"]; ok && len(fam.GetMetric()) > 0 {
+		c.gcs = float64(fam.GetMetric()[0].GetSummary().GetSampleCount())
+	}
 	return c, nil
+}
+
+// meansMs is each key's mean in ms over the window from since, for the
+// keys in want that were counted in it.
+func meansMs(sum, count, sumSince, countSince map[string]float64, want ...string) string {
+	var parts []string
+	for _, k := range want {
+		if n := count[k] - countSince[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f ms (%.0f)", k, (sum[k]-sumSince[k])*1000/n, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// slowParts says where kube-apiserver's time went from since: the mean of
+// the requests on the path (the IPAM's writes, the mirror's patch, the
+// bind), priority and fairness's mean queueing by level, and its GCs.
+func (c apiserverCost) slowParts(since apiserverCost) string {
+	levels := make([]string, 0, len(c.waitCount))
+	for k := range c.waitCount {
+		levels = append(levels, k)
+	}
+	slices.Sort(levels)
+	return fmt.Sprintf("kube-apiserver means: %s; APF queueing: %s; kube-apiserver GCs %.0f",
+		meansMs(c.durSum, c.durCount, since.durSum, since.durCount, "PUT/ciliumnodes", "PUT/ciliumnodes/status", "PATCH/nodes", "POST/pods/binding"),
+		meansMs(c.waitSum, c.waitCount, since.waitSum, since.waitCount, levels...), c.gcs-since.gcs)
 }
 
 func (c apiserverCost) rates(since apiserverCost, d time.Duration) apiserverCost {
@@ -191,10 +244,28 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 			}
 		},
 	})
+	// The IPAM's writes as a watch of kube-apiserver's sees them, metadata
+	// only: what capscale-controller's watch waits for, at little cost to
+	// the bench.
+	delivered := newDelivery()
+	meta, err := metadata.NewForConfig(s.Config)
+	if err != nil {
+		return nil, err
+	}
+	metaFactory := metadatainformer.NewSharedInformerFactory(meta, 0)
+	_, _ = metaFactory.ForResource(ciliumNodes).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, cur any) {
+			if m, ok := cur.(*metav1.PartialObjectMetadata); ok {
+				delivered.seen(m.Name, m.ResourceVersion)
+			}
+		},
+	})
 	informersCtx, stop := context.WithCancel(ctx)
 	factory.Start(informersCtx.Done())
-	defer func() { stop(); factory.Shutdown() }()
+	metaFactory.Start(informersCtx.Done())
+	defer func() { stop(); factory.Shutdown(); metaFactory.Shutdown() }()
 	factory.WaitForCacheSync(ctx.Done())
+	metaFactory.WaitForCacheSync(ctx.Done())
 
 	const ns = "churn"
 	probe := func(j int) string { return plane.NodeName(span + j) }
@@ -225,7 +296,7 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 	}
 	idle := idleTo.rates(idleFrom, time.Since(t))
 
-	r := &churnRun{s: s, w: w, uids: uids, span: span, length: o.length, mirror: mirror, bound: bound, probe: probe,
+	r := &churnRun{s: s, w: w, uids: uids, span: span, length: o.length, mirror: mirror, bound: bound, probe: probe, delivered: delivered,
 		idle: idleRates(cpuFrom, cpuTo, time.Since(t))}
 	var rows []row
 	nextProbe := 0

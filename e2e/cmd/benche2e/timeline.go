@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/capscale/capscale/e2e/plane"
+)
+
+// A churn round's second-by-second record beside its lags, to tell what a
+// slow round shares with its slow changes: the machine's CPU (the plane,
+// the bench and anything else on it), the hypervisor's steal, and etcd's
+// compactions (kube-apiserver asks for one every 5 minutes).
+
+type sample struct {
+	at           time.Time
+	busy, steal  time.Duration // the machine's, all cores
+	self         time.Duration // the bench's own CPU
+	plane        time.Duration // every process of the plane, capscale's included
+	compactions  float64       // etcd's, so far
+	compactionMs float64
+	// depth, waitSum and waitCount are capscale-controller's mirror queue:
+	// its depth now, and the time its Nodes waited in it so far.
+	depth, waitSum, waitCount float64
+	syncSum, syncCount        float64 // its syncs, the patch included
+}
+
+type timeline struct {
+	mu      sync.Mutex
+	samples []sample
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// startTimeline samples every second until stopTimeline.
+func startTimeline(ctx context.Context, p *plane.Plane, controllerURL string) *timeline {
+	ctx, cancel := context.WithCancel(ctx)
+	t := &timeline{stop: cancel, done: make(chan struct{})}
+	etcd := etcdMetricsURL(p)
+	// A stopped capscale-controller (the IPAM-alone rounds) must not hold
+	// the samples up.
+	hc := &http.Client{Timeout: 500 * time.Millisecond}
+	go func() {
+		defer close(t.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			s := sample{at: time.Now()}
+			s.busy, s.steal, _ = machineCPU()
+			s.self, _ = procCPU(os.Getpid())
+			for _, d := range allCPU(p) {
+				s.plane += d
+			}
+			if etcd != "" {
+				if f, err := scrapeHTTP(ctx, hc, etcd); err == nil {
+					s.compactions = f.histogramCount("etcd_debugging_mvcc_db_compaction_total_duration_milliseconds")
+					s.compactionMs = f.histogramSum("etcd_debugging_mvcc_db_compaction_total_duration_milliseconds")
+				}
+			}
+			if f, err := scrapeHTTP(ctx, hc, controllerURL+"/metrics"); err == nil {
+				s.depth = total(f.gauges("capscale_controller_capacity_source_queue_depth"))
+				s.waitSum = f.histogramSum("capscale_controller_capacity_source_queue_wait_seconds")
+				s.waitCount = f.histogramCount("capscale_controller_capacity_source_queue_wait_seconds")
+				s.syncSum = f.histogramSum("capscale_controller_capacity_source_sync_duration_seconds")
+				s.syncCount = f.histogramCount("capscale_controller_capacity_source_sync_duration_seconds")
+			}
+			t.mu.Lock()
+			t.samples = append(t.samples, s)
+			t.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return t
+}
+
+func (t *timeline) finish() []sample {
+	t.stop()
+	<-t.done
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.samples
+}
+
+// etcdMetricsURL is the plane's etcd /metrics ("" if it cannot be told).
+func etcdMetricsURL(p *plane.Plane) string {
+	for _, proc := range p.Processes() {
+		if proc.Name != "etcd" {
+			continue
+		}
+		for _, a := range proc.Args {
+			if url, ok := strings.CutPrefix(a, "--listen-client-urls="); ok {
+				return url + "/metrics"
+			}
+		}
+	}
+	return ""
+}
+
+// machineCPU reads /proc/stat's first line: busy (user, nice, system,
+// irq, softirq) and steal, summed over the cores.
+func machineCPU() (busy, steal time.Duration, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	v := make([]int64, 8)
+	for i := range v {
+		if v[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+	}
+	ticks := func(n int64) time.Duration { return time.Duration(n) * time.Second / userHZ }
+	// user nice system idle iowait irq softirq steal
+	return ticks(v[0] + v[1] + v[2] + v[5] + v[6]), ticks(v[7]), nil
+}
+
+// seenAt is one awaited state: when it was seen, and its lag in ms.
+type seenAt struct {
+	at  time.Time
+	lag float64
+}
+
+// windows prints the round in windows of w: per window the slowest lag
+// seen in it and how many were over 1 s, the slowest delivery of the
+// IPAM's writes to a watch of kube-apiserver's (the bench's own, as
+// capscale-controller's), the probes' slowest, the mirror queue's deepest
+// and its mean wait, the machine's cores busy (the plane's, the bench's,
+// and the rest), steal, and etcd's compactions.
+func windows(samples []sample, lags, delivered, binds []seenAt, w time.Duration) string {
+	if len(samples) < 2 {
+		return "—"
+	}
+	var parts []string
+	start := samples[0].at
+	for i := 0; i+1 < len(samples); {
+		j := i + 1
+		for j+1 < len(samples) && samples[j].at.Sub(samples[i].at) < w {
+			j++
+		}
+		a, b := samples[i], samples[j]
+		wall := b.at.Sub(a.at).Seconds()
+		cores := func(d time.Duration) float64 { return d.Seconds() / wall }
+		in := func(l seenAt) bool { return !l.at.Before(a.at) && l.at.Before(b.at) }
+		worst, over, watch := 0.0, 0, 0.0
+		for _, l := range lags {
+			if in(l) {
+				worst = max(worst, l.lag)
+				if l.lag > 1000 {
+					over++
+				}
+			}
+		}
+		for _, l := range delivered {
+			if in(l) {
+				watch = max(watch, l.lag)
+			}
+		}
+		depth := 0.0
+		for _, x := range samples[i : j+1] {
+			depth = max(depth, x.depth)
+		}
+		meanMs := func(sum, count float64) float64 { return sum * 1000 / max(count, 1) }
+		queueWait, sync := meanMs(b.waitSum-a.waitSum, b.waitCount-a.waitCount), meanMs(b.syncSum-a.syncSum, b.syncCount-a.syncCount)
+		probe := "—"
+		for _, l := range binds {
+			if in(l) {
+				probe = fmt.Sprintf("%.0f", l.lag)
+			}
+		}
+		busy, plane, self := cores(b.busy-a.busy), cores(b.plane-a.plane), cores(b.self-a.self)
+		parts = append(parts, fmt.Sprintf("[%2.0f s: lag max %.0f ms, %d over 1 s, watch max %.0f ms, probe %s; queue max %.0f, wait mean %.0f ms, sync mean %.0f ms; cores: plane %.2f, bench %.2f, other %.2f, steal %.2f; compactions %.0f (%.0f ms)]",
+			a.at.Sub(start).Seconds(), worst, over, watch, probe, depth, queueWait, sync, plane, self, max(busy-plane-self, 0), cores(b.steal-a.steal),
+			b.compactions-a.compactions, b.compactionMs-a.compactionMs))
+		i = j
+	}
+	return strings.Join(parts, " ")
+}
+
+// histogramCount and histogramSum add up every series of a histogram.
+func (f metricFamilies) histogramCount(name string) float64 {
+	return total(f.counts(name))
+}
+
+func (f metricFamilies) histogramSum(name string) float64 { return total(f.sums(name)) }
+
+// gauges is each gauge series' value, keyed by keys.
+func (f metricFamilies) gauges(name string, keys ...string) map[string]float64 {
+	return f.byLabels(name, keys, func(m *dto.Metric) (float64, bool) { return m.GetGauge().GetValue(), m.GetGauge() != nil })
+}
+
+// counts is sums' sample counts.
+func (f metricFamilies) counts(name string, keys ...string) map[string]float64 {
+	return f.byLabels(name, keys, func(m *dto.Metric) (float64, bool) {
+		h := m.GetHistogram()
+		return float64(h.GetSampleCount()), h != nil
+	})
+}
+
+// delivery times the IPAM's writes to a watch of kube-apiserver's: from
+// the write's return to its resourceVersion seen (0 if seen before).
+type delivery struct {
+	mu   sync.Mutex
+	last map[string]string // by name: the newest resourceVersion seen
+	want map[string]pendingChange
+	lags []seenAt
+}
+
+func newDelivery() *delivery {
+	return &delivery{last: map[string]string{}, want: map[string]pendingChange{}}
+}
+
+func (d *delivery) written(name, rv string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last[name] == rv {
+		d.lags = append(d.lags, seenAt{at: time.Now()})
+		return
+	}
+	d.want[name] = pendingChange{value: rv, at: time.Now()}
+}
+
+func (d *delivery) seen(name, rv string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.last[name] = rv
+	if w, ok := d.want[name]; ok && w.value == rv {
+		d.lags = append(d.lags, seenAt{at: time.Now(), lag: float64(time.Since(w.at)) / float64(time.Millisecond)})
+		delete(d.want, name)
+	}
+}
+
+// take returns the lags so far and forgets them.
+func (d *delivery) take() []seenAt {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := d.lags
+	d.lags = nil
+	return out
+}
