@@ -52,8 +52,12 @@ func startTimeline(ctx context.Context, p *plane.Plane, controllerURL string) *t
 		defer close(t.done)
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
+		var last sample
 		for {
-			s := sample{at: time.Now()}
+			// A scrape that fails (capscale-controller stopped) keeps the
+			// last values, so that its window reads 0, not a negative.
+			s := last
+			s.at = time.Now()
 			s.busy, s.steal, _ = machineCPU()
 			s.self, _ = procCPU(os.Getpid())
 			for _, d := range allCPU(p) {
@@ -72,6 +76,7 @@ func startTimeline(ctx context.Context, p *plane.Plane, controllerURL string) *t
 				s.syncSum = f.histogramSum("capscale_controller_capacity_source_sync_duration_seconds")
 				s.syncCount = f.histogramCount("capscale_controller_capacity_source_sync_duration_seconds")
 			}
+			last = s
 			t.mu.Lock()
 			t.samples = append(t.samples, s)
 			t.mu.Unlock()

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDelivery(t *testing.T) {
+	d := newDelivery()
+	// Seen before the write returned: 0.
+	d.seen("a", "5")
+	d.written("a", "5")
+	// Written, then an older version seen (the spec update), then its own.
+	d.written("b", "7")
+	d.seen("b", "6")
+	time.Sleep(5 * time.Millisecond)
+	d.seen("b", "7")
+	got := d.take()
+	if len(got) != 2 || got[0].lag != 0 || got[1].lag < 5 {
+		t.Fatalf("lags %+v, want 0 for a and at least 5 ms for b", got)
+	}
+	if len(d.take()) != 0 {
+		t.Error("take did not forget")
+	}
+}
+
+func TestWindows(t *testing.T) {
+	t0 := time.Now()
+	samples := []sample{
+		{at: t0},
+		{at: t0.Add(5 * time.Second), busy: 10 * time.Second, plane: 9 * time.Second, self: time.Second, depth: 3, waitSum: 1, waitCount: 10, syncSum: 0.5, syncCount: 10},
+		{at: t0.Add(10 * time.Second), busy: 15 * time.Second, plane: 13 * time.Second, self: 1500 * time.Millisecond, steal: time.Second, compactions: 1, compactionMs: 900, waitSum: 1, waitCount: 10, syncSum: 0.5, syncCount: 10},
+	}
+	lags := []seenAt{{at: t0.Add(time.Second), lag: 1500}, {at: t0.Add(2 * time.Second), lag: 20}, {at: t0.Add(6 * time.Second), lag: 40}}
+	watch := []seenAt{{at: t0.Add(time.Second), lag: 1400}}
+	binds := []seenAt{{at: t0.Add(7 * time.Second), lag: 60}}
+	got := windows(samples, lags, watch, binds, 5*time.Second)
+	for _, want := range []string{
+		"[ 0 s: lag max 1500 ms, 1 over 1 s, watch max 1400 ms, probe —; queue max 3, wait mean 100 ms, sync mean 50 ms; cores: plane 1.80, bench 0.20, other 0.00, steal 0.00; compactions 0 (0 ms)]",
+		"[ 5 s: lag max 40 ms, 0 over 1 s, watch max 0 ms, probe 60; queue max 3, wait mean 0 ms, sync mean 0 ms; cores: plane 0.80, bench 0.10, other 0.10, steal 0.20; compactions 1 (900 ms)]",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("windows:\n%s\nwant it to hold\n%s", got, want)
+		}
+	}
+}
