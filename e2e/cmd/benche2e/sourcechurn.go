@@ -144,6 +144,9 @@ type apiserverCost struct {
 	nodePatches, requests, nodeWatchBytes float64
 	durSum, durCount, waitSum, waitCount  map[string]float64
 	gcs                                   float64
+	// terminated are the watchers kube-apiserver closed for not keeping
+	// up, by resource.
+	terminated map[string]float64
 }
 
 func readCost(ctx context.Context, s *stack.Stack) (apiserverCost, error) {
@@ -163,6 +166,7 @@ func readCost(ctx context.Context, s *stack.Stack) (apiserverCost, error) {
 	c.durCount = f.counts("apiserver_request_duration_seconds", "verb", "resource", "subresource")
 	c.waitSum = f.sums("apiserver_flowcontrol_request_wait_duration_seconds", "priority_level")
 	c.waitCount = f.counts("apiserver_flowcontrol_request_wait_duration_seconds", "priority_level")
+	c.terminated = f.counters("apiserver_terminated_watchers_total", "resource")
 	if fam, ok := f["go_gc_duration_seconds"]; ok && len(fam.GetMetric()) > 0 {
 		c.gcs = float64(fam.GetMetric()[0].GetSummary().GetSampleCount())
 	}
@@ -193,9 +197,16 @@ func (c apiserverCost) slowParts(since apiserverCost) string {
 		levels = append(levels, k)
 	}
 	slices.Sort(levels)
-	return fmt.Sprintf("kube-apiserver means: %s; APF queueing: %s; kube-apiserver GCs %.0f",
+	var closed []string
+	for k, v := range c.terminated {
+		if d := v - since.terminated[k]; d > 0 {
+			closed = append(closed, fmt.Sprintf("%s %.0f", k, d))
+		}
+	}
+	slices.Sort(closed)
+	return fmt.Sprintf("kube-apiserver means: %s; APF queueing: %s; kube-apiserver GCs %.0f; watchers closed for not keeping up: %v",
 		meansMs(c.durSum, c.durCount, since.durSum, since.durCount, "PUT/ciliumnodes", "PUT/ciliumnodes/status", "PATCH/nodes", "POST/pods/binding"),
-		meansMs(c.waitSum, c.waitCount, since.waitSum, since.waitCount, levels...), c.gcs-since.gcs)
+		meansMs(c.waitSum, c.waitCount, since.waitSum, since.waitCount, levels...), c.gcs-since.gcs, closed)
 }
 
 func (c apiserverCost) rates(since apiserverCost, d time.Duration) apiserverCost {

@@ -60,6 +60,7 @@ func startTimeline(ctx context.Context, p *plane.Plane, controllerURL string) *t
 			s.at = time.Now()
 			s.busy, s.steal, _ = machineCPU()
 			s.self, _ = procCPU(os.Getpid())
+			s.plane = 0
 			for _, d := range allCPU(p) {
 				s.plane += d
 			}
