@@ -106,7 +106,7 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 	defer func() { _ = resume() }()
 	allFrom := allCPU(r.s.Plane)
 	tl := startTimeline(ctx, r.s.Plane, r.s.Controller.URL)
-	r.delivered.take()
+	r.delivered.take() // deliveries before the round (the last drain's) are not its own
 	defer tl.finish()
 	costFrom, err := readCost(ctx, r.s)
 	if err != nil {

@@ -212,6 +212,19 @@ func (f metricFamilies) counters(name string, keys ...string) map[string]float64
 	return f.byLabels(name, keys, func(m *dto.Metric) (float64, bool) { return m.GetCounter().GetValue(), true })
 }
 
+// counts is sums' sample counts.
+func (f metricFamilies) counts(name string, keys ...string) map[string]float64 {
+	return f.byLabels(name, keys, func(m *dto.Metric) (float64, bool) {
+		h := m.GetHistogram()
+		return float64(h.GetSampleCount()), h != nil
+	})
+}
+
+// gauges is each gauge series' value, keyed by keys.
+func (f metricFamilies) gauges(name string, keys ...string) map[string]float64 {
+	return f.byLabels(name, keys, func(m *dto.Metric) (float64, bool) { return m.GetGauge().GetValue(), m.GetGauge() != nil })
+}
+
 // byLabels sums value over each series of family name keyed by the values
 // of keys, joined with "/"; a series value refuses is left out.
 func (f metricFamilies) byLabels(name string, keys []string, value func(*dto.Metric) (float64, bool)) map[string]float64 {

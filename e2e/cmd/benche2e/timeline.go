@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/capscale/capscale/e2e/plane"
 )
 
@@ -21,20 +19,25 @@ import (
 // compactions (kube-apiserver asks for one every 5 minutes).
 
 type sample struct {
-	at           time.Time
-	busy, steal  time.Duration // the machine's, all cores
-	self         time.Duration // the bench's own CPU
-	plane        time.Duration // every process of the plane, capscale's included
-	compactions  float64       // etcd's, so far
-	compactionMs float64
-	// depth, waitSum and waitCount are capscale-controller's mirror queue:
-	// its depth now, and the time its Nodes waited in it so far.
-	depth, waitSum, waitCount float64
-	syncSum, syncCount        float64 // its syncs, the patch included
+	at          time.Time
+	busy, steal time.Duration // the machine's, all cores
+	self        time.Duration // the bench's own CPU
+	plane       time.Duration // every process of the plane, capscale's included
+	etcd        etcdSample
+	queue       queueSample
 }
 
+// etcdSample is etcd's compactions so far, read from its /metrics.
+type etcdSample struct{ compactions, compactionMs float64 }
+
+// queueSample is capscale-controller's mirror queue: its depth now, and
+// so far the time its Nodes waited in it and the time their syncs took,
+// the patch included.
+type queueSample struct{ depth, waitSum, waitCount, syncSum, syncCount float64 }
+
+// timeline's samples are written by its goroutine alone and read once it
+// has ended.
 type timeline struct {
-	mu      sync.Mutex
 	samples []sample
 	stop    context.CancelFunc
 	done    chan struct{}
@@ -56,31 +59,25 @@ func startTimeline(ctx context.Context, p *plane.Plane, controllerURL string) *t
 		for {
 			// A scrape that fails (capscale-controller stopped) keeps the
 			// last values, so that its window reads 0, not a negative.
-			s := last
-			s.at = time.Now()
+			s := sample{at: time.Now(), etcd: last.etcd, queue: last.queue}
 			s.busy, s.steal, _ = machineCPU()
 			s.self, _ = procCPU(os.Getpid())
-			s.plane = 0
 			for _, d := range allCPU(p) {
 				s.plane += d
 			}
 			if etcd != "" {
 				if f, err := scrapeHTTP(ctx, hc, etcd); err == nil {
-					s.compactions = f.histogramCount("etcd_debugging_mvcc_db_compaction_total_duration_milliseconds")
-					s.compactionMs = f.histogramSum("etcd_debugging_mvcc_db_compaction_total_duration_milliseconds")
+					const c = "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds"
+					s.etcd = etcdSample{compactions: total(f.counts(c)), compactionMs: total(f.sums(c))}
 				}
 			}
 			if f, err := scrapeHTTP(ctx, hc, controllerURL+"/metrics"); err == nil {
-				s.depth = total(f.gauges("capscale_controller_capacity_source_queue_depth"))
-				s.waitSum = f.histogramSum("capscale_controller_capacity_source_queue_wait_seconds")
-				s.waitCount = f.histogramCount("capscale_controller_capacity_source_queue_wait_seconds")
-				s.syncSum = f.histogramSum("capscale_controller_capacity_source_sync_duration_seconds")
-				s.syncCount = f.histogramCount("capscale_controller_capacity_source_sync_duration_seconds")
+				const wait, synced = "capscale_controller_capacity_source_queue_wait_seconds", "capscale_controller_capacity_source_sync_duration_seconds"
+				s.queue = queueSample{depth: total(f.gauges("capscale_controller_capacity_source_queue_depth")),
+					waitSum: total(f.sums(wait)), waitCount: total(f.counts(wait)), syncSum: total(f.sums(synced)), syncCount: total(f.counts(synced))}
 			}
 			last = s
-			t.mu.Lock()
 			t.samples = append(t.samples, s)
-			t.mu.Unlock()
 			select {
 			case <-ctx.Done():
 				return
@@ -91,11 +88,10 @@ func startTimeline(ctx context.Context, p *plane.Plane, controllerURL string) *t
 	return t
 }
 
+// finish stops the sampling (once or more) and returns the samples.
 func (t *timeline) finish() []sample {
 	t.stop()
 	<-t.done
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	return t.samples
 }
 
@@ -146,9 +142,9 @@ type seenAt struct {
 // windows prints the round in windows of w: per window the slowest lag
 // seen in it and how many were over 1 s, the slowest delivery of the
 // IPAM's writes to a watch of kube-apiserver's (the bench's own, as
-// capscale-controller's), the probes' slowest, the mirror queue's deepest
-// and its mean wait, the machine's cores busy (the plane's, the bench's,
-// and the rest), steal, and etcd's compactions.
+// capscale-controller's), the probes' slowest, the mirror queue's deepest,
+// its mean wait and mean sync, the machine's cores busy (the plane's, the
+// bench's, and the rest), steal, and etcd's compactions.
 func windows(samples []sample, lags, delivered, binds []seenAt, w time.Duration) string {
 	if len(samples) < 2 {
 		return "—"
@@ -180,10 +176,11 @@ func windows(samples []sample, lags, delivered, binds []seenAt, w time.Duration)
 		}
 		depth := 0.0
 		for _, x := range samples[i : j+1] {
-			depth = max(depth, x.depth)
+			depth = max(depth, x.queue.depth)
 		}
 		meanMs := func(sum, count float64) float64 { return sum * 1000 / max(count, 1) }
-		queueWait, sync := meanMs(b.waitSum-a.waitSum, b.waitCount-a.waitCount), meanMs(b.syncSum-a.syncSum, b.syncCount-a.syncCount)
+		qa, qb := a.queue, b.queue
+		queueWait, syncMean := meanMs(qb.waitSum-qa.waitSum, qb.waitCount-qa.waitCount), meanMs(qb.syncSum-qa.syncSum, qb.syncCount-qa.syncCount)
 		probe := "—"
 		for _, l := range binds {
 			if in(l) {
@@ -192,31 +189,11 @@ func windows(samples []sample, lags, delivered, binds []seenAt, w time.Duration)
 		}
 		busy, plane, self := cores(b.busy-a.busy), cores(b.plane-a.plane), cores(b.self-a.self)
 		parts = append(parts, fmt.Sprintf("[%2.0f s: lag max %.0f ms, %d over 1 s, watch max %.0f ms, probe %s; queue max %.0f, wait mean %.0f ms, sync mean %.0f ms; cores: plane %.2f, bench %.2f, other %.2f, steal %.2f; compactions %.0f (%.0f ms)]",
-			a.at.Sub(start).Seconds(), worst, over, watch, probe, depth, queueWait, sync, plane, self, max(busy-plane-self, 0), cores(b.steal-a.steal),
-			b.compactions-a.compactions, b.compactionMs-a.compactionMs))
+			a.at.Sub(start).Seconds(), worst, over, watch, probe, depth, queueWait, syncMean, plane, self, max(busy-plane-self, 0), cores(b.steal-a.steal),
+			b.etcd.compactions-a.etcd.compactions, b.etcd.compactionMs-a.etcd.compactionMs))
 		i = j
 	}
 	return strings.Join(parts, " ")
-}
-
-// histogramCount and histogramSum add up every series of a histogram.
-func (f metricFamilies) histogramCount(name string) float64 {
-	return total(f.counts(name))
-}
-
-func (f metricFamilies) histogramSum(name string) float64 { return total(f.sums(name)) }
-
-// gauges is each gauge series' value, keyed by keys.
-func (f metricFamilies) gauges(name string, keys ...string) map[string]float64 {
-	return f.byLabels(name, keys, func(m *dto.Metric) (float64, bool) { return m.GetGauge().GetValue(), m.GetGauge() != nil })
-}
-
-// counts is sums' sample counts.
-func (f metricFamilies) counts(name string, keys ...string) map[string]float64 {
-	return f.byLabels(name, keys, func(m *dto.Metric) (float64, bool) {
-		h := m.GetHistogram()
-		return float64(h.GetSampleCount()), h != nil
-	})
 }
 
 // delivery times the IPAM's writes to a watch of kube-apiserver's: from

@@ -29,8 +29,10 @@ func TestWindows(t *testing.T) {
 	t0 := time.Now()
 	samples := []sample{
 		{at: t0},
-		{at: t0.Add(5 * time.Second), busy: 10 * time.Second, plane: 9 * time.Second, self: time.Second, depth: 3, waitSum: 1, waitCount: 10, syncSum: 0.5, syncCount: 10},
-		{at: t0.Add(10 * time.Second), busy: 15 * time.Second, plane: 13 * time.Second, self: 1500 * time.Millisecond, steal: time.Second, compactions: 1, compactionMs: 900, waitSum: 1, waitCount: 10, syncSum: 0.5, syncCount: 10},
+		{at: t0.Add(5 * time.Second), busy: 10 * time.Second, plane: 9 * time.Second, self: time.Second,
+			queue: queueSample{depth: 3, waitSum: 1, waitCount: 10, syncSum: 0.5, syncCount: 10}},
+		{at: t0.Add(10 * time.Second), busy: 15 * time.Second, plane: 13 * time.Second, self: 1500 * time.Millisecond, steal: time.Second,
+			etcd: etcdSample{compactions: 1, compactionMs: 900}, queue: queueSample{waitSum: 1, waitCount: 10, syncSum: 0.5, syncCount: 10}},
 	}
 	lags := []seenAt{{at: t0.Add(time.Second), lag: 1500}, {at: t0.Add(2 * time.Second), lag: 20}, {at: t0.Add(6 * time.Second), lag: 40}}
 	watch := []seenAt{{at: t0.Add(time.Second), lag: 1400}}
@@ -43,5 +45,19 @@ func TestWindows(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("windows:\n%s\nwant it to hold\n%s", got, want)
 		}
+	}
+}
+
+func TestMeansMs(t *testing.T) {
+	sum := map[string]float64{"PATCH/nodes": 3, "PUT/ciliumnodes": 1}
+	count := map[string]float64{"PATCH/nodes": 40, "PUT/ciliumnodes": 10}
+	since := map[string]float64{"PATCH/nodes": 1, "PUT/ciliumnodes": 1}
+	sinceCount := map[string]float64{"PATCH/nodes": 20, "PUT/ciliumnodes": 10}
+	// PUT did not grow: left out; PATCH: 2 s over 20 requests.
+	if got, want := meansMs(sum, count, since, sinceCount, "PUT/ciliumnodes", "PATCH/nodes"), "PATCH/nodes 100 ms (20)"; got != want {
+		t.Errorf("meansMs = %q, want %q", got, want)
+	}
+	if got := meansMs(sum, count, sum, count, "PATCH/nodes"); got != "—" {
+		t.Errorf("meansMs with nothing counted = %q, want —", got)
 	}
 }
