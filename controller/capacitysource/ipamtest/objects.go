@@ -23,6 +23,9 @@ func ownedByNode(node string, uid types.UID) []any {
 	return []any{map[string]any{"apiVersion": "v1", "kind": "Node", "name": node, "uid": string(uid)}}
 }
 
+// ENIName is the one ENI CiliumNodeENI attaches.
+const ENIName = "eni-0a1b2c3d4e5f60001"
+
 // CiliumNodeENI is a CiliumNode (cilium.io/v2) in ENI mode
 // (github.com/cilium/cilium pkg/k8s/apis/cilium.io/v2 CiliumNode,
 // pkg/ipam/types): cilium-operator has attached one ENI and written its
@@ -32,7 +35,7 @@ func ownedByNode(node string, uid types.UID) []any {
 // "namespace/name") into status.ipam.used. The node can hold pool − 2 pod
 // IPs: the capacity the cilium-eni preset gives.
 func CiliumNodeENI(node string, uid types.UID, pool int, pods []string) *unstructured.Unstructured {
-	const eni = "eni-0a1b2c3d4e5f60001"
+	const eni = ENIName
 	spool := map[string]any{}
 	addrs := []any{}
 	for i := range pool {

@@ -303,6 +303,11 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 			if err := installCilium(ctx, s); err != nil {
 				return err
 			}
+			// The policy the chart holds the mirror's Node writes to:
+			// kube-apiserver evaluates it on every patch.
+			if out, err := s.Kubectl(ctx, "apply", "-f", stack.DeployFile("controller/node-writes.yaml")); err != nil {
+				return fmt.Errorf("applying controller/node-writes.yaml: %w\n%s", err, out)
+			}
 			return createCiliumNodes(ctx, s, nodes)
 		},
 	})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -37,6 +39,12 @@ type churnRun struct {
 	// starts once the plane is back at it (waitQuiet), so that no round
 	// inherits the backlog of the one before, nor of the fresh install.
 	idle map[string]float64
+	// last is the capacity the churn last gave each node, written the
+	// nodes in the order it first did (watchOnly rewrites them).
+	last    map[string]int
+	written []string
+	// patcher writes the Node patches of a patchOnly round.
+	patcher *nodePatcher
 	// workers is capscale-controller's --capacity-source-workers, 0 as
 	// the stack started it; restarts counts its restarts (each a log).
 	workers, restarts int
@@ -55,10 +63,14 @@ type churnRound struct {
 	// cpuMs is every plane and capscale process's CPU from the round's
 	// start to the end of its drain; waited is how long the round waited
 	// for the plane to be quiet first, and quiet whether it got there.
-	cpuMs   map[string]float64
-	changes int
-	waited  time.Duration
-	quiet   bool
+	cpuMs map[string]float64
+	// writingMs is the same from the round's start to its last write:
+	// with capscale stopped (alone) it holds none of capscale's work, so
+	// the two sides' difference is what capscale adds while it runs.
+	writingMs map[string]float64
+	changes   int
+	waited    time.Duration
+	quiet     bool
 }
 
 // allCPU reads the CPU time of every process of the plane that runs,
@@ -76,34 +88,74 @@ func allCPU(p *plane.Plane) cpuTimes {
 // perChangeMs is ms over the round's changes.
 func (c churnRound) perChangeMs(ms float64) float64 { return ms / float64(max(c.changes, 1)) }
 
-// round writes rate capacity changes a second for r.length. With alone,
-// capscale-controller is stopped meanwhile and its lag is not timed; once
-// it runs again, the round ends when it has mirrored every change.
-func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, probes int) (churnRound, error) {
+// roundKind is what runs beside the IPAM's writes in a round.
+type roundKind int
+
+const (
+	// withCapscale: capscale-controller watches and mirrors; lag timed.
+	withCapscale roundKind = iota
+	// ipamAlone: capscale-controller stopped (SIGSTOP); its lag is drained
+	// once it runs again, not timed.
+	ipamAlone
+	// watchOnly: capscale-controller runs, but each write changes only
+	// fields no preset reads (the instance ID, the ENI's MAC), so it gets
+	// every event and patches no Node: its watch's cost alone.
+	watchOnly
+	// patchOnly: capscale-controller stopped, and the bench patches each
+	// changed Node's mirrored value itself, as capscale-controller's
+	// ServiceAccount and field manager: the Node patches' cost alone.
+	patchOnly
+	// patchUnchecked: patchOnly with the binding of capscale-controller's
+	// node-writes ValidatingAdmissionPolicy taken away for the round: what
+	// the policy's CEL costs kube-apiserver on each patch.
+	patchUnchecked
+)
+
+func (k roundKind) String() string {
+	return [...]string{"with capscale", "IPAM alone", "capscale's watch without its patches", "capscale's patches without its watch",
+		"capscale's patches without its watch or its node-writes policy"}[k]
+}
+
+// stopsController says whether capscale-controller is stopped meanwhile.
+func (k roundKind) stopsController() bool {
+	return k == ipamAlone || k == patchOnly || k == patchUnchecked
+}
+
+// round writes rate capacity changes a second for r.length, with kind
+// beside them; once capscale-controller runs again, the round ends when it
+// has mirrored every change.
+func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstProbe, probes int) (churnRound, error) {
 	mirror := r.mirror
 	waited, quiet, err := waitQuiet(ctx, livePids(r.s.Plane), r.idle, 2*time.Minute)
 	if err != nil {
 		return churnRound{}, err
 	}
 	pid := r.s.Controller.Pid()
-	label := "with capscale"
-	if r.workers > 0 {
+	label := kind.String()
+	if kind == withCapscale && r.workers > 0 {
 		label = fmt.Sprintf("with capscale at %d workers", r.workers)
 	}
-	if alone {
-		label = "IPAM alone" // its lag is drained, not timed
+	stopped := kind.stopsController()
+	if stopped {
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			return churnRound{}, fmt.Errorf("stopping capscale-controller: %w", err)
 		}
 	}
 	resume := func() error {
-		if !alone {
+		if !stopped {
 			return nil
 		}
-		alone = false
+		stopped = false
 		return syscall.Kill(pid, syscall.SIGCONT)
 	}
 	defer func() { _ = resume() }()
+	if kind == patchUnchecked {
+		restore, err := r.patcher.unbind(ctx)
+		if err != nil {
+			return churnRound{}, err
+		}
+		defer restore()
+	}
 	allFrom := allCPU(r.s.Plane)
 	tl := startTimeline(ctx, r.s.Plane, r.s.Controller.URL)
 	r.delivered.take() // deliveries before the round (the last drain's) are not its own
@@ -117,23 +169,36 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 		slots    = make(chan struct{}, 256) // writes in flight, so one slow write does not hold the pace
 		mu       sync.Mutex
 		firstErr error
-		out      = churnRound{waited: waited, quiet: quiet, cpuMs: map[string]float64{}}
+		out      = churnRound{waited: waited, quiet: quiet}
 	)
-	put := func(p *pending, key, node string, capacity int) {
+	put := func(p *pending, key, node string, capacity int, k int) {
 		defer wg.Done()
 		defer func() { <-slots }()
+		obj := ipamtest.CiliumNodeENI(node, r.uids[node], capacity+2, nil)
+		if kind == watchOnly {
+			unreadChange(obj, k)
+		}
 		t := time.Now()
-		err := r.w.put(ctx, ipamtest.CiliumNodeENI(node, r.uids[node], capacity+2, nil))
+		err := r.w.put(ctx, obj)
 		mu.Lock()
 		out.writes = append(out.writes, float64(time.Since(t))/float64(time.Millisecond))
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
 		mu.Unlock()
-		if err == nil {
-			p.written(key)
-			r.delivered.written(node, r.w.version(node))
+		if err != nil {
+			return
 		}
+		r.delivered.written(node, r.w.version(node))
+		if kind == patchOnly || kind == patchUnchecked {
+			if err := r.patcher.patch(ctx, node, capacity); err != nil {
+				mu.Lock()
+				firstErr = cmp.Or(firstErr, err)
+				mu.Unlock()
+				return
+			}
+		}
+		p.written(key)
 	}
 	start := time.Now()
 	changes := int(r.length.Seconds() * float64(rate))
@@ -145,20 +210,19 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 		<-tick.C
 		k := r.next
 		r.next++
-		// Spread over the nodes; each pass over the span gives a node a
-		// value its previous pass did not.
-		node := plane.NodeName((k * 7919) % r.span)
-		capacity := 20 + (k/r.span)%5
-		mirror.expect(node, strconv.Itoa(capacity))
+		node, capacity := r.change(kind, k)
+		if kind != watchOnly {
+			mirror.expect(node, strconv.Itoa(capacity))
+		}
 		slots <- struct{}{}
 		wg.Add(1)
-		go put(mirror, node, node, capacity)
+		go put(mirror, node, node, capacity, k)
 		if probed < probes && time.Since(start) >= time.Duration(probed)*every+every/2 {
 			j := firstProbe + probed
 			r.bound.expect(probeName(j), "bound")
 			slots <- struct{}{}
 			wg.Add(1)
-			go put(r.bound, probeName(j), r.probe(j), 1)
+			go put(r.bound, probeName(j), r.probe(j), 1, k)
 			probed++
 		}
 	}
@@ -166,6 +230,7 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 	if firstErr != nil {
 		return churnRound{}, firstErr
 	}
+	out.writingMs = cpuSince(allFrom, allCPU(r.s.Plane))
 	costTo, err := readCost(ctx, r.s)
 	if err != nil {
 		return churnRound{}, err
@@ -181,11 +246,7 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 	}); err != nil {
 		return churnRound{}, fmt.Errorf("after the round at %d/s %d changes were never mirrored and %d probe pods never bound", rate, mirror.open(), r.bound.open())
 	}
-	for name, to := range allCPU(r.s.Plane) {
-		if from, ok := allFrom[name]; ok {
-			out.cpuMs[name] = float64(to-from) / float64(time.Millisecond)
-		}
-	}
+	out.cpuMs = cpuSince(allFrom, allCPU(r.s.Plane))
 	out.controllerCPUms = out.cpuMs[r.s.Controller.Name]
 	drained, err := readCost(ctx, r.s)
 	if err != nil {
@@ -193,17 +254,55 @@ func (r *churnRun) round(ctx context.Context, rate int, alone bool, firstProbe, 
 	}
 	lags, binds, delivered := r.mirror.done(), r.bound.done(), r.delivered.take()
 	out.delivered = lagsOf(delivered)
-	if label != "IPAM alone" {
+	if kind == withCapscale {
 		out.lag, out.bind = lagsOf(lags), lagsOf(binds)
 	}
 	r.mirror.reset()
 	r.bound.reset()
 	fmt.Printf("# churn %d/s, %s, to the end of the drain: %s\n# by 5 s: %s\n",
 		rate, label, drained.slowParts(costFrom), windows(tl.finish(), lags, delivered, binds, 5*time.Second))
-	fmt.Printf("churn %d/s, %s (after %.0f s waiting for a quiet plane, quiet %v): %d changes at %.1f/s, each CiliumNode write %s; to a watch %s; object to mirrored value %s; %d probes bound %s; kube-apiserver %.0f requests/s, Node PATCH %.1f/s, Node watch %.0f KiB/s; controller CPU %.0f ms to the end of the drain; CPU per change: %s\n",
+	fmt.Printf("churn %d/s, %s (after %.0f s waiting for a quiet plane, quiet %v): %d changes at %.1f/s, each CiliumNode write %s; to a watch %s; object to mirrored value %s; %d probes bound %s; kube-apiserver %.0f requests/s, Node PATCH %.1f/s, Node watch %.0f KiB/s; controller CPU %.0f ms to the end of the drain; CPU per change: %s; while writing: %s\n",
 		rate, label, waited.Seconds(), quiet, changes, out.achieved, quantiles(out.writes), quantiles(out.delivered), quantiles(out.lag), len(out.bind), quantiles(out.bind),
-		out.cost.requests, out.cost.nodePatches, out.cost.nodeWatchBytes/1024, out.controllerCPUms, perChange(out.cpuMs, changes))
+		out.cost.requests, out.cost.nodePatches, out.cost.nodeWatchBytes/1024, out.controllerCPUms, perChange(out.cpuMs, changes), perChange(out.writingMs, changes))
 	return out, nil
+}
+
+// change is the k-th change's node and capacity. Spread over the nodes,
+// each pass over the span gives a node a value its previous pass did
+// not; a watchOnly round rewrites a node the churn wrote before with the
+// value it gave it, so that nothing the mirror reads changes.
+func (r *churnRun) change(kind roundKind, k int) (string, int) {
+	if kind == watchOnly && len(r.written) > 0 {
+		node := r.written[k%len(r.written)]
+		return node, r.last[node]
+	}
+	node := plane.NodeName((k * 7919) % r.span)
+	capacity := 20 + (k/r.span)%5
+	if _, ok := r.last[node]; !ok {
+		r.written = append(r.written, node)
+	}
+	r.last[node] = capacity
+	return node, capacity
+}
+
+// unreadChange changes fields of a CiliumNode that no preset reads, in
+// its spec and in its status, so that both of the IPAM's writes are real
+// writes that leave the mirrored value as it was.
+func unreadChange(obj *unstructured.Unstructured, k int) {
+	_ = unstructured.SetNestedField(obj.Object, fmt.Sprintf("i-%017x", k), "spec", "instance-id")
+	_ = unstructured.SetNestedField(obj.Object, fmt.Sprintf("0a:1b:%02x:%02x:%02x:%02x", byte(k>>24), byte(k>>16), byte(k>>8), byte(k)),
+		"status", "eni", "enis", ipamtest.ENIName, "mac")
+}
+
+// cpuSince is each process's CPU in ms from from to to, for those in both.
+func cpuSince(from, to cpuTimes) map[string]float64 {
+	out := map[string]float64{}
+	for name, t := range to {
+		if f, ok := from[name]; ok {
+			out[name] = float64(t-f) / float64(time.Millisecond)
+		}
+	}
+	return out
 }
 
 // perChange is each process's CPU per change, largest first.

@@ -33,7 +33,11 @@ type churnOptions struct {
 	// workers are the --capacity-source-workers each rate's rounds with
 	// capscale run at, one round each; empty: one round, as started.
 	workers []int
-	length  time.Duration
+	// split adds two rounds at each rate that tell capscale's two loads
+	// apart: its watch of the IPAM's objects without its Node patches,
+	// and the patches without the watch (roundKind).
+	split  bool
+	length time.Duration
 }
 
 // parseRates reads a comma-separated list of positive numbers (changes a
@@ -308,36 +312,54 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 	idle := idleTo.rates(idleFrom, time.Since(t))
 
 	r := &churnRun{s: s, w: w, uids: uids, span: span, length: o.length, mirror: mirror, bound: bound, probe: probe, delivered: delivered,
-		idle: idleRates(cpuFrom, cpuTo, time.Since(t))}
+		idle: idleRates(cpuFrom, cpuTo, time.Since(t)), last: map[string]int{}}
+	if o.split {
+		if r.patcher, err = newNodePatcher(ctx, s); err != nil {
+			return nil, err
+		}
+	}
 	var rows []row
 	nextProbe := 0
 	for i, rate := range o.rates {
-		// The sides in an order turned by one from rate to rate: 0 is the
-		// IPAM alone, k > 0 capscale at o.workers[k-1].
-		sides := make([]int, withRounds+1)
-		for k := range sides {
-			sides[k] = (k + i) % len(sides)
+		// The sides in an order turned by one from rate to rate: the IPAM
+		// alone, capscale at each of o.workers (or as started), and with
+		// split the two halves of capscale's load.
+		type side struct {
+			kind    roundKind
+			workers int
 		}
+		sides := []side{{kind: ipamAlone}}
+		if len(o.workers) == 0 {
+			sides = append(sides, side{kind: withCapscale})
+		}
+		for _, n := range o.workers {
+			sides = append(sides, side{kind: withCapscale, workers: n})
+		}
+		if o.split {
+			sides = append(sides, side{kind: watchOnly}, side{kind: patchOnly}, side{kind: patchUnchecked})
+		}
+		sides = append(sides[i%len(sides):], sides[:i%len(sides)]...)
 		var alone churnRound
-		with := make([]churnRound, withRounds)
-		for _, side := range sides {
-			if side > 0 && len(o.workers) > 0 {
-				if err := r.restartController(ctx, o.workers[side-1]); err != nil {
+		var with []churnRound
+		for _, sd := range sides {
+			if sd.workers > 0 {
+				if err := r.restartController(ctx, sd.workers); err != nil {
 					return nil, err
 				}
 			}
 			probes := 0
-			if side > 0 {
+			if sd.kind == withCapscale {
 				probes = perRound
 			}
-			round, err := r.round(ctx, rate, side == 0, nextProbe, probes)
+			round, err := r.round(ctx, rate, sd.kind, nextProbe, probes)
 			if err != nil {
 				return nil, err
 			}
-			if side == 0 {
+			switch sd.kind {
+			case ipamAlone:
 				alone = round
-			} else {
-				with[side-1] = round
+			case withCapscale:
+				with = append(with, round)
 				nextProbe += perRound
 			}
 		}

@@ -61,3 +61,25 @@ func TestMeansMs(t *testing.T) {
 		t.Errorf("meansMs with nothing counted = %q, want —", got)
 	}
 }
+
+// A watchOnly round rewrites only nodes the churn gave a value, with that
+// value, so that capscale-controller has nothing to patch; the other
+// rounds move on through the span.
+func TestChange(t *testing.T) {
+	r := &churnRun{span: 10, last: map[string]int{}}
+	first := map[string]int{}
+	for k := range 3 {
+		node, c := r.change(withCapscale, k)
+		first[node] = c
+	}
+	for k := range 6 {
+		node, c := r.change(watchOnly, k)
+		want, ok := first[node]
+		if !ok || c != want {
+			t.Fatalf("watchOnly change %d: %s at %d, want one of %v with its value", k, node, c, first)
+		}
+	}
+	if node, c := r.change(ipamAlone, 3); first[node] != 0 || c == 0 {
+		t.Errorf("the next change after the watchOnly round went to %s (%d), want a new node", node, c)
+	}
+}
