@@ -64,9 +64,10 @@ type churnRound struct {
 	// start to the end of its drain; waited is how long the round waited
 	// for the plane to be quiet first, and quiet whether it got there.
 	cpuMs map[string]float64
-	// writingMs is the same from the round's start to its last write:
-	// with capscale stopped (alone) it holds none of capscale's work, so
-	// the two sides' difference is what capscale adds while it runs.
+	// writingMs is the same from the round's start to its last write,
+	// less each process's idle rate (the plane's own fixed load, large at
+	// 5000 nodes): with capscale stopped (alone) it holds none of
+	// capscale's work, so the sides' difference is what capscale adds.
 	writingMs map[string]float64
 	changes   int
 	waited    time.Duration
@@ -200,6 +201,7 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 		}
 		p.written(key)
 	}
+	writeFrom := allCPU(r.s.Plane)
 	start := time.Now()
 	changes := int(r.length.Seconds() * float64(rate))
 	every := r.length / time.Duration(max(probes, 1))
@@ -230,7 +232,7 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 	if firstErr != nil {
 		return churnRound{}, firstErr
 	}
-	out.writingMs = cpuSince(allFrom, allCPU(r.s.Plane))
+	out.writingMs = cpuMsPerPod(writeFrom, allCPU(r.s.Plane), time.Since(start), r.idle, 1)
 	costTo, err := readCost(ctx, r.s)
 	if err != nil {
 		return churnRound{}, err
@@ -261,7 +263,7 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 	r.bound.reset()
 	fmt.Printf("# churn %d/s, %s, to the end of the drain: %s\n# by 5 s: %s\n",
 		rate, label, drained.slowParts(costFrom), windows(tl.finish(), lags, delivered, binds, 5*time.Second))
-	fmt.Printf("churn %d/s, %s (after %.0f s waiting for a quiet plane, quiet %v): %d changes at %.1f/s, each CiliumNode write %s; to a watch %s; object to mirrored value %s; %d probes bound %s; kube-apiserver %.0f requests/s, Node PATCH %.1f/s, Node watch %.0f KiB/s; controller CPU %.0f ms to the end of the drain; CPU per change: %s; while writing: %s\n",
+	fmt.Printf("churn %d/s, %s (after %.0f s waiting for a quiet plane, quiet %v): %d changes at %.1f/s, each CiliumNode write %s; to a watch %s; object to mirrored value %s; %d probes bound %s; kube-apiserver %.0f requests/s, Node PATCH %.1f/s, Node watch %.0f KiB/s; controller CPU %.0f ms to the end of the drain; CPU per change: %s; while writing, above idle: %s\n",
 		rate, label, waited.Seconds(), quiet, changes, out.achieved, quantiles(out.writes), quantiles(out.delivered), quantiles(out.lag), len(out.bind), quantiles(out.bind),
 		out.cost.requests, out.cost.nodePatches, out.cost.nodeWatchBytes/1024, out.controllerCPUms, perChange(out.cpuMs, changes), perChange(out.writingMs, changes))
 	return out, nil
