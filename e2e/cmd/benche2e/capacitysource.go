@@ -292,11 +292,10 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Minute)
 	defer cancel()
 	start := time.Now()
-	s, err := stack.Start(ctx, stack.Options{
+	o := stack.Options{
 		BinDir: binDir,
 		Plane: plane.Options{BinDir: binDir, Nodes: nodes, NodeLeaseDuration: nodeLease,
 			Logf: func(f string, a ...any) { fmt.Printf("# "+f+"\n", a...) }},
-		Plugin:          true,
 		CapacitySources: ciliumSources,
 		ControllerArgs:  []string{"--leader-elect=false"},
 		Prepare: func(ctx context.Context, s *stack.Stack) error {
@@ -310,12 +309,21 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 			}
 			return createCiliumNodes(ctx, s, nodes)
 		},
-	})
+	}
+	switch churn.mode {
+	case "plugin":
+		o.Plugin = true
+	case "extender":
+		o.Extender = true
+	default:
+		return nil, fmt.Errorf("--source-cost-mode: %q is not plugin or extender", churn.mode)
+	}
+	s, err := stack.Start(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Stop()
-	fmt.Printf("# plane with %d nodes and %d CiliumNodes, controller ready in %.1fs\n", nodes, nodes, time.Since(start).Seconds())
+	fmt.Printf("# %s mode: plane with %d nodes and %d CiliumNodes, controller ready in %.1fs\n", churn.mode, nodes, nodes, time.Since(start).Seconds())
 	base, err := s.StartController(ctx, "controller-baseline", "--leader-elect=false", "--capacity-sources=")
 	if err != nil {
 		return nil, err

@@ -101,6 +101,7 @@ func main() {
 	costNodes := flag.Int("source-cost-nodes", 5000, "capacity-source: kwok nodes (a CiliumNode each) for the cost part; 0 skips it")
 	costEvents := flag.Int("source-cost-events", 5000, "capacity-source: object changes of each kind whose controller CPU is measured")
 	churnRates := flag.String("source-churn-rates", "10,25,50", "capacity-source: capacity changes a second across the cost part's nodes, comma-separated; each rate runs the IPAM's writes alone and with capscale mirroring them, timed to the Node and to waiting probe pods; empty skips the churn")
+	costMode := flag.String("source-cost-mode", "plugin", "capacity-source: how capscale schedules in the cost part and its churn: plugin (capscale-scheduler) or extender (kube-scheduler with capscale's extender, which no queueing hint spares a retry)")
 	churnSplit := flag.Bool("source-churn-split", false, "capacity-source: at each churn rate also run a round with capscale-controller's watch but none of its Node patches (the IPAM's writes change only fields no preset reads), and one with its Node patches but not its watch (capscale-controller stopped, the bench patching as its ServiceAccount): which of capscale's loads the plane pays for")
 	churnLength := flag.Duration("source-churn-length", 45*time.Second, "capacity-source: how long each churn round runs (and the idle window it is compared with)")
 	churnProbes := flag.Int("source-churn-probes", 30, "capacity-source: nodes with a pod waiting for one of the churn's changes, shared out among the rates")
@@ -177,7 +178,7 @@ func main() {
 		err = kedaBench(ctx, keda)
 	case "capacity-source":
 		err = capacitySourceBench(ctx, *capacityModes, *sourceChanges, *costNodes, *costEvents,
-			churnOptions{rates: rates, workers: workers, split: *churnSplit, length: *churnLength, probes: *churnProbes}, *binDir, *nodeLease)
+			churnOptions{rates: rates, workers: workers, split: *churnSplit, mode: *costMode, length: *churnLength, probes: *churnProbes}, *binDir, *nodeLease)
 	case "soak":
 		err = soakRun(ctx, *soakModes, *nodes, *soakDuration, *soakRate, *soakOut, *binDir, *nodeLease)
 	case "all":

@@ -38,6 +38,9 @@ type churnOptions struct {
 	// and the patches without the watch (roundKind).
 	split  bool
 	length time.Duration
+	// mode is how capscale schedules: plugin (capscale-scheduler) or
+	// extender (kube-scheduler asking capscale's extender).
+	mode string
 }
 
 // parseRates reads a comma-separated list of positive numbers (changes a
@@ -365,8 +368,11 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 		}
 		for k, w := range with {
 			label := ""
+			if o.mode != "plugin" {
+				label = ", " + o.mode + " mode"
+			}
 			if len(o.workers) > 0 {
-				label = fmt.Sprintf(", --capacity-source-workers %d", o.workers[k])
+				label += fmt.Sprintf(", --capacity-source-workers %d", o.workers[k])
 			}
 			rows = append(rows, churnRows(o.nodes, rate, label, alone, w, idle)...)
 		}
