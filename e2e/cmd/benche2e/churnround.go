@@ -39,8 +39,9 @@ type churnRun struct {
 	// starts once the plane is back at it (waitQuiet), so that no round
 	// inherits the backlog of the one before, nor of the fresh install.
 	idle map[string]float64
-	// last is the capacity the churn last gave each node, written the
-	// nodes in the order it first did (watchOnly rewrites them).
+	// last is the capacity the churn last gave each node, and written
+	// those nodes in the order first written (a watchOnly round rewrites
+	// them).
 	last    map[string]int
 	written []string
 	// patcher writes the Node patches of a patchOnly round.
@@ -127,6 +128,9 @@ func (k roundKind) stopsController() bool {
 // has mirrored every change.
 func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstProbe, probes int) (churnRound, error) {
 	mirror := r.mirror
+	if kind == watchOnly && len(r.written) == 0 {
+		return churnRound{}, fmt.Errorf("a round of capscale's watch alone rewrites nodes the churn wrote before, and it wrote none yet")
+	}
 	waited, quiet, err := waitQuiet(ctx, livePids(r.s.Plane), r.idle, 2*time.Minute)
 	if err != nil {
 		return churnRound{}, err
@@ -183,9 +187,7 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 		err := r.w.put(ctx, obj)
 		mu.Lock()
 		out.writes = append(out.writes, float64(time.Since(t))/float64(time.Millisecond))
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
+		firstErr = cmp.Or(firstErr, err)
 		mu.Unlock()
 		if err != nil {
 			return
@@ -274,7 +276,7 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 // not; a watchOnly round rewrites a node the churn wrote before with the
 // value it gave it, so that nothing the mirror reads changes.
 func (r *churnRun) change(kind roundKind, k int) (string, int) {
-	if kind == watchOnly && len(r.written) > 0 {
+	if kind == watchOnly {
 		node := r.written[k%len(r.written)]
 		return node, r.last[node]
 	}

@@ -33,9 +33,10 @@ type churnOptions struct {
 	// workers are the --capacity-source-workers each rate's rounds with
 	// capscale run at, one round each; empty: one round, as started.
 	workers []int
-	// split adds two rounds at each rate that tell capscale's two loads
+	// split adds three rounds at each rate that tell capscale's loads
 	// apart: its watch of the IPAM's objects without its Node patches,
-	// and the patches without the watch (roundKind).
+	// the patches without the watch, and the patches without the
+	// node-writes policy (roundKind).
 	split  bool
 	length time.Duration
 	// mode is how capscale schedules: plugin (capscale-scheduler) or
@@ -326,7 +327,7 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 	for i, rate := range o.rates {
 		// The sides in an order turned by one from rate to rate: the IPAM
 		// alone, capscale at each of o.workers (or as started), and with
-		// split the two halves of capscale's load.
+		// split the parts of capscale's load.
 		type side struct {
 			kind    roundKind
 			workers int
@@ -341,7 +342,7 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 		if o.split {
 			sides = append(sides, side{kind: watchOnly}, side{kind: patchOnly}, side{kind: patchUnchecked})
 		}
-		sides = append(sides[i%len(sides):], sides[:i%len(sides)]...)
+		sides = slices.Concat(sides[i%len(sides):], sides[:i%len(sides)])
 		var alone churnRound
 		var with []churnRound
 		for _, sd := range sides {
