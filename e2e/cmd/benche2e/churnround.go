@@ -126,7 +126,7 @@ func (k roundKind) stopsController() bool {
 // round writes rate capacity changes a second for r.length, with kind
 // beside them; once capscale-controller runs again, the round ends when it
 // has mirrored every change.
-func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstProbe, probes int) (churnRound, error) {
+func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstProbe, probes int) (_ churnRound, err error) {
 	mirror := r.mirror
 	if kind == watchOnly && len(r.written) == 0 {
 		return churnRound{}, fmt.Errorf("a round of capscale's watch alone rewrites nodes the churn wrote before, and it wrote none yet")
@@ -159,7 +159,9 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 		if err != nil {
 			return churnRound{}, err
 		}
-		defer restore()
+		// A binding not back in force would leave every later round
+		// without the policy: the round fails instead.
+		defer func() { err = cmp.Or(err, restore()) }()
 	}
 	allFrom := allCPU(r.s.Plane)
 	tl := startTimeline(ctx, r.s.Plane, r.s.Controller.URL)
@@ -250,7 +252,7 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 	}); err != nil {
 		return churnRound{}, fmt.Errorf("after the round at %d/s %d changes were never mirrored and %d probe pods never bound", rate, mirror.open(), r.bound.open())
 	}
-	out.cpuMs = cpuSince(allFrom, allCPU(r.s.Plane))
+	out.cpuMs = cpuMsPerPod(allFrom, allCPU(r.s.Plane), 0, nil, 1) // idle not subtracted: the drain's length varies
 	out.controllerCPUms = out.cpuMs[r.s.Controller.Name]
 	drained, err := readCost(ctx, r.s)
 	if err != nil {
@@ -296,17 +298,6 @@ func unreadChange(obj *unstructured.Unstructured, k int) {
 	_ = unstructured.SetNestedField(obj.Object, fmt.Sprintf("i-%017x", k), "spec", "instance-id")
 	_ = unstructured.SetNestedField(obj.Object, fmt.Sprintf("0a:1b:%02x:%02x:%02x:%02x", byte(k>>24), byte(k>>16), byte(k>>8), byte(k)),
 		"status", "eni", "enis", ipamtest.ENIName, "mac")
-}
-
-// cpuSince is each process's CPU in ms from from to to, for those in both.
-func cpuSince(from, to cpuTimes) map[string]float64 {
-	out := map[string]float64{}
-	for name, t := range to {
-		if f, ok := from[name]; ok {
-			out[name] = float64(t-f) / float64(time.Millisecond)
-		}
-	}
-	return out
 }
 
 // perChange is each process's CPU per change, largest first.

@@ -40,13 +40,10 @@ func newIPAMWriter(ctx context.Context, s *stack.Stack) (*ipamWriter, error) {
 	if err := grantOperator(ctx, s); err != nil {
 		return nil, err
 	}
-	token, err := s.ServiceAccountToken(ctx, operatorNamespace, operatorName)
+	cfg, err := serviceAccountConfig(ctx, s, operatorNamespace, operatorName, operatorQPS, operatorBurst)
 	if err != nil {
 		return nil, err
 	}
-	cfg := rest.AnonymousClientConfig(s.Config)
-	cfg.BearerToken = token
-	cfg.QPS, cfg.Burst = operatorQPS, operatorBurst
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -60,6 +57,20 @@ func newIPAMWriter(ctx context.Context, s *stack.Stack) (*ipamWriter, error) {
 		w.rv[o.GetName()] = o.GetResourceVersion()
 	}
 	return w, nil
+}
+
+// serviceAccountConfig is a client config that acts as the ServiceAccount
+// ns/name, at its component's client rate limits: the bench's writes then
+// meet RBAC, admission and priority and fairness as that component's do.
+func serviceAccountConfig(ctx context.Context, s *stack.Stack, ns, name string, qps float32, burst int) (*rest.Config, error) {
+	token, err := s.ServiceAccountToken(ctx, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.AnonymousClientConfig(s.Config)
+	cfg.BearerToken = token
+	cfg.QPS, cfg.Burst = qps, burst
+	return cfg, nil
 }
 
 // grantOperator gives the operator's ServiceAccount what the bench writes

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/capscale/capscale/controller/capacitysource"
 	"github.com/capscale/capscale/e2e/plane"
@@ -33,13 +32,10 @@ type nodePatcher struct{ client, admin kubernetes.Interface }
 const mirrorQPS, mirrorBurst = 200, 400
 
 func newNodePatcher(ctx context.Context, s *stack.Stack) (*nodePatcher, error) {
-	token, err := s.ServiceAccountToken(ctx, stack.Namespace, "capscale-controller")
+	cfg, err := serviceAccountConfig(ctx, s, stack.Namespace, "capscale-controller", mirrorQPS, mirrorBurst)
 	if err != nil {
 		return nil, err
 	}
-	cfg := rest.AnonymousClientConfig(s.Config)
-	cfg.BearerToken = token
-	cfg.QPS, cfg.Burst = mirrorQPS, mirrorBurst
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -70,7 +66,7 @@ const nodeWritesBinding = "capscale-controller-node-writes"
 // unbind deletes the node-writes policy's binding and waits until a write
 // the policy denies goes through (kube-apiserver reads bindings from an
 // informer); restore puts the binding back and waits until it denies again.
-func (p *nodePatcher) unbind(ctx context.Context) (restore func(), err error) {
+func (p *nodePatcher) unbind(ctx context.Context) (restore func() error, err error) {
 	bindings := p.admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
 	b, err := bindings.Get(ctx, nodeWritesBinding, metav1.GetOptions{})
 	if err != nil {
@@ -82,15 +78,15 @@ func (p *nodePatcher) unbind(ctx context.Context) (restore func(), err error) {
 	if err := p.waitDenied(ctx, false); err != nil {
 		return nil, err
 	}
-	return func() {
+	return func() error {
 		fresh := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: b.Name, Labels: b.Labels}, Spec: b.Spec}
 		if _, err := bindings.Create(ctx, fresh, metav1.CreateOptions{}); err != nil {
-			fmt.Printf("# restoring the node-writes policy's binding: %v\n", err)
-			return
+			return fmt.Errorf("restoring the node-writes policy's binding: %w", err)
 		}
 		if err := p.waitDenied(ctx, true); err != nil {
-			fmt.Printf("# the node-writes policy's binding restored but not in force: %v\n", err)
+			return fmt.Errorf("the node-writes policy's binding restored but not in force: %w", err)
 		}
+		return nil
 	}, nil
 }
 
