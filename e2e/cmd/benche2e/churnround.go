@@ -178,15 +178,19 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 		firstErr error
 		out      = churnRound{waited: waited, quiet: quiet}
 	)
-	put := func(p *pending, key, node string, capacity int, k int) {
+	put := func(p *pending, key, node string, capacity int, k int, tk ticket) {
 		defer wg.Done()
 		defer func() { <-slots }()
 		obj := ipamtest.CiliumNodeENI(node, r.uids[node], capacity+2, nil)
 		if kind == watchOnly {
 			unreadChange(obj, k)
 		}
+		err := tk.wait(ctx)
 		t := time.Now()
-		err := r.w.put(ctx, obj)
+		if err == nil {
+			err = r.w.put(ctx, obj)
+		}
+		tk.done()
 		mu.Lock()
 		out.writes = append(out.writes, float64(time.Since(t))/float64(time.Millisecond))
 		firstErr = cmp.Or(firstErr, err)
@@ -222,13 +226,13 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 		}
 		slots <- struct{}{}
 		wg.Add(1)
-		go put(mirror, node, node, capacity, k)
+		go put(mirror, node, node, capacity, k, r.w.line(node))
 		if probed < probes && time.Since(start) >= time.Duration(probed)*every+every/2 {
 			j := firstProbe + probed
 			r.bound.expect(probeName(j), "bound")
 			slots <- struct{}{}
 			wg.Add(1)
-			go put(r.bound, probeName(j), r.probe(j), 1, k)
+			go put(r.bound, probeName(j), r.probe(j), 1, k, r.w.line(r.probe(j)))
 			probed++
 		}
 	}

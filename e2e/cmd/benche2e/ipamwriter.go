@@ -31,9 +31,51 @@ const (
 // ipamWriter writes CiliumNodes as cilium-operator does: from what it last
 // wrote (its informer's copy), an update and a status update, no read first.
 type ipamWriter struct {
-	dyn dynamic.ResourceInterface
-	mu  sync.Mutex
-	rv  map[string]string // by name: the resourceVersion last written
+	dyn  dynamic.ResourceInterface
+	mu   sync.Mutex
+	rv   map[string]string        // by name: the resourceVersion last written
+	tail map[string]chan struct{} // by name: closed when the last write in line is done
+}
+
+// ticket is one write's place in its CiliumNode's line. cilium-operator
+// writes a CiliumNode from one worker at a time (its workqueue never hands a
+// key to two), so a node revisited while its last write is still in flight
+// waits for it. Two writes at once would both start from the same
+// resourceVersion, and the second would fail with a conflict.
+type ticket struct {
+	prev <-chan struct{} // nil: first in line
+	mine chan struct{}
+	done func()
+}
+
+// line takes name's next place; call it in the order the writes are made.
+func (w *ipamWriter) line(name string) ticket {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := ticket{prev: w.tail[name], mine: make(chan struct{})}
+	w.tail[name] = t.mine
+	t.done = func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		close(t.mine)
+		if w.tail[name] == t.mine {
+			delete(w.tail, name)
+		}
+	}
+	return t
+}
+
+// wait returns once the write before t in its line is done.
+func (t ticket) wait(ctx context.Context) error {
+	if t.prev == nil {
+		return nil
+	}
+	select {
+	case <-t.prev:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func newIPAMWriter(ctx context.Context, s *stack.Stack) (*ipamWriter, error) {
@@ -48,7 +90,7 @@ func newIPAMWriter(ctx context.Context, s *stack.Stack) (*ipamWriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &ipamWriter{dyn: dyn.Resource(ciliumNodes), rv: map[string]string{}}
+	w := &ipamWriter{dyn: dyn.Resource(ciliumNodes), rv: map[string]string{}, tail: map[string]chan struct{}{}}
 	list, err := w.dyn.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing CiliumNodes as %s/%s: %w", operatorNamespace, operatorName, err)
@@ -100,6 +142,7 @@ func grantOperator(ctx context.Context, s *stack.Stack) error {
 }
 
 // put writes obj's spec and then its status over what was last written.
+// Writes to one name must not overlap: concurrent callers hold its ticket.
 func (w *ipamWriter) put(ctx context.Context, obj *unstructured.Unstructured) error {
 	name := obj.GetName()
 	w.mu.Lock()
