@@ -44,25 +44,24 @@ type ipamWriter struct {
 // resourceVersion, and the second would fail with a conflict.
 type ticket struct {
 	prev <-chan struct{} // nil: first in line
-	mine chan struct{}
-	done func()
+	done func()          // lets the next in line go
 }
 
 // line takes name's next place; call it in the order the writes are made.
 func (w *ipamWriter) line(name string) ticket {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t := ticket{prev: w.tail[name], mine: make(chan struct{})}
-	w.tail[name] = t.mine
-	t.done = func() {
+	mine := make(chan struct{})
+	prev := w.tail[name]
+	w.tail[name] = mine
+	return ticket{prev: prev, done: func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		close(t.mine)
-		if w.tail[name] == t.mine {
+		close(mine)
+		if w.tail[name] == mine {
 			delete(w.tail, name)
 		}
-	}
-	return t
+	}}
 }
 
 // wait returns once the write before t in its line is done.
