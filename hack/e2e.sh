@@ -2,13 +2,15 @@
 # Usage: hack/e2e.sh [go test flags...]   (make e2e; E2E_FLAGS are the flags)
 #
 # The end-to-end suite. With flags (E2E_FLAGS='-run TestX'), one go test.
-# Without, the whole suite as two go test processes at once, split by
-# E2E_SHARD_A (a -run pattern) and its complement (-skip): the suite
-# spends most of its time waiting on planes (about half a core on
-# average), so two planes side by side take about half the wall time
-# (BENCHMARKS.md) while every test still runs against its own plane. The
-# real-node and local-up tests stay in one shard, so that no two of them
-# run at once. E2E_SHARDS=1 runs the whole suite in one process.
+# Without, the whole suite as three go test processes at once: the suite
+# spends most of its time waiting on planes (two shards left the two cores
+# about half idle, BENCHMARKS.md), so planes side by side take a fraction of
+# the wall time while every test still runs against its own plane. Shard a
+# holds every test that uses the host itself (real nodes: containerd, CNI
+# bridges and one pod range; the local-up scripts), so that no two of them
+# run at once; shard b a list balanced by hand against the rest; shard c
+# everything else (-skip a|b), so a new test always runs somewhere.
+# E2E_SHARDS=1 runs the whole suite in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 timeout=${E2E_TIMEOUT:-50m}
@@ -24,23 +26,41 @@ fi
 out=_output/e2e
 mkdir -p "$out"
 go test -tags e2e -c -o "$out/e2e.test" ./e2e/
-run_shard() { (cd e2e && exec "../$out/e2e.test" -test.count=1 -test.timeout "$timeout" -test.v "$@"); }
+# Called only with & (a subshell of its own), which it becomes: the pid the
+# traps below kill is the test process itself.
+run_shard() { cd e2e && exec "../$out/e2e.test" -test.count=1 -test.timeout "$timeout" -test.v "$@"; }
 
-shard_a=${E2E_SHARD_A:-'^(TestSoakShort|TestRealNode.*|TestLocalUpDown|TestLocalUpPublishCapacity|TestSchedulingFailover|TestKarpenterNative|TestKarpenterExtenderPublished|TestKarpenterRuleModesSource)$'}
+host='TestRealNode.*|TestLocalUpDown|TestLocalUpPublishCapacity'
+balanced='TestSoakShort|TestKarpenter.*|TestAdapter.*|TestRealKEDA.*|TestKEDA.*|TestSchedulingFailover'
 start=$SECONDS
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait' INT TERM
-run_shard -test.run "$shard_a" >"$out/shard-a.log" 2>&1 &
+run_shard -test.run "^($host)\$" >"$out/shard-a.log" 2>&1 &
 pids+=($!)
-run_shard -test.skip "$shard_a" >"$out/shard-b.log" 2>&1 &
+# TestKarpenterENIGrowth builds Cilium's enipool, so it runs last in its
+# shard: by then, under make test, the Cilium checks beside the suite have
+# compiled Cilium's dependency graph (hack/beside.sh), which a cold CI cache
+# would otherwise compile twice at once.
+cilium='TestKarpenterENIGrowth'
+{
+  trap 'kill "$child" 2>/dev/null; exit 143' TERM
+  rc=0
+  run_shard -test.run "^($balanced)\$" -test.skip "^($host|$cilium)\$" & child=$!
+  wait "$child" || rc=1
+  run_shard -test.run "^($cilium)\$" & child=$!
+  wait "$child" || rc=1
+  exit "$rc"
+} >"$out/shard-b.log" 2>&1 &
 pids+=($!)
-echo "e2e: two shards running; logs in $out/shard-a.log and $out/shard-b.log"
-# Each test's verdict as it comes; the whole logs once both are done.
-tail -q --pid=$$ -n +1 -F "$out/shard-a.log" "$out/shard-b.log" 2>/dev/null | grep --line-buffered -E '^--- (PASS|FAIL)' &
+run_shard -test.skip "^($host|$balanced)\$" >"$out/shard-c.log" 2>&1 &
+pids+=($!)
+logs=("$out"/shard-{a,b,c}.log)
+echo "e2e: three shards running; logs in ${logs[*]}"
+# Each test's verdict as it comes; the whole logs once all are done.
+tail -q --pid=$$ -n +1 -F "${logs[@]}" 2>/dev/null | grep --line-buffered -E '^--- (PASS|FAIL)' &
 follow=$!
 rc=0
-wait "${pids[0]}" || rc=1
-wait "${pids[1]}" || rc=1
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
 kill "$follow" 2>/dev/null || true
 # The verdicts and each failure's last lines first, the whole logs after,
 # and the same report once more on stderr at the very end: a CI log cut to
@@ -52,7 +72,7 @@ report() {
   awk -f hack/e2e-failures.awk "$out"/shard-*.log
 }
 report
-for s in a b; do
+for s in a b c; do
   echo "===== shard $s ($out/shard-$s.log) ====="
   cat "$out/shard-$s.log"
 done
