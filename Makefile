@@ -69,18 +69,28 @@ deploy-tools: ## Build (or link from ~/.cache/capscale) helm and kubectl, which 
 	@bash e2e/tools/build.sh $(BIN) helm kubectl
 
 .PHONY: test
-test: test-unit fuzz e2e ## Unit tests with -race, every fuzz target briefly, then the end-to-end suite.
+# The Cilium checks run at nice 19 beside the end-to-end suite (hack/beside.sh):
+# cold, they are a build of Cilium's dependency graph (BENCHMARKS.md), and the
+# suite's planes leave a large part of both cores idle.
+test: unit fuzz e2e-tools ## Unit tests with -race, every fuzz target briefly, then the end-to-end suite with the Cilium checks beside it.
+	bash hack/beside.sh $(OUT)/test-cilium.log "$(MAKE) --no-print-directory test-cilium" -- \
+	  env CAPSCALE_BIN_DIR=$(abspath $(BIN)) bash hack/e2e.sh $(E2E_FLAGS)
 
 .PHONY: test-unit
-test-unit: deps deploy-tools ## Unit tests: go test -race ./... (deploy/'s run helm and kubectl on the chart and manifests).
+test-unit: unit test-cilium ## Every unit test: make unit, then make test-cilium.
+
+.PHONY: unit
+unit: deps deploy-tools ## Unit tests: go test -race ./... (deploy/'s run helm and kubectl on the chart and manifests), the scheduler plugin's module and hack/oci.
 	CGO_ENABLED=1 CAPSCALE_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 ./...
 	@# Without -race, with the build's flags: race-instrumenting kube-scheduler's
 	@# whole dependency graph would be a second cold compile; the plugin's own
 	@# decisions run under -race in the main module (schedplugin/).
 	cd $(SCHED_MOD) && CGO_ENABLED=0 $(GO) test -trimpath -count=1 ./...
 	cd hack/oci && $(GO) test -count=1 ./...
-	@# The presets on CiliumNodes written by Cilium v1.20.2's own code: its own
-	@# module writes them (Cilium's dependency graph, k8s.io v0.36; without -race:
+
+.PHONY: test-cilium
+test-cilium: ## The presets on CiliumNodes written by Cilium v1.20.2's own code (controller/capacitysource/ciliumcheck).
+	@# Its own module writes them (Cilium's dependency graph, k8s.io v0.36; without -race:
 	@# BENCHMARKS.md, its cold build), capscale's presets count them.
 	fx=$$(mktemp -d) && (cd controller/capacitysource/ciliumcheck && CAPSCALE_CILIUM_FIXTURES=$$fx $(GO) test -count=1 -timeout 20m ./...) \
 		&& CAPSCALE_CILIUM_FIXTURES=$$fx $(GO) test -count=1 -run '^TestPresetsOnCiliumWritten$$' ./controller/capacitysource/; rc=$$?; rm -rf $$fx; exit $$rc
@@ -134,8 +144,11 @@ release-chart: deploy-tools ## Package the Helm chart as capscale-$(RELEASE_VERS
 	$(if $(REGISTRY),$(BIN)/helm push $(OUT)/release/capscale-$(RELEASE_VERSION:v%=%).tgz oci://$(REGISTRY)/charts $(if $(filter true,$(REGISTRY_INSECURE)),--plain-http))
 
 .PHONY: e2e
-e2e: deps control-plane keda karpenter deploy-tools ## End-to-end tests against a real local control plane (Karpenter and helm for the autoscaler tests).
+e2e: e2e-tools ## End-to-end tests against a real local control plane (Karpenter and helm for the autoscaler tests).
 	CAPSCALE_BIN_DIR=$(abspath $(BIN)) bash hack/e2e.sh $(E2E_FLAGS)
+
+.PHONY: e2e-tools
+e2e-tools: deps control-plane keda karpenter deploy-tools ## Everything the end-to-end suite runs beside capscale's own binaries.
 
 # The compatibility matrix (issue 44), outside make test: each minor's
 # control plane (COMPAT_MINORS, built from e2e/tools/k8s-1.MINOR: a cold

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Usage: hack/beside.sh LOG 'COMMAND' -- MAIN...   (make test)
+#
+# Runs COMMAND at nice 19, its output in LOG, while MAIN runs in the
+# foreground, and fails if either fails. make test runs the Cilium checks
+# beside the end-to-end suite: the suite mostly waits on its planes, so a
+# build at nice 19 takes the cores they leave idle and yields them when a
+# plane wants them. COMMAND's log is printed once both are done, and its
+# verdict is the last line on stderr, after MAIN's own report.
+set -euo pipefail
+if [ $# -lt 4 ] || [ "$3" != -- ]; then
+  echo "usage: hack/beside.sh LOG 'COMMAND' -- MAIN..." >&2
+  exit 2
+fi
+log=$1 cmd=$2
+shift 3
+mkdir -p "$(dirname "$log")"
+# Its own session, so that an interrupt stops all it started.
+setsid nice -n 19 bash -c "$cmd" >"$log" 2>&1 &
+pid=$!
+trap 'kill -- "-$pid" 2>/dev/null; exit 143' INT TERM
+rc=0
+"$@" || rc=$?
+brc=0
+wait "$pid" || brc=$?
+echo "===== beside: $cmd ($log) ====="
+cat "$log"
+if [ "$brc" -ne 0 ]; then
+  echo "FAIL beside: $cmd exited $brc (its log: $log)" >&2
+  [ "$rc" -ne 0 ] || rc=$brc
+else
+  echo "ok beside: $cmd" >&2
+fi
+exit "$rc"
