@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 timeout=${E2E_TIMEOUT:-50m}
 run_tests() { go test -tags e2e -count=1 -timeout "$timeout" -v "$@" ./e2e/; }
 
-if [ $# -gt 0 ] || [ "${E2E_SHARDS:-2}" = 1 ]; then
+if [ $# -gt 0 ] || [ "${E2E_SHARDS:-3}" = 1 ]; then
   run_tests "$@"
   exit
 fi
@@ -45,7 +45,7 @@ cilium='TestKarpenterENIGrowth'
 {
   trap 'kill "$child" 2>/dev/null; exit 143' TERM
   rc=0
-  run_shard -test.run "^($balanced)\$" -test.skip "^($host|$cilium)\$" & child=$!
+  run_shard -test.run "^($balanced)\$" -test.skip "^($cilium)\$" & child=$!
   wait "$child" || rc=1
   run_shard -test.run "^($cilium)\$" & child=$!
   wait "$child" || rc=1
