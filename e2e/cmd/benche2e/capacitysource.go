@@ -292,9 +292,13 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Minute)
 	defer cancel()
 	start := time.Now()
+	var apiFlags []string
+	if churn.profiles != "" {
+		apiFlags = []string{"--profiling=true"} // the plane's default is off
+	}
 	o := stack.Options{
 		BinDir: binDir,
-		Plane: plane.Options{BinDir: binDir, Nodes: nodes, NodeLeaseDuration: nodeLease,
+		Plane: plane.Options{BinDir: binDir, Nodes: nodes, NodeLeaseDuration: nodeLease, ExtraAPIServerFlags: apiFlags,
 			Logf: func(f string, a ...any) { fmt.Printf("# "+f+"\n", a...) }},
 		CapacitySources: ciliumSources,
 		ControllerArgs:  []string{"--leader-elect=false"},

@@ -49,6 +49,8 @@ type churnRun struct {
 	// workers is capscale-controller's --capacity-source-workers, 0 as
 	// the stack started it; restarts counts its restarts (each a log).
 	workers, restarts int
+	// prof profiles kube-apiserver over each kind's first round (nil: not).
+	prof *apiProfiler
 }
 
 // churnRound is one round's figures.
@@ -212,6 +214,8 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 	writeFrom := allCPU(r.s.Plane)
 	start := time.Now()
 	changes := int(r.length.Seconds() * float64(rate))
+	profiled := r.prof.start(ctx, fmt.Sprintf("%d-%s", rate, label), r.length-time.Second)
+	defer profiled()
 	every := r.length / time.Duration(max(probes, 1))
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()

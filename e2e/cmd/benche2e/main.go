@@ -76,7 +76,7 @@ func main() {
 	pprofDir := flag.String("pprof-dir", "", "throughput: save 8 s CPU profiles of kube-scheduler and the extender in the first measured round of each side (<process>-<side>.pprof) and its last (<process>-<side>-last.pprof), in this directory")
 	jsonFile := flag.String("json", "", "throughput: write the figures to this file as JSON")
 	binDir := flag.String("bin-dir", "_output/bin", "control-plane and capscale binaries")
-	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate, keda (KEDA's operator on capscale's scaler beside capscale's APIService; make bench-keda), capacity-source (an IPAM object's change to the capacity every mode uses, and a source's cost at --source-cost-nodes), soak (churn and faults, invariants checked every second), gobench (go test -bench output on stdin, printed as table rows) or all (throughput, reaction and memory)")
+	scenario := flag.String("scenario", "all", "throughput, reaction, memory, metrics, delegate, keda (KEDA's operator on capscale's scaler beside capscale's APIService; make bench-keda), capacity-source (an IPAM object's change to the capacity every mode uses, and a source's cost at --source-cost-nodes), node-patch (what kube-apiserver spends on the mirror's Node patch in each request form), soak (churn and faults, invariants checked every second), gobench (go test -bench output on stdin, printed as table rows) or all (throughput, reaction and memory)")
 	gobenchCommand := flag.String("gobench-command", "go test -bench", "gobench: the command that produced the output, for the rows' command column")
 	series := flag.Int("series", 1000, "series for the metrics scenario")
 	clients := flag.Int("clients", 100, "concurrent clients for the metrics scenario")
@@ -103,6 +103,8 @@ func main() {
 	churnRates := flag.String("source-churn-rates", "10,25,50", "capacity-source: capacity changes a second across the cost part's nodes, comma-separated; each rate runs the IPAM's writes alone and with capscale mirroring them, timed to the Node and to waiting probe pods; empty skips the churn")
 	costMode := flag.String("source-cost-mode", "plugin", "capacity-source: how capscale schedules in the cost part and its churn: plugin (capscale-scheduler) or extender (kube-scheduler with capscale's extender, which no queueing hint spares a retry)")
 	churnSplit := flag.Bool("source-churn-split", false, "capacity-source: at each churn rate also run a round with capscale-controller's watch but none of its Node patches (the IPAM's writes change only fields no preset reads), one with its Node patches but not its watch (capscale-controller stopped, the bench patching as its ServiceAccount), and one with the patches but not the node-writes policy (its binding deleted for the round): which of capscale's loads the plane pays for")
+	patchRate := flag.Int("node-patch-rate", 100, "node-patch: the mirror's Node patches a second in each round (--nodes nodes, --rounds rounds of each form, each --source-churn-length long)")
+	churnProfiles := flag.String("source-churn-profiles", "", "capacity-source: save kube-apiserver's CPU profile of the idle window and of the first churn round of each rate and kind (kube-apiserver-<rate>-<kind>.pprof) in this directory")
 	churnLength := flag.Duration("source-churn-length", 45*time.Second, "capacity-source: how long each churn round runs (and the idle window it is compared with)")
 	churnProbes := flag.Int("source-churn-probes", 30, "capacity-source: nodes with a pod waiting for one of the churn's changes, shared out among the rates")
 	churnWorkers := flag.String("source-churn-workers", "", "capacity-source: --capacity-source-workers values, comma-separated; each rate then runs one round with capscale for each, in an order turned from rate to rate, capscale-controller restarted between them; empty keeps the controller's default")
@@ -178,7 +180,9 @@ func main() {
 		err = kedaBench(ctx, keda)
 	case "capacity-source":
 		err = capacitySourceBench(ctx, *capacityModes, *sourceChanges, *costNodes, *costEvents,
-			churnOptions{rates: rates, workers: workers, split: *churnSplit, mode: *costMode, length: *churnLength, probes: *churnProbes}, *binDir, *nodeLease)
+			churnOptions{rates: rates, workers: workers, split: *churnSplit, mode: *costMode, length: *churnLength, probes: *churnProbes, profiles: *churnProfiles}, *binDir, *nodeLease)
+	case "node-patch":
+		err = nodePatchCost(ctx, *nodes, *patchRate, *rounds, *churnLength, *binDir, *nodeLease)
 	case "soak":
 		err = soakRun(ctx, *soakModes, *nodes, *soakDuration, *soakRate, *soakOut, *binDir, *nodeLease)
 	case "all":
@@ -189,7 +193,7 @@ func main() {
 			err = memory(ctx, *memNodes, *memPods, *binDir, *baselineAdapter)
 		}
 	default:
-		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate, keda, capacity-source, soak, gobench or all, got %q", *scenario)
+		err = fmt.Errorf("--scenario must be throughput, reaction, memory, metrics, delegate, keda, capacity-source, node-patch, soak, gobench or all, got %q", *scenario)
 	}
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("interrupted; every plane it started has been stopped and removed (%w)", err)

@@ -39,6 +39,9 @@ type churnOptions struct {
 	// node-writes policy (roundKind).
 	split  bool
 	length time.Duration
+	// profiles, if set, is where kube-apiserver's CPU profiles of the
+	// idle window and of each kind of round's first go (apiprofile.go).
+	profiles string
 	// mode is how capscale schedules: plugin (capscale-scheduler) or
 	// extender (kube-scheduler asking capscale's extender).
 	mode string
@@ -298,13 +301,19 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 	if err != nil {
 		return nil, err
 	}
+	prof, err := newAPIProfiler(s.Config, o.profiles)
+	if err != nil {
+		return nil, err
+	}
 	pids := livePids(s.Plane)
 	cpuFrom, err := sampleCPU(pids)
 	if err != nil {
 		return nil, err
 	}
 	t := time.Now()
+	profiled := prof.start(ctx, "idle", o.length-time.Second)
 	time.Sleep(o.length)
+	profiled()
 	idleTo, err := readCost(ctx, s)
 	if err != nil {
 		return nil, err
@@ -315,7 +324,7 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 	}
 	idle := idleTo.rates(idleFrom, time.Since(t))
 
-	r := &churnRun{s: s, w: w, uids: uids, span: span, length: o.length, mirror: mirror, bound: bound, probe: probe, delivered: delivered,
+	r := &churnRun{s: s, w: w, uids: uids, span: span, length: o.length, mirror: mirror, bound: bound, probe: probe, delivered: delivered, prof: prof,
 		idle: idleRates(cpuFrom, cpuTo, time.Since(t)), last: map[string]int{}}
 	if o.split {
 		if r.patcher, err = newNodePatcher(ctx, s); err != nil {
