@@ -25,6 +25,7 @@ type sample struct {
 	plane       time.Duration // every process of the plane, capscale's included
 	etcd        etcdSample
 	queue       queueSample
+	work        time.Duration // workTime's, 0 if not read
 }
 
 // etcdSample is etcd's compactions so far, read from its /metrics.
@@ -61,6 +62,7 @@ func startTimeline(ctx context.Context, p *plane.Plane, controllerURL string) *t
 			// last values, so that its window reads 0, not a negative.
 			s := sample{at: time.Now(), etcd: last.etcd, queue: last.queue}
 			s.busy, s.steal, _ = machineCPU()
+			s.work = workTime()
 			s.self, _ = procCPU(os.Getpid())
 			for _, d := range allCPU(p) {
 				s.plane += d
@@ -144,7 +146,8 @@ type seenAt struct {
 // IPAM's writes to a watch of kube-apiserver's (the bench's own, as
 // capscale-controller's), the probes' slowest, the mirror queue's deepest,
 // its mean wait and mean sync, the machine's cores busy (the plane's, the
-// bench's, and the rest), steal, and etcd's compactions.
+// bench's, and the rest), steal, etcd's compactions, and the mean CPU time
+// of a fixed piece of work (workTime: a core slowed by its neighbours).
 func windows(samples []sample, lags, delivered, binds []seenAt, w time.Duration) string {
 	if len(samples) < 2 {
 		return "—"
@@ -178,6 +181,18 @@ func windows(samples []sample, lags, delivered, binds []seenAt, w time.Duration)
 		for _, x := range samples[i : j+1] {
 			depth = max(depth, x.queue.depth)
 		}
+		// The work timed at the window's samples after its first.
+		work, works := time.Duration(0), 0
+		for _, x := range samples[i+1 : j+1] {
+			if x.work > 0 {
+				work += x.work
+				works++
+			}
+		}
+		workUs := "—"
+		if works > 0 {
+			workUs = fmt.Sprintf("%.0f µs", float64(work.Microseconds())/float64(works))
+		}
 		meanMs := func(sum, count float64) float64 { return sum * 1000 / max(count, 1) }
 		qa, qb := a.queue, b.queue
 		queueWait, syncMean := meanMs(qb.waitSum-qa.waitSum, qb.waitCount-qa.waitCount), meanMs(qb.syncSum-qa.syncSum, qb.syncCount-qa.syncCount)
@@ -188,9 +203,9 @@ func windows(samples []sample, lags, delivered, binds []seenAt, w time.Duration)
 			}
 		}
 		busy, plane, self := cores(b.busy-a.busy), cores(b.plane-a.plane), cores(b.self-a.self)
-		parts = append(parts, fmt.Sprintf("[%2.0f s: lag max %.0f ms, %d over 1 s, watch max %.0f ms, probe %s; queue max %.0f, wait mean %.0f ms, sync mean %.0f ms; cores: plane %.2f, bench %.2f, other %.2f, steal %.2f; compactions %.0f (%.0f ms)]",
+		parts = append(parts, fmt.Sprintf("[%2.0f s: lag max %.0f ms, %d over 1 s, watch max %.0f ms, probe %s; queue max %.0f, wait mean %.0f ms, sync mean %.0f ms; cores: plane %.2f, bench %.2f, other %.2f, steal %.2f; compactions %.0f (%.0f ms); work %s]",
 			a.at.Sub(start).Seconds(), worst, over, watch, probe, depth, queueWait, syncMean, plane, self, max(busy-plane-self, 0), cores(b.steal-a.steal),
-			b.etcd.compactions-a.etcd.compactions, b.etcd.compactionMs-a.etcd.compactionMs))
+			b.etcd.compactions-a.etcd.compactions, b.etcd.compactionMs-a.etcd.compactionMs, workUs))
 		i = j
 	}
 	return strings.Join(parts, " ")

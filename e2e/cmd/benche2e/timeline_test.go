@@ -30,7 +30,7 @@ func TestWindows(t *testing.T) {
 	samples := []sample{
 		{at: t0},
 		{at: t0.Add(5 * time.Second), busy: 10 * time.Second, plane: 9 * time.Second, self: time.Second,
-			queue: queueSample{depth: 3, waitSum: 1, waitCount: 10, syncSum: 0.5, syncCount: 10}},
+			queue: queueSample{depth: 3, waitSum: 1, waitCount: 10, syncSum: 0.5, syncCount: 10}, work: 2 * time.Millisecond},
 		{at: t0.Add(10 * time.Second), busy: 15 * time.Second, plane: 13 * time.Second, self: 1500 * time.Millisecond, steal: time.Second,
 			etcd: etcdSample{compactions: 1, compactionMs: 900}, queue: queueSample{waitSum: 1, waitCount: 10, syncSum: 0.5, syncCount: 10}},
 	}
@@ -39,8 +39,8 @@ func TestWindows(t *testing.T) {
 	binds := []seenAt{{at: t0.Add(7 * time.Second), lag: 60}}
 	got := windows(samples, lags, watch, binds, 5*time.Second)
 	for _, want := range []string{
-		"[ 0 s: lag max 1500 ms, 1 over 1 s, watch max 1400 ms, probe —; queue max 3, wait mean 100 ms, sync mean 50 ms; cores: plane 1.80, bench 0.20, other 0.00, steal 0.00; compactions 0 (0 ms)]",
-		"[ 5 s: lag max 40 ms, 0 over 1 s, watch max 0 ms, probe 60; queue max 3, wait mean 0 ms, sync mean 0 ms; cores: plane 0.80, bench 0.10, other 0.10, steal 0.20; compactions 1 (900 ms)]",
+		"[ 0 s: lag max 1500 ms, 1 over 1 s, watch max 1400 ms, probe —; queue max 3, wait mean 100 ms, sync mean 50 ms; cores: plane 1.80, bench 0.20, other 0.00, steal 0.00; compactions 0 (0 ms); work 2000 µs]",
+		"[ 5 s: lag max 40 ms, 0 over 1 s, watch max 0 ms, probe 60; queue max 3, wait mean 0 ms, sync mean 0 ms; cores: plane 0.80, bench 0.10, other 0.10, steal 0.20; compactions 1 (900 ms); work —]",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("windows:\n%s\nwant it to hold\n%s", got, want)
@@ -82,4 +82,14 @@ func TestChange(t *testing.T) {
 	if node, c := r.change(ipamAlone, 3); first[node] != 0 || c == 0 {
 		t.Errorf("the next change after the watchOnly round went to %s (%d), want a new node", node, c)
 	}
+}
+
+// workTime reads the thread's own CPU time for the work: positive, and
+// far below a second for 1 MiB hashed (a wall clock could be anything).
+func TestWorkTime(t *testing.T) {
+	d := workTime()
+	if d <= 0 || d > time.Second {
+		t.Fatalf("workTime = %s, want a positive CPU time under a second", d)
+	}
+	t.Logf("workTime = %s", d)
 }
