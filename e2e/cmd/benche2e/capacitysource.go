@@ -281,6 +281,25 @@ func benchUnderlayPod(ns, name string) *corev1.Pod {
 	}
 }
 
+// prepareCilium readies a plane for the mirror's cost: Cilium's CRD, the
+// policy the chart holds the mirror's Node writes to (kube-apiserver
+// evaluates it on every patch), and a CiliumNode for each of the first
+// nodes nodes (none for 0).
+func prepareCilium(nodes int) func(context.Context, *stack.Stack) error {
+	return func(ctx context.Context, s *stack.Stack) error {
+		if err := installCilium(ctx, s); err != nil {
+			return err
+		}
+		if out, err := s.Kubectl(ctx, "apply", "-f", stack.DeployFile("controller/node-writes.yaml")); err != nil {
+			return fmt.Errorf("applying controller/node-writes.yaml: %w\n%s", err, out)
+		}
+		if nodes == 0 {
+			return nil
+		}
+		return createCiliumNodes(ctx, s, nodes)
+	}
+}
+
 // sourceCost: nodes kwok nodes, a CiliumNode each, capscale-controller with
 // the source beside one without (the ElasticWeb controller alone), both
 // leading nothing but their own controllers (--leader-elect=false). It
@@ -302,17 +321,7 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 			Logf: func(f string, a ...any) { fmt.Printf("# "+f+"\n", a...) }},
 		CapacitySources: ciliumSources,
 		ControllerArgs:  []string{"--leader-elect=false"},
-		Prepare: func(ctx context.Context, s *stack.Stack) error {
-			if err := installCilium(ctx, s); err != nil {
-				return err
-			}
-			// The policy the chart holds the mirror's Node writes to:
-			// kube-apiserver evaluates it on every patch.
-			if out, err := s.Kubectl(ctx, "apply", "-f", stack.DeployFile("controller/node-writes.yaml")); err != nil {
-				return fmt.Errorf("applying controller/node-writes.yaml: %w\n%s", err, out)
-			}
-			return createCiliumNodes(ctx, s, nodes)
-		},
+		Prepare:         prepareCilium(nodes),
 	}
 	switch churn.mode {
 	case "plugin":

@@ -47,14 +47,21 @@ func newNodePatcher(ctx context.Context, s *stack.Stack) (*nodePatcher, error) {
 // have: it finds the value already there when it runs again and writes
 // nothing.
 func (p *nodePatcher) patch(ctx context.Context, node string, capacity int) error {
+	return p.send(ctx, node, fmt.Sprint(capacity), patchForms[0])
+}
+
+// send writes value into node's mirrored-capacity annotation in form f
+// (patchForms[0] is the request capscale-controller sends).
+func (p *nodePatcher) send(ctx context.Context, node, value string, f patchForm) error {
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		names.UnderlayIPSourceCapacityAnnotation: fmt.Sprint(capacity)}}})
+		names.UnderlayIPSourceCapacityAnnotation: value}}})
 	if err != nil {
 		return err
 	}
-	_, err = p.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, body, metav1.PatchOptions{FieldManager: capacitysource.FieldManager})
+	_, err = p.client.CoreV1().Nodes().Patch(ctx, node, f.pt, body,
+		metav1.PatchOptions{FieldManager: capacitysource.FieldManager, FieldValidation: f.validation})
 	if err != nil {
-		return fmt.Errorf("patching Node %s as capscale-controller: %w", node, err)
+		return fmt.Errorf("patching Node %s as capscale-controller (%s): %w", node, f.name, err)
 	}
 	return nil
 }

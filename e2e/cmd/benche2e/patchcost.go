@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,10 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/capscale/capscale/controller/capacitysource"
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
-	"github.com/capscale/capscale/internal/names"
 )
 
 // patchForm is one way to send the mirror's Node patch: the same change
@@ -51,15 +48,7 @@ func nodePatchCost(ctx context.Context, nodes, rate, rounds int, length time.Dur
 		Plugin:          true,
 		CapacitySources: ciliumSources,
 		ControllerArgs:  []string{"--leader-elect=false"},
-		Prepare: func(ctx context.Context, s *stack.Stack) error {
-			if err := installCilium(ctx, s); err != nil {
-				return err
-			}
-			if out, err := s.Kubectl(ctx, "apply", "-f", stack.DeployFile("controller/node-writes.yaml")); err != nil {
-				return fmt.Errorf("applying controller/node-writes.yaml: %w\n%s", err, out)
-			}
-			return nil
-		},
+		Prepare:         prepareCilium(0),
 	})
 	if err != nil {
 		return err
@@ -79,7 +68,7 @@ func nodePatchCost(ctx context.Context, nodes, rate, rounds int, length time.Dur
 	idle := idleRates(from, allCPU(s.Plane), time.Since(t))
 
 	apiserver := map[string][]float64{}
-	plane := map[string][]float64{}
+	all := map[string][]float64{} // every plane process
 	seq := 0
 	for r := range rounds {
 		forms := slices.Concat(patchForms[r%len(patchForms):], patchForms[:r%len(patchForms)])
@@ -95,7 +84,7 @@ func nodePatchCost(ctx context.Context, nodes, rate, rounds int, length time.Dur
 			seq += n
 			ms := cpuMsPerPod(before, allCPU(s.Plane), time.Since(start), idle, n)
 			apiserver[f.name] = append(apiserver[f.name], ms["kube-apiserver"]*1000)
-			plane[f.name] = append(plane[f.name], total(ms)*1000)
+			all[f.name] = append(all[f.name], total(ms)*1000)
 			fmt.Printf("round %d, %s: %d patches at %.1f/s; per patch, above idle: %s\n", r, f.name, n, float64(n)/time.Since(start).Seconds(), perChange(ms, 1))
 		}
 	}
@@ -115,7 +104,7 @@ func nodePatchCost(ctx context.Context, nodes, rate, rounds int, length time.Dur
 			Measure: fmt.Sprintf("The mirror's Node patch as a %s, %d nodes, %d a second: kube-apiserver CPU per patch above its idle rate (median of %d rounds)", f.name, nodes, rate, rounds),
 			Figure:  fmt.Sprintf("%.0f µs", quantileOf(a, 0.5)),
 			Spread: fmt.Sprintf("rounds %.0f–%.0f µs%s; the plane's processes %.0f µs (median)",
-				slices.Min(a), slices.Max(a), against, quantileOf(plane[f.name], 0.5)),
+				slices.Min(a), slices.Max(a), against, quantileOf(all[f.name], 0.5)),
 		})
 	}
 	printRows(rows, run)
@@ -140,14 +129,11 @@ func sendPatches(ctx context.Context, p *nodePatcher, f patchForm, nodes, n, rat
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-				names.UnderlayIPSourceCapacityAnnotation: fmt.Sprint(seq + k)}}})
-			_, err := p.client.CoreV1().Nodes().Patch(ctx, plane.NodeName(k%nodes), f.pt, body,
-				metav1.PatchOptions{FieldManager: capacitysource.FieldManager, FieldValidation: f.validation})
+			err := p.send(ctx, plane.NodeName(k%nodes), fmt.Sprint(seq+k), f)
 			if err != nil {
 				mu.Lock()
 				if firstErr == nil {
-					firstErr = fmt.Errorf("%s of %s: %w", f.name, plane.NodeName(k%nodes), err)
+					firstErr = err
 				}
 				mu.Unlock()
 			}
