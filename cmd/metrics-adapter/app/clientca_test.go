@@ -18,18 +18,24 @@ func (c caContent) VerifyOptions() (x509.VerifyOptions, bool) {
 func (c caContent) AddListener(dynamiccertificates.Listener) {}
 
 func TestClientCALoaded(t *testing.T) {
+	loaded, empty := caContent("-----BEGIN CERTIFICATE-----"), caContent(nil)
 	tests := []struct {
 		name string
-		ca   dynamiccertificates.CAContentProvider
+		cas  []dynamiccertificates.CAContentProvider
 		ok   bool
 	}{
-		{"no client certificates verified", nil, true},
-		{"not read from the ConfigMap yet", caContent(nil), false},
-		{"loaded", caContent("-----BEGIN CERTIFICATE-----"), true},
+		{"no client certificates verified", []dynamiccertificates.CAContentProvider{nil, nil}, true},
+		{"not read from the ConfigMap yet", []dynamiccertificates.CAContentProvider{empty, empty}, false},
+		{"loaded", []dynamiccertificates.CAContentProvider{loaded, loaded}, true},
+		// The serving union is non-empty once the client-ca is read;
+		// the aggregator is verified by the request-header CA alone.
+		{"the client-ca read, the request-header CA not yet",
+			[]dynamiccertificates.CAContentProvider{dynamiccertificates.NewUnionCAContentProvider(loaded, empty), empty}, false},
+		{"no request-header CA configured", []dynamiccertificates.CAContentProvider{loaded, nil}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := clientCALoaded(tc.ca); (err == nil) != tc.ok {
+			if err := clientCALoaded(tc.cas...); (err == nil) != tc.ok {
 				t.Errorf("clientCALoaded = %v, want ok %v", err, tc.ok)
 			}
 		})

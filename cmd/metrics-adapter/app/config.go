@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -105,7 +106,17 @@ func (o *Options) config(a *adapter, health *kube.WatchHealth, base, restCfg *re
 	if err != nil {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
-	if err := server.GenericAPIServer.AddReadyzChecks(clientCACheck(server.GenericAPIServer.SecureServingInfo.ClientCA)); err != nil {
+	// The config Server was built from (the AdapterBase caches it): its
+	// request-header CA, which verifies the aggregator.
+	built, err := o.AdapterBase.Config()
+	if err != nil {
+		return nil, err
+	}
+	var requestHeaderCA dynamiccertificates.CAContentProvider
+	if h := built.GenericConfig.Authentication.RequestHeaderConfig; h != nil {
+		requestHeaderCA = h.CAContentProvider
+	}
+	if err := server.GenericAPIServer.AddReadyzChecks(clientCACheck(server.GenericAPIServer.SecureServingInfo.ClientCA, requestHeaderCA)); err != nil {
 		return nil, fmt.Errorf("adding readyz check: %w", err)
 	}
 	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("capscale-informers-synced", a.readyCheck)); err != nil {
