@@ -52,27 +52,38 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// listenFree listens on a random port outside the ephemeral range. Where
-// the range leaves no room (a machine configured to use nearly every
-// port), it falls back to the kernel's choice.
+// listenFree listens on a random port outside the ephemeral range that no
+// other process of the suite holds, and holds it (portlock.go). Where the
+// range leaves no room (a machine configured to use nearly every port), it
+// falls back to the kernel's choice.
 func listenFree() (net.Listener, error) {
 	lo, hi := ephemeralRange()
 	below, above := max(0, lo-lowestPort), max(0, 65535-hi)
-	if below+above < 1000 {
-		return net.Listen("tcp", "127.0.0.1:0")
-	}
 	var lastErr error
 	for range 64 {
-		i := rand.IntN(below + above)
-		port := lowestPort + i
-		if i >= below {
-			port = hi + 1 + (i - below)
+		addr := "127.0.0.1:0"
+		if below+above >= 1000 {
+			i := rand.IntN(below + above)
+			port := lowestPort + i
+			if i >= below {
+				port = hi + 1 + (i - below)
+			}
+			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err == nil {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		ok, err := locks.reserve(l.Addr().(*net.TCPAddr).Port)
+		if ok {
 			return l, nil
 		}
-		lastErr = err
+		l.Close()
+		if err != nil {
+			return nil, err
+		}
+		lastErr = fmt.Errorf("port %d is held by another process of the suite", l.Addr().(*net.TCPAddr).Port)
 	}
 	return nil, fmt.Errorf("no free port on 127.0.0.1 outside the ephemeral range %d-%d after 64 tries: %w", lo, hi, lastErr)
 }
