@@ -6,14 +6,28 @@
 # so that a CI log cut to its head or its tail still says why each test
 # failed. go test -v announces whose lines follow (=== RUN, NAME, CONT);
 # the lines are kept per test, so a failed subtest's message is not
-# pushed out by its parent's later lines.
-FNR == 1 { delete buf; delete n; cur = "" }
-/^=== (RUN|NAME|CONT) / { cur = $3; next }
-/^[ \t]+[a-z_]+\.go:[0-9]+: / && !/^[ \t]+(plane|nodes|realnode|karpenter)\.go:/ { keep($0) }
-/^panic: / { keep($0) }
+# pushed out by its parent's later lines. A message's own further lines
+# (indented deeper, such as a process's log tail after "exited before
+# ready") stay with it, up to 40 of them.
+FNR == 1 { delete buf; delete n; cur = ""; depth = -1 }
+/^=== (RUN|NAME|CONT) / { cur = $3; depth = -1; next }
+/^[ \t]+[a-z_]+\.go:[0-9]+: / {
+	if (/^[ \t]+(plane|nodes|realnode|karpenter)\.go:/) { depth = -1; next }
+	keep($0); next
+}
+/^panic: / { keep($0); next }
 /^[ \t]*--- FAIL: Test/ {
+	depth = -1
 	name = $3
 	print "----- " name " failed; its last lines -----"
 	for (i = (n[name] > 12 ? n[name] - 12 : 0); i < n[name]; i++) print buf[name, i % 12]
+	next
 }
-function keep(line) { buf[cur, n[cur] % 12] = line; n[cur]++ }
+depth >= 0 && indent($0) > depth && extra < 40 {
+	buf[cur, (n[cur] - 1) % 12] = buf[cur, (n[cur] - 1) % 12] "\n" $0
+	extra++
+	next
+}
+{ depth = -1 }
+function keep(line) { buf[cur, n[cur] % 12] = line; n[cur]++; depth = indent(line); extra = 0 }
+function indent(line) { match(line, /^[ \t]*/); return RLENGTH }

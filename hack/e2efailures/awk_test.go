@@ -1,0 +1,52 @@
+// Package e2efailures tests hack/e2e-failures.awk, the summary CI prints of
+// each failed e2e test.
+package e2efailures
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A failed test's message keeps the lines that go with it (a process's log
+// tail, indented deeper), the plane's start-up lines are left out, and a
+// passing test prints nothing.
+func TestSummaryKeepsAMessagesTail(t *testing.T) {
+	log := strings.Join([]string{
+		"=== RUN   TestSchedulingBurst",
+		"=== RUN   TestSchedulingBurst/extender",
+		"    plane.go:192: starting etcd on 127.0.0.1:65524",
+		"    scheduling_test.go:133: starting stack: extender exited before ready: exit status 1",
+		"        I1130 16:00:00.000000 1 server.go:50] Extender starting",
+		"        E1130 16:00:00.100000 1 main.go:20] extender server: listen tcp 127.0.0.1:23456: bind: address already in use",
+		"=== RUN   TestOther",
+		"    other_test.go:10: fine",
+		"unindented output of TestOther",
+		"        not part of any message",
+		"--- PASS: TestOther (1.00s)",
+		"--- FAIL: TestSchedulingBurst (62.91s)",
+		"    --- FAIL: TestSchedulingBurst/extender (10.00s)",
+		"",
+	}, "\n")
+	in := filepath.Join(t.TempDir(), "shard.log")
+	if err := os.WriteFile(in, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("awk", "-f", "../e2e-failures.awk", in).CombinedOutput()
+	if err != nil {
+		t.Fatalf("awk: %v\n%s", err, out)
+	}
+	want := strings.Join([]string{
+		"----- TestSchedulingBurst failed; its last lines -----",
+		"----- TestSchedulingBurst/extender failed; its last lines -----",
+		"    scheduling_test.go:133: starting stack: extender exited before ready: exit status 1",
+		"        I1130 16:00:00.000000 1 server.go:50] Extender starting",
+		"        E1130 16:00:00.100000 1 main.go:20] extender server: listen tcp 127.0.0.1:23456: bind: address already in use",
+		"",
+	}, "\n")
+	if string(out) != want {
+		t.Errorf("summary:\n%s\nwant:\n%s", out, want)
+	}
+}
