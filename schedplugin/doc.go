@@ -18,6 +18,10 @@
 //     NormalizeScore gives the nodes with the most free IPs the top score.
 //   - EventsToRegister's queueing hints requeue a waiting pod when a pod
 //     holding IPs goes, a node is added, or a node's capacity grows.
+//   - Reserve keeps the chosen node's NodeInfo; Bind (before DefaultBinder)
+//     reads that Node from the apiserver and refuses the bind when its
+//     capacity changed since the scheduler's view and no longer fits, else
+//     returns Skip for DefaultBinder (bindcheck.go).
 //   - SignPod keeps kube-scheduler's opportunistic batching on for pods
 //     that need no IP, and off for underlay pods, whose batch hints would
 //     not rank by free IPs.

@@ -38,6 +38,9 @@ type Plugin struct {
 	// PostFilter reads (postfilter.go); nil without the handle's informers.
 	pods      corelisters.PodLister
 	nodeInfos nodeInfoGetter
+	// fresh reads the chosen Node from the apiserver for the check at bind
+	// (bindcheck.go); nil without the handle's client config.
+	fresh nodeMeta
 }
 
 var (
@@ -49,6 +52,8 @@ var (
 	_ fwk.ScoreExtensions   = (*Plugin)(nil)
 	_ fwk.EnqueueExtensions = (*Plugin)(nil)
 	_ fwk.SignPlugin        = (*Plugin)(nil)
+	_ fwk.ReservePlugin     = (*Plugin)(nil)
+	_ fwk.BindPlugin        = (*Plugin)(nil)
 )
 
 // New is the plugin's factory (the framework's PluginFactory signature):
@@ -64,6 +69,9 @@ func New(_ context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, erro
 		return nil, fmt.Errorf("%s: following pod deletions: %w", Name, err)
 	}
 	pl.postFilterInputs(fh)
+	if pl.fresh, err = newMetaReader(fh); err != nil {
+		return nil, fmt.Errorf("%s: the client for the check at bind: %w", Name, err)
+	}
 	return pl, nil
 }
 

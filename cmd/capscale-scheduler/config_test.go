@@ -13,7 +13,7 @@ import (
 
 // TestPostFilterBeforePreemption: kube-scheduler's own setup, given the
 // configuration deploy/ ships, runs UnderlayIP's PostFilter before
-// DefaultPreemption in every profile. After it, preemption would already
+// DefaultPreemption, and its Bind before DefaultBinder, in every profile. After it, preemption would already
 // have evicted a victim for IPs that come back by themselves
 // (schedplugin/postfilter.go). deploy/'s tests keep the second-scheduler
 // manifest and the chart equal to this file.
@@ -41,6 +41,15 @@ func TestPostFilterBeforePreemption(t *testing.T) {
 		ours, preempt := slices.Index(order, schedplugin.Name), slices.Index(order, "DefaultPreemption")
 		if ours < 0 || preempt < 0 || ours > preempt {
 			t.Errorf("profile %s: PostFilter plugins %v; want %s before DefaultPreemption", name, order, schedplugin.Name)
+		}
+		// The check at bind runs only ahead of the binder that binds.
+		order = order[:0]
+		for _, p := range prof.ListPlugins().Bind.Enabled {
+			order = append(order, p.Name)
+		}
+		ours, binder := slices.Index(order, schedplugin.Name), slices.Index(order, "DefaultBinder")
+		if ours < 0 || binder < 0 || ours > binder {
+			t.Errorf("profile %s: Bind plugins %v; want %s before DefaultBinder", name, order, schedplugin.Name)
 		}
 	}
 }

@@ -1,0 +1,136 @@
+package schedplugin
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/capscale/capscale/internal/names"
+	"github.com/capscale/capscale/internal/underlay"
+)
+
+func (n usedInfo) Snapshot() fwk.NodeInfo { return n }
+
+// mapState is a CycleState of what Read and Write touch.
+type mapState struct {
+	fwk.CycleState
+	m map[fwk.StateKey]fwk.StateData
+}
+
+func newMapState() *mapState { return &mapState{m: map[fwk.StateKey]fwk.StateData{}} }
+
+func (s *mapState) Read(k fwk.StateKey) (fwk.StateData, error) {
+	if d, ok := s.m[k]; ok {
+		return d, nil
+	}
+	return nil, fwk.ErrNotFound
+}
+
+func (s *mapState) Write(k fwk.StateKey, d fwk.StateData) { s.m[k] = d }
+
+// apiNodes is the apiserver's view of Nodes' annotations for the check at
+// bind; err, if set, is every read's answer.
+type apiNodes struct {
+	annotations map[string]map[string]string
+	err         error
+	reads       int
+}
+
+func (a *apiNodes) get(_ context.Context, name string) (map[string]string, map[string]string, error) {
+	a.reads++
+	if a.err != nil {
+		return nil, nil, a.err
+	}
+	an, ok := a.annotations[name]
+	if !ok {
+		return nil, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, name)
+	}
+	return an, nil, nil
+}
+
+// TestBindChecksTheCapacityNow: the scheduler chose n1 from a view where it
+// had capacity 10 and 3 IPs in use; the bind goes ahead (Skip, for
+// DefaultBinder) only if the capacity the apiserver holds now still fits.
+func TestBindChecksTheCapacityNow(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		now      map[string]string // n1's annotations now; nil: deleted
+		err      error
+		want     fwk.Code
+		inReason string
+	}{
+		{name: "unchanged", now: annotated("10"), want: fwk.Skip},
+		{name: "raised", now: annotated("20"), want: fwk.Skip},
+		{name: "lowered, still room", now: annotated("4"), want: fwk.Skip},
+		{name: "lowered to what is in use", now: annotated("3"), want: fwk.Unschedulable, inReason: "node n1 changed since the scheduler read it: underlay IPs exhausted: 3/3 used, pod needs 1"},
+		{name: "lowered to 0", now: annotated("0"), want: fwk.Unschedulable, inReason: "node has 0, pod needs 1"},
+		{name: "made invalid", now: annotated("many"), want: fwk.Unschedulable, inReason: "invalid"},
+		{name: "the IPAM reports more in use", now: map[string]string{names.UnderlayIPCapacityAnnotation: "10", names.UnderlayIPSourceUsedAnnotation: "10"}, want: fwk.Unschedulable, inReason: "10/10 used"},
+		{name: "deleted", want: fwk.Unschedulable, inReason: "node n1 was deleted before the bind"},
+		{name: "apiserver unreachable", now: annotated("10"), err: errors.New("connection refused"), want: fwk.Error, inReason: "connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := &apiNodes{annotations: map[string]map[string]string{}, err: tc.err}
+			if tc.now != nil {
+				api.annotations["n1"] = tc.now
+			}
+			pl := &Plugin{rule: underlay.Rule{Default: 10}, fresh: api,
+				nodeInfos: usedNodes{"n1": {node: ipNode("n1", "10"), used: 3}}}
+			state, pod := newMapState(), ipPod("p", "", 1)
+			if st := pl.Reserve(context.Background(), state, pod, "n1"); !st.IsSuccess() {
+				t.Fatalf("Reserve = %v", st)
+			}
+			st := pl.Bind(context.Background(), state, pod, "n1")
+			if st.Code() != tc.want || !strings.Contains(st.Message(), tc.inReason) {
+				t.Fatalf("Bind = %v %q; want %v with %q", st.Code(), st.Message(), tc.want, tc.inReason)
+			}
+			if api.reads != 1 {
+				t.Fatalf("%d reads of the Node, want 1", api.reads)
+			}
+		})
+	}
+}
+
+// TestBindLeavesOtherPodsAlone: a pod that takes no IP is bound without a
+// read, and so is every pod of a plugin with no client (a framework built
+// in a test).
+func TestBindLeavesOtherPodsAlone(t *testing.T) {
+	api := &apiNodes{annotations: map[string]map[string]string{"n1": annotated("0")}}
+	pl := &Plugin{rule: underlay.Rule{Default: 10}, fresh: api, nodeInfos: usedNodes{"n1": {node: ipNode("n1", "10")}}}
+	state, pod := newMapState(), ipPod("plain", "", 0)
+	pl.Reserve(context.Background(), state, pod, "n1")
+	if st := pl.Bind(context.Background(), state, pod, "n1"); st.Code() != fwk.Skip || api.reads != 0 {
+		t.Fatalf("Bind of a pod that needs no IP = %v after %d reads; want Skip, no read", st, api.reads)
+	}
+	pl.fresh = nil
+	state, pod = newMapState(), ipPod("p", "", 1)
+	pl.Reserve(context.Background(), state, pod, "n1")
+	if st := pl.Bind(context.Background(), state, pod, "n1"); st.Code() != fwk.Skip {
+		t.Fatalf("Bind without a client = %v, want Skip", st)
+	}
+}
+
+// TestBindChargesDrawnPods: on a node that draws all, a pod that asks for no
+// IP takes one, and the pods already there that ask for none count.
+func TestBindChargesDrawnPods(t *testing.T) {
+	draws := func(capacity string) map[string]string {
+		return map[string]string{names.UnderlayIPCapacityAnnotation: capacity, names.UnderlayIPDrawsAnnotation: "all"}
+	}
+	node := &v1.Node{}
+	node.Name, node.Annotations = "n1", draws("3")
+	api := &apiNodes{annotations: map[string]map[string]string{"n1": draws("2")}}
+	pl := &Plugin{rule: underlay.Rule{Default: 10}, fresh: api,
+		nodeInfos: usedNodes{"n1": {node: node, pods: []*v1.Pod{ipPod("a", "n1", 0), ipPod("b", "n1", 0)}}}}
+	pl.drawsAll.Store(true)
+	state, pod := newMapState(), ipPod("plain", "", 0)
+	pl.Reserve(context.Background(), state, pod, "n1")
+	if st := pl.Bind(context.Background(), state, pod, "n1"); st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "2/2 used") {
+		t.Fatalf("Bind = %v; want Unschedulable, 2/2 used", st)
+	}
+}
