@@ -26,14 +26,17 @@ import (
 	"github.com/capscale/capscale/internal/names"
 )
 
-// watchGate is a proxy between the extender and kube-apiserver.
-// While frozen, it reads the pod watch streams it carries from the
+// watchGate is a proxy between a client (the extender, a scheduler) and
+// kube-apiserver. While frozen, it reads the watch streams of its path
+// (pods, or nodes) it carries from the
 // apiserver and throws the bytes away: the extender's informer sees no
 // event, yet its watch stays open, so the extender stays ready and binds
 // (its Binding POSTs pass). A stream that lost bytes never delivers again;
 // Thaw cuts it, so the informer resumes from the last event it saw — as
 // when kube-apiserver dies after a write and before sending its event.
 type watchGate struct {
+	// path is the collection whose watches it gates: /api/v1/pods.
+	path   string
 	srv    *httptest.Server
 	target atomic.Pointer[httputil.ReverseProxy]
 	frozen atomic.Bool
@@ -42,8 +45,8 @@ type watchGate struct {
 	streams map[*gatedBody]bool
 }
 
-func newWatchGate(t *testing.T) *watchGate {
-	g := &watchGate{streams: map[*gatedBody]bool{}}
+func newWatchGate(t *testing.T, path string) *watchGate {
+	g := &watchGate{path: path, streams: map[*gatedBody]bool{}}
 	g.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := g.target.Load()
 		if p == nil {
@@ -90,7 +93,7 @@ func (g *watchGate) connect(s *stack.Stack) error {
 	return nil
 }
 
-// freeze starts throwing pod watch events away.
+// freeze starts throwing the path's watch events away.
 func (g *watchGate) freeze() { g.frozen.Store(true) }
 
 // thaw cuts every stream that lost events and lets new ones flow.
@@ -112,7 +115,7 @@ type gateTransport struct {
 
 func (t gateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(r)
-	if err != nil || r.URL.Path != "/api/v1/pods" || r.URL.Query().Get("watch") != "true" {
+	if err != nil || r.URL.Path != t.g.path || r.URL.Query().Get("watch") != "true" {
 		return resp, err
 	}
 	b := &gatedBody{ReadCloser: resp.Body, g: t.g}
@@ -123,7 +126,7 @@ func (t gateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// gatedBody is one pod watch stream through the gate.
+// gatedBody is one watch stream of the gate's path.
 type gatedBody struct {
 	io.ReadCloser
 	g    *watchGate
@@ -200,7 +203,7 @@ func hasFreedCondition(p *corev1.Pod) bool {
 // pod it never cached. The pod waiting for that IP must get it within
 // seconds, and no node is ever over capacity.
 func TestReservationsAfterLostWatch(t *testing.T) {
-	gate := newWatchGate(t)
+	gate := newWatchGate(t, "/api/v1/pods")
 	s := startStack(t, stack.Options{
 		Plane: plane.Options{Nodes: 1, Logf: t.Logf, Node: func(_ int, n *corev1.Node) {
 			n.Annotations[names.UnderlayIPCapacityAnnotation] = "2"

@@ -43,6 +43,13 @@ func (r *SchedulerReplica) Kill() {
 // scheduler is: beside a stack not in plugin mode, the plane's stock
 // kube-scheduler stays the cluster's default-scheduler.
 func (s *Stack) StartPluginSchedulerReplica(ctx context.Context, name string) (*SchedulerReplica, error) {
+	return s.StartPluginSchedulerReplicaVia(ctx, name, "")
+}
+
+// StartPluginSchedulerReplicaVia is StartPluginSchedulerReplica with its
+// client pointed at server (a proxy in front of kube-apiserver) instead of
+// kube-apiserver itself; "" for kube-apiserver.
+func (s *Stack) StartPluginSchedulerReplicaVia(ctx context.Context, name, server string) (*SchedulerReplica, error) {
 	file := DeployFile("plugin/capscale-scheduler.yaml")
 	docs, config, err := schedulerManifests(file)
 	if err != nil {
@@ -65,6 +72,11 @@ func (s *Stack) StartPluginSchedulerReplica(ctx context.Context, name string) (*
 	kc, err := s.ServiceAccountKubeconfig(ctx, Namespace, "capscale-scheduler")
 	if err != nil {
 		return nil, err
+	}
+	if server != "" {
+		if kc, err = viaServer(kc, server); err != nil {
+			return nil, err
+		}
 	}
 	r := &SchedulerReplica{Name: name}
 	if r.Scheduler, err = s.StartSchedulerBinary(ctx, name, bin, config, kc); err != nil {
