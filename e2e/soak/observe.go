@@ -176,7 +176,7 @@ func (o *observer) pod(old, p *corev1.Pod) {
 	o.leftPending(old, p)
 	if p.Spec.NodeName != "" {
 		if _, ok := o.boundAt[p.UID]; !ok {
-			o.boundAt[p.UID] = time.Now()
+			o.boundAt[p.UID] = boundBy(p, time.Now())
 			o.bound++
 		}
 	}
@@ -184,6 +184,23 @@ func (o *observer) pod(old, p *corev1.Pod) {
 		// Finished: its IPs are free.
 		o.freed += underlay.PodNeed(p)
 	}
+}
+
+// boundBy is when pod was bound at the latest, first seen bound at seen.
+// The apiserver's bind stamps the PodScheduled condition (whole seconds,
+// so the bind came before that time + 1 s): where that is earlier, the
+// sampler's own pod watch lagged (it reconnects with a backoff after a
+// kube-apiserver restart, apart from its Node watch), and a bind seen late
+// must not read as one made after a capacity was lowered.
+func boundBy(pod *corev1.Pod, seen time.Time) time.Time {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			if stamped := c.LastTransitionTime.Add(time.Second); stamped.Before(seen) {
+				return stamped
+			}
+		}
+	}
+	return seen
 }
 
 func (o *observer) gone(p *corev1.Pod) {

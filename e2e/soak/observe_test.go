@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +42,34 @@ func TestObserverSeesEveryNodeAtStart(t *testing.T) {
 		}
 		if len(s.Nodes) != n || total != 2*n {
 			t.Fatalf("round %d: first snapshot: %d nodes, %d IPs; want %d nodes, %d IPs", round, len(s.Nodes), total, n, 2*n)
+		}
+	}
+}
+
+// TestBoundBy: a bind first seen late (the sampler's pod watch lagging)
+// counts from the second after the apiserver stamped it; one seen at once,
+// or with no stamp, from when it was seen.
+func TestBoundBy(t *testing.T) {
+	stamp := time.Date(2026, 11, 30, 15, 42, 37, 0, time.UTC)
+	scheduled := func(status corev1.ConditionStatus) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(stamp.Add(-time.Hour))},
+			{Type: corev1.PodScheduled, Status: status, LastTransitionTime: metav1.NewTime(stamp)},
+		}}}
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		seen time.Time
+		want time.Time
+	}{
+		{"seen 3 s late", scheduled(corev1.ConditionTrue), stamp.Add(3 * time.Second), stamp.Add(time.Second)},
+		{"seen within the stamp's second", scheduled(corev1.ConditionTrue), stamp.Add(300 * time.Millisecond), stamp.Add(300 * time.Millisecond)},
+		{"not stamped scheduled", scheduled(corev1.ConditionFalse), stamp.Add(3 * time.Second), stamp.Add(3 * time.Second)},
+		{"no conditions", &corev1.Pod{}, stamp, stamp},
+	} {
+		if got := boundBy(tc.pod, tc.seen); !got.Equal(tc.want) {
+			t.Errorf("%s: boundBy = %s, want %s", tc.name, got.Format(time.StampMilli), tc.want.Format(time.StampMilli))
 		}
 	}
 }

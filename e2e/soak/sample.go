@@ -34,8 +34,9 @@ type Node struct {
 	Lowered time.Time `json:"lowered,omitzero"`
 	// Used is the need of the pods bound to it and not finished.
 	Used int64 `json:"used"`
-	// LastBound is when the sampler first saw the latest of those pods
-	// bound.
+	// LastBound is when the latest of those pods was bound at the latest:
+	// when the sampler first saw it bound, or the second after the
+	// apiserver stamped its bind if that is earlier (observe.go, boundBy).
 	LastBound time.Time `json:"lastBound,omitzero"`
 	// Schedulable is false for a node a pod cannot go to regardless of IPs
 	// (being deleted, tainted NoSchedule, unschedulable).
