@@ -4,13 +4,10 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
@@ -48,18 +45,11 @@ func TestPluginBindCheck(t *testing.T) {
 		p.Spec.SchedulerName = "capscale-scheduler"
 		return p
 	}
-	setCapacity := func(v string) {
-		t.Helper()
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, names.UnderlayIPCapacityAnnotation, v)
-		if _, err := s.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 
 	createPods(ctx, t, s, pod("first"))
 	waitPodBound(ctx, t, s, ns, "first")
 	gate.freeze()
-	setCapacity("1")
+	setCapacity(ctx, t, s, node, "1")
 	createPods(ctx, t, s, pod("a"), pod("b"), pod("c"))
 	stayBoundPending(ctx, t, s, ns, 1, 3, 10*time.Second)
 	msg := waitEventSaying(ctx, t, s, ns, "reason=FailedScheduling", "changed since the scheduler read it", time.Minute)
@@ -68,6 +58,6 @@ func TestPluginBindCheck(t *testing.T) {
 	gate.thaw()
 	waitEventSaying(ctx, t, s, ns, "reason=FailedScheduling", "underlay IPs exhausted: 1/1 used", time.Minute)
 	stayBoundPending(ctx, t, s, ns, 1, 3, 3*time.Second)
-	setCapacity("4")
+	setCapacity(ctx, t, s, node, "4")
 	waitUnderlay(ctx, t, s, ns, map[string]int{node: 4, plane.NodeName(1): 0}, 4, 0)
 }

@@ -76,7 +76,7 @@ func (pl *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, 
 	}
 	ni, err := pl.nodeInfos.Get(nodeName)
 	if err != nil || ni.Node() == nil {
-		return nil // Bind then reads the pods' holdings from nothing: it skips
+		return nil // nothing to check against: Bind skips
 	}
 	state.Write(bindStateKey, bindState{ni.Snapshot()})
 	return nil
