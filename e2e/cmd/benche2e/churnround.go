@@ -51,6 +51,9 @@ type churnRun struct {
 	workers, restarts int
 	// prof profiles kube-apiserver over each kind's first round (nil: not).
 	prof *apiProfiler
+	// readers is how many readers of the IPAM's objects a watchOnly round
+	// runs, capscale-controller included; readerRuns names the extra ones.
+	readers, readerRuns int
 }
 
 // churnRound is one round's figures.
@@ -133,12 +136,22 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 	if kind == watchOnly && len(r.written) == 0 {
 		return churnRound{}, fmt.Errorf("a round of capscale's watch alone rewrites nodes the churn wrote before, and it wrote none yet")
 	}
+	label := kind.String()
+	if kind == watchOnly && r.readers > 1 {
+		// Started before the wait for a quiet plane, which lets their
+		// first list of every object pass.
+		stopReaders, err := r.startReaders(ctx, r.readers-1)
+		if err != nil {
+			return churnRound{}, err
+		}
+		defer stopReaders()
+		label = fmt.Sprintf("%s, %d readers", label, r.readers)
+	}
 	waited, quiet, err := waitQuiet(ctx, livePids(r.s.Plane), r.idle, 2*time.Minute)
 	if err != nil {
 		return churnRound{}, err
 	}
 	pid := r.s.Controller.Pid()
-	label := kind.String()
 	if kind == withCapscale && r.workers > 0 {
 		label = fmt.Sprintf("with capscale at %d workers", r.workers)
 	}

@@ -103,6 +103,7 @@ func main() {
 	churnRates := flag.String("source-churn-rates", "10,25,50", "capacity-source: capacity changes a second across the cost part's nodes, comma-separated; each rate runs the IPAM's writes alone and with capscale mirroring them, timed to the Node and to waiting probe pods; empty skips the churn")
 	costMode := flag.String("source-cost-mode", "plugin", "capacity-source: how capscale schedules in the cost part and its churn: plugin (capscale-scheduler) or extender (kube-scheduler with capscale's extender, which no queueing hint spares a retry)")
 	churnSplit := flag.Bool("source-churn-split", false, "capacity-source: at each churn rate also run a round with capscale-controller's watch but none of its Node patches (the IPAM's writes change only fields no preset reads), one with its Node patches but not its watch (capscale-controller stopped, the bench patching as its ServiceAccount), and one with the patches but not the node-writes policy (its binding deleted for the round): which of capscale's loads the plane pays for")
+	churnReaders := flag.Int("source-churn-readers", 1, "capacity-source, with --source-churn-split: how many readers of the IPAM's objects the round of capscale's watch alone runs, capscale-controller and the rest more replicas under Leases of their own (3: what two capscale-scheduler replicas reading the objects themselves would add)")
 	patchRate := flag.Int("node-patch-rate", 100, "node-patch: the mirror's Node patches a second in each round (--nodes nodes, --rounds rounds of each form, each --source-churn-length long)")
 	churnProfiles := flag.String("source-churn-profiles", "", "capacity-source: save kube-apiserver's CPU profile of the idle window and of the first churn round of each rate and kind (kube-apiserver-<rate>-<kind>.pprof) in this directory")
 	churnLength := flag.Duration("source-churn-length", 45*time.Second, "capacity-source: how long each churn round runs (and the idle window it is compared with)")
@@ -127,6 +128,10 @@ func main() {
 	workers, werr := parseRates(*churnWorkers)
 	if werr != nil {
 		fmt.Fprintf(os.Stderr, "benche2e: --source-churn-workers: %v\n", werr)
+		os.Exit(2)
+	}
+	if *churnReaders < 1 || (*churnReaders > 1 && !*churnSplit) {
+		fmt.Fprintf(os.Stderr, "benche2e: --source-churn-readers must be at least 1, and more than 1 only with --source-churn-split, got %d\n", *churnReaders)
 		os.Exit(2)
 	}
 	if err := checkNodeLease(*nodeLease); err != nil {
@@ -180,7 +185,7 @@ func main() {
 		err = kedaBench(ctx, keda)
 	case "capacity-source":
 		err = capacitySourceBench(ctx, *capacityModes, *sourceChanges, *costNodes, *costEvents,
-			churnOptions{rates: rates, workers: workers, split: *churnSplit, mode: *costMode, length: *churnLength, probes: *churnProbes, profiles: *churnProfiles}, *binDir, *nodeLease)
+			churnOptions{rates: rates, workers: workers, split: *churnSplit, readers: *churnReaders, mode: *costMode, length: *churnLength, probes: *churnProbes, profiles: *churnProfiles}, *binDir, *nodeLease)
 	case "node-patch":
 		err = nodePatchCost(ctx, *nodes, *patchRate, *rounds, *churnLength, *binDir, *nodeLease)
 	case "soak":

@@ -37,8 +37,12 @@ type churnOptions struct {
 	// apart: its watch of the IPAM's objects without its Node patches,
 	// the patches without the watch, and the patches without the
 	// node-writes policy (roundKind).
-	split  bool
-	length time.Duration
+	split bool
+	// readers is how many readers of the IPAM's objects the split's
+	// watch-alone round runs: capscale-controller and readers-1 more
+	// replicas (startReaders).
+	readers int
+	length  time.Duration
 	// profiles, if set, is where kube-apiserver's CPU profiles of the
 	// idle window and of each kind of round's first go (apiprofile.go).
 	profiles string
@@ -325,7 +329,7 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 	idle := idleTo.rates(idleFrom, time.Since(t))
 
 	r := &churnRun{s: s, w: w, uids: uids, span: span, length: o.length, mirror: mirror, bound: bound, probe: probe, delivered: delivered, prof: prof,
-		idle: idleRates(cpuFrom, cpuTo, time.Since(t)), last: map[string]int{}}
+		idle: idleRates(cpuFrom, cpuTo, time.Since(t)), last: map[string]int{}, readers: o.readers}
 	if o.split {
 		if r.patcher, err = newNodePatcher(ctx, s); err != nil {
 			return nil, err
@@ -409,6 +413,31 @@ func (r *churnRun) restartController(ctx context.Context, workers int) error {
 	r.workers = workers
 	fmt.Printf("# capscale-controller restarted with --capacity-source-workers=%d\n", workers)
 	return nil
+}
+
+// startReaders runs n more capscale-controller replicas, each under a
+// Lease of its own so that each leads and watches the IPAM's objects: the
+// readers that schedulers reading the objects themselves would add (two
+// capscale-scheduler replicas beside capscale-controller). They find every
+// Node up to date and write none.
+func (r *churnRun) startReaders(ctx context.Context, n int) (stop func(), err error) {
+	var started []*stack.ControllerReplica
+	stop = func() {
+		for _, c := range started {
+			c.Stop(30 * time.Second)
+		}
+	}
+	for range n {
+		r.readerRuns++
+		name := fmt.Sprintf("controller-reader-%d", r.readerRuns)
+		c, err := r.s.StartController(ctx, name, "--leader-elect-resource-name="+name)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("starting reader %s: %w", name, err)
+		}
+		started = append(started, c)
+	}
+	return stop, nil
 }
 
 // placeProbes gives each probe node capacity 0 and a pod that waits on it.
