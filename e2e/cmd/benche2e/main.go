@@ -130,8 +130,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "benche2e: --source-churn-workers: %v\n", werr)
 		os.Exit(2)
 	}
-	if *churnReaders < 1 || (*churnReaders > 1 && !*churnSplit) {
-		fmt.Fprintf(os.Stderr, "benche2e: --source-churn-readers must be at least 1, and more than 1 only with --source-churn-split, got %d\n", *churnReaders)
+	if err := checkReaders(*churnReaders, *churnSplit); err != nil {
+		fmt.Fprintf(os.Stderr, "benche2e: %v\n", err)
 		os.Exit(2)
 	}
 	if err := checkNodeLease(*nodeLease); err != nil {

@@ -219,6 +219,18 @@ func TestCheckNodeLease(t *testing.T) {
 	}
 }
 
+func TestCheckReaders(t *testing.T) {
+	for _, tc := range []struct {
+		readers int
+		split   bool
+		ok      bool
+	}{{1, false, true}, {1, true, true}, {3, true, true}, {3, false, false}, {0, true, false}, {-1, false, false}} {
+		if err := checkReaders(tc.readers, tc.split); (err == nil) != tc.ok {
+			t.Errorf("checkReaders(%d, %v) = %v, want ok %v", tc.readers, tc.split, err, tc.ok)
+		}
+	}
+}
+
 func TestMedianInterval(t *testing.T) {
 	seq := func(n int) []float64 {
 		xs := make([]float64, n)

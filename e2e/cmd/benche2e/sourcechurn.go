@@ -51,6 +51,15 @@ type churnOptions struct {
 	mode string
 }
 
+// checkReaders: more readers than capscale-controller only where there is
+// a watch-alone round to run them in.
+func checkReaders(readers int, split bool) error {
+	if readers < 1 || readers > 1 && !split {
+		return fmt.Errorf("--source-churn-readers must be at least 1, and more than 1 only with --source-churn-split, got %d", readers)
+	}
+	return nil
+}
+
 // parseRates reads a comma-separated list of positive numbers (changes a
 // second, or worker counts); empty is none.
 func parseRates(s string) ([]int, error) {
