@@ -29,10 +29,11 @@ import (
 // watchGate is a proxy between a client (the extender, a scheduler) and
 // kube-apiserver. While frozen, it reads the watch streams of its path
 // (pods, or nodes) from the apiserver and throws the bytes away: the
-// client's informer sees no event, yet its watch stays open, so the
-// extender stays ready and binds (its Binding POSTs pass). A stream that lost bytes never delivers again;
-// Thaw cuts it, so the informer resumes from the last event it saw — as
-// when kube-apiserver dies after a write and before sending its event.
+// client's informer sees no event, yet its watch stays open, so the client
+// stays ready and binds (its Binding POSTs pass). A stream that lost bytes
+// never delivers again; Thaw cuts it, so the informer resumes from the last
+// event it saw — as when kube-apiserver dies after a write and before
+// sending its event.
 type watchGate struct {
 	// path is the collection whose watches it gates: /api/v1/pods or
 	// /api/v1/nodes.
