@@ -11,13 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -30,9 +26,6 @@ import (
 
 // FieldManager is the field manager of the mirror's Node patches.
 const FieldManager = "capscale-capacity-sources"
-
-// nodeIndex indexes a source's objects by the node they map to.
-const nodeIndex = "node"
 
 // Config wires a Controller.
 type Config struct {
@@ -57,7 +50,7 @@ type Controller struct {
 	cfg     Config
 	factory informers.SharedInformerFactory
 	nodes   cache.SharedIndexInformer
-	sources []*sourceInformer
+	view    *View
 	queue   workqueue.TypedRateLimitingInterface[string]
 	synced  []cache.InformerSynced
 	ready   atomic.Bool
@@ -66,31 +59,6 @@ type Controller struct {
 	// state is each node's last mirror, for the nodes gauge; guarded by mu.
 	state map[string]nodeState
 }
-
-type sourceInformer struct {
-	src     *Compiled
-	factory dynamicinformer.DynamicSharedInformerFactory
-	inf     cache.SharedIndexInformer
-	// usedFactory and used watch the source's usedFrom resource; nil
-	// without one (mirror_usedfrom.go).
-	usedFactory dynamicinformer.DynamicSharedInformerFactory
-	used        cache.SharedIndexInformer
-}
-
-// evaluated is what a source's informer caches of an object: its identity
-// and its Result. Evaluating on arrival (the informer's transform) runs the
-// expressions once per object change and keeps ~200 bytes instead of the
-// object: a CiliumNode of an ENI node is kilobytes, and there is one per
-// node.
-type evaluated struct {
-	metav1.ObjectMeta
-	Result
-}
-
-func (e *evaluated) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
-// DeepCopyObject copies e; nothing in it is ever modified.
-func (e *evaluated) DeepCopyObject() runtime.Object { c := *e; return &c }
 
 // New builds the controller and its informers; Run starts them.
 func New(cfg Config) (*Controller, error) {
@@ -134,78 +102,12 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.synced = append(c.synced, reg.HasSynced)
 
-	for _, src := range cfg.Sources {
-		si := &sourceInformer{src: src}
-		si.factory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(cfg.Dynamic, 0, src.Namespace, nil)
-		si.inf = si.factory.ForResource(src.Resource.GVR()).Informer()
-		if err := si.inf.SetTransform(c.evaluate(src)); err != nil {
-			return nil, err
-		}
-		if err := si.inf.AddIndexers(cache.Indexers{nodeIndex: byNode}); err != nil {
-			return nil, err
-		}
-		name := src.Name
-		if err := si.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-				klog.FromContext(ctx).Error(err, "Capacity source cannot list or watch its resource (is its CRD installed, and may capscale-controller read it?); nothing is mirrored until it can",
-					"source", name, "resource", src.Resource.String())
-			}
-			cache.DefaultWatchErrorHandler(ctx, r, err)
-		}); err != nil {
-			return nil, err
-		}
-		reg, err := si.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(obj any) { c.enqueueResult(obj) },
-			UpdateFunc: func(o, n any) {
-				oe, ok1 := o.(*evaluated)
-				ne, ok2 := n.(*evaluated)
-				if ok1 && ok2 && oe.Result.Equal(ne.Result) {
-					// A status change that moves neither the node nor
-					// the count: nothing to mirror.
-					return
-				}
-				c.enqueueResult(o)
-				c.enqueueResult(n)
-			},
-			DeleteFunc: func(obj any) { c.enqueueResult(kube.Deleted(obj)) },
-		})
-		if err != nil {
-			return nil, err
-		}
-		c.synced = append(c.synced, reg.HasSynced)
-		if err := c.watchUsedFrom(si); err != nil {
-			return nil, err
-		}
-		c.sources = append(c.sources, si)
+	c.view, err = NewView(cfg.Dynamic, cfg.Sources, cfg.Metrics, func(node string) { c.queue.Add(node) })
+	if err != nil {
+		return nil, err
 	}
+	c.synced = append(c.synced, c.view.Synced()...)
 	return c, nil
-}
-
-// evaluate is a source informer's transform: the object's Result.
-func (c *Controller) evaluate(src *Compiled) cache.TransformFunc {
-	return func(obj any) (any, error) {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return obj, nil
-		}
-		start := time.Now()
-		r := Evaluate(src, u.GetNamespace(), u.GetName(), u.Object)
-		c.cfg.Metrics.evaluated(src.Name, r, time.Since(start))
-		if r.NodeErr != "" {
-			klog.ErrorS(nil, "Capacity source object maps to no node", "source", src.Name, "object", r.Ref, "reason", r.NodeErr)
-		}
-		return &evaluated{
-			ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion()},
-			Result:     r,
-		}, nil
-	}
-}
-
-func byNode(obj any) ([]string, error) {
-	if e, ok := obj.(*evaluated); ok {
-		return e.MapsTo(), nil
-	}
-	return nil, nil
 }
 
 // compactNode keeps of a Node what the mirror reads: its identity (an
@@ -245,14 +147,6 @@ func (c *Controller) enqueueNode(obj any) {
 	}
 }
 
-func (c *Controller) enqueueResult(obj any) {
-	if e, ok := obj.(*evaluated); ok {
-		for _, n := range e.MapsTo() {
-			c.queue.Add(n)
-		}
-	}
-}
-
 // HasSynced reports whether every informer has synced and every Node has
 // been queued once since Run started.
 func (c *Controller) HasSynced() bool { return c.ready.Load() }
@@ -266,15 +160,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
-	for _, s := range c.sources {
-		s.factory.Start(ctx.Done())
-		defer s.factory.Shutdown()
-		if s.usedFactory != nil {
-			s.usedFactory.Start(ctx.Done())
-			defer s.usedFactory.Shutdown()
-		}
-	}
-	klog.InfoS("Waiting for informers", "controller", "capacity-sources", "sources", len(c.sources))
+	c.view.Start(ctx.Done())
+	defer c.view.Shutdown()
+	klog.InfoS("Waiting for informers", "controller", "capacity-sources", "sources", c.view.Len())
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("capacity-source informers did not sync: %w", ctx.Err())
 	}
@@ -316,12 +204,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return nil
 	}
 	node := obj.(*corev1.Node)
-	want := c.withUsedFrom(Want(c.coverage(node)), name)
-	if want == (Mirror{}) {
-		// Read, and no source covers it: the mark that ends the rule's
-		// wait (underlay.Rule.AwaitSource).
-		want = Uncovered
-	}
+	want := c.view.Mirror(name, node.Labels)
 	patch := PatchFor(node.Annotations, want)
 	if patch == nil {
 		c.setState(name, stateOf(want))
@@ -344,22 +227,6 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			"capacity source %s: %s; no new underlay pod fits here", want.Origin, want.Value)
 	}
 	return nil
-}
-
-// coverage reads what every source says of node from the informers.
-func (c *Controller) coverage(node *corev1.Node) []Coverage {
-	cov := make([]Coverage, len(c.sources))
-	for i, s := range c.sources {
-		cov[i] = Coverage{Source: s.src.Name, Resource: s.src.Resource.String(), Draws: s.src.Draws, Selects: s.src.Selector != nil,
-			Selected: s.src.Selector != nil && s.src.Selector.Matches(labels.Set(node.Labels))}
-		objs, _ := s.inf.GetIndexer().ByIndex(nodeIndex, node.Name)
-		for _, o := range objs {
-			if e, ok := o.(*evaluated); ok {
-				cov[i].Objects = append(cov[i].Objects, e.Result)
-			}
-		}
-	}
-	return cov
 }
 
 // nodeState is a node's mirror as the nodes gauge counts it.

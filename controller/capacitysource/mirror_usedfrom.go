@@ -30,15 +30,15 @@ func (e *evaluatedUsed) GetObjectKind() schema.ObjectKind { return schema.EmptyO
 func (e *evaluatedUsed) DeepCopyObject() runtime.Object { c := *e; return &c }
 
 // watchUsedFrom gives si the informer of its source's usedFrom resource,
-// indexed by node, queueing the nodes an object maps to when its count or
-// its nodes change. Until it has synced nothing is mirrored, as for the
+// indexed by node, telling the View's user the nodes an object maps to
+// when its count or its nodes change. Until it has synced nothing is mirrored, as for the
 // source's own resource.
-func (c *Controller) watchUsedFrom(si *sourceInformer) error {
+func (v *View) watchUsedFrom(si *sourceInformer) error {
 	u := si.src.UsedFrom
 	if u == nil {
 		return nil
 	}
-	si.usedFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.cfg.Dynamic, 0, u.Namespace, nil)
+	si.usedFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(v.dyn, 0, u.Namespace, nil)
 	si.used = si.usedFactory.ForResource(u.Resource.GVR()).Informer()
 	name := si.src.Name
 	if err := si.used.SetTransform(func(obj any) (any, error) {
@@ -75,9 +75,9 @@ func (c *Controller) watchUsedFrom(si *sourceInformer) error {
 		return err
 	}
 	enqueue := func(obj any) {
-		if e, ok := obj.(*evaluatedUsed); ok {
+		if e, ok := obj.(*evaluatedUsed); ok && v.changed != nil {
 			for _, n := range e.Nodes {
-				c.queue.Add(n)
+				v.changed(n)
 			}
 		}
 	}
@@ -97,7 +97,7 @@ func (c *Controller) watchUsedFrom(si *sourceInformer) error {
 	if err != nil {
 		return err
 	}
-	c.synced = append(c.synced, reg.HasSynced)
+	v.synced = append(v.synced, reg.HasSynced)
 	return nil
 }
 
@@ -115,9 +115,9 @@ func (si *sourceInformer) usedFromOf(node string) []UsedResult {
 
 // withUsedFrom applies WithUsedFrom for the source that decided want, if
 // it reads a usedFrom resource, joined by the keys its object gives node.
-func (c *Controller) withUsedFrom(want Mirror, node string) Mirror {
+func (v *View) withUsedFrom(want Mirror, node string) Mirror {
 	src := sourceOf(want)
-	for _, si := range c.sources {
+	for _, si := range v.sources {
 		if si.src.Name == src && si.used != nil {
 			return WithUsedFrom(want, si.joinFor(node), si.usedFromOf(node))
 		}
