@@ -31,8 +31,8 @@ func (e *evaluatedUsed) DeepCopyObject() runtime.Object { c := *e; return &c }
 
 // watchUsedFrom gives si the informer of its source's usedFrom resource,
 // indexed by node, telling the View's user the nodes an object maps to
-// when its count or its nodes change. Until it has synced nothing is mirrored, as for the
-// source's own resource.
+// when its count or its nodes change. Until it has synced nothing is
+// mirrored, as for the source's own resource.
 func (v *View) watchUsedFrom(si *sourceInformer) error {
 	u := si.src.UsedFrom
 	if u == nil {
