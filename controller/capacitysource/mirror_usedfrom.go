@@ -1,10 +1,8 @@
 package capacitysource
 
 import (
-	"context"
 	"reflect"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -65,13 +63,7 @@ func (v *View) watchUsedFrom(si *sourceInformer) error {
 	}}); err != nil {
 		return err
 	}
-	if err := si.used.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-			klog.FromContext(ctx).Error(err, "Capacity source cannot list or watch its usedFrom resource (is its CRD installed, and may capscale-controller read it?); nothing is mirrored until it can",
-				"source", name, "resource", u.Resource.String())
-		}
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-	}); err != nil {
+	if err := si.used.SetWatchErrorHandlerWithContext(watchErrors(name, "its usedFrom resource", u.Resource)); err != nil {
 		return err
 	}
 	enqueue := func(obj any) {

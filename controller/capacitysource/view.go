@@ -79,14 +79,7 @@ func NewView(dyn dynamic.Interface, sources []*Compiled, metrics *Metrics, chang
 		if err := si.inf.AddIndexers(cache.Indexers{nodeIndex: byNode}); err != nil {
 			return nil, err
 		}
-		name := src.Name
-		if err := si.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-				klog.FromContext(ctx).Error(err, "Capacity source cannot list or watch its resource (is its CRD installed, and may capscale-controller read it?); nothing is mirrored until it can",
-					"source", name, "resource", src.Resource.String())
-			}
-			cache.DefaultWatchErrorHandler(ctx, r, err)
-		}); err != nil {
+		if err := si.inf.SetWatchErrorHandlerWithContext(watchErrors(src.Name, "its resource", src.Resource)); err != nil {
 			return nil, err
 		}
 		reg, err := si.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -205,4 +198,17 @@ func (v *View) coverage(node string, nodeLabels map[string]string) []Coverage {
 		}
 	}
 	return cov
+}
+
+// watchErrors is a source's informer's watch error handler: a resource
+// that is not there or not readable is said plainly, once per failed list
+// or watch, before client-go's own handling (its backoff).
+func watchErrors(source, what string, res Resource) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, r *cache.Reflector, err error) {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			klog.FromContext(ctx).Error(err, "Capacity source cannot list or watch "+what+" (is its CRD installed, and may capscale-controller read it?); nothing is mirrored until it can",
+				"source", source, "resource", res.String())
+		}
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}
 }
