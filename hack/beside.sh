@@ -5,8 +5,9 @@
 # foreground, and fails if either fails. make test runs the Cilium checks
 # beside the end-to-end suite: the suite mostly waits on its planes, so a
 # build at nice 19 takes the cores they leave idle and yields them when a
-# plane wants them. COMMAND's log is printed once both are done, and its
-# verdict is the last line on stderr, after MAIN's own report.
+# plane wants them. COMMAND's verdict is printed once both are done, on
+# stderr after MAIN's own report; its log only if it failed, so that a
+# passing COMMAND's lines do not push MAIN's report out of a CI log's tail.
 set -euo pipefail
 if [ $# -lt 4 ] || [ "$3" != -- ]; then
   echo "usage: hack/beside.sh LOG 'COMMAND' -- MAIN..." >&2
@@ -23,12 +24,12 @@ rc=0
 "$@" || rc=$?
 brc=0
 wait "$pid" || brc=$?
-echo "===== beside: $cmd ($log) ====="
-cat "$log"
 if [ "$brc" -ne 0 ]; then
+  echo "===== beside: $cmd ($log) ====="
+  cat "$log"
   echo "FAIL beside: $cmd exited $brc (its log: $log)" >&2
   [ "$rc" -ne 0 ] || rc=$brc
 else
-  echo "ok beside: $cmd" >&2
+  echo "ok beside: $cmd (its log: $log)" >&2
 fi
 exit "$rc"

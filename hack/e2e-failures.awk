@@ -4,7 +4,8 @@
 # (file.go:NN: ...), the plane's start-up lines left out, and any panic:
 # printed by hack/e2e.sh before the whole logs and again last on stderr,
 # so that a CI log cut to its head or its tail still says why each test
-# failed. go test -v announces whose lines follow (=== RUN, NAME, CONT);
+# failed. The components' log tails that follow a failure are left out
+# (they are in the whole logs). go test -v announces whose lines follow (=== RUN, NAME, CONT);
 # the lines are kept per test, so a failed subtest's message is not
 # pushed out by its parent's later lines. A message's own further lines
 # (indented deeper, such as a process's log tail after "exited before
@@ -13,6 +14,9 @@ FNR == 1 { delete buf; delete n; cur = ""; depth = -1 }
 /^=== (RUN|NAME|CONT) / { cur = $3; depth = -1; next }
 /^[ \t]+[a-z_]+\.go:[0-9]+: / {
 	if (/^[ \t]+(plane|nodes|realnode|karpenter)\.go:/) { depth = -1; next }
+	# The components' log tails a failed test's cleanup prints come after
+	# its failure and would take the 12 lines' room.
+	if (/: component logs:$/) { depth = -1; next }
 	keep($0); next
 }
 /^panic: / { keep($0); next }

@@ -50,3 +50,35 @@ func TestSummaryKeepsAMessagesTail(t *testing.T) {
 		t.Errorf("summary:\n%s\nwant:\n%s", out, want)
 	}
 }
+
+// The components' log tails a failed test's cleanup prints after its
+// failure are left out: before they were, their 40 lines took the
+// summary's room and a CI log cut in the middle lost the failure itself
+// (TestSchedulingFailover/plugin, CI of 2026-12-01).
+func TestSummaryLeavesOutTheComponentLogs(t *testing.T) {
+	log := strings.Join([]string{
+		"=== RUN   TestSchedulingFailover/plugin",
+		"    extender_test.go:171: want 118 bound and 32 pending, have 119 and 31: nodes over underlay-IP capacity: kwok-node-3 (4/3)",
+		"    main_test.go:97: component logs:",
+		"        ===== kube-apiserver =====",
+		"        E1201 03:40:39.434740   29596 writers.go:130] \"Unhandled Error\"",
+		"    --- FAIL: TestSchedulingFailover/plugin (52.05s)",
+		"",
+	}, "\n")
+	in := filepath.Join(t.TempDir(), "shard.log")
+	if err := os.WriteFile(in, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("awk", "-f", "../e2e-failures.awk", in).CombinedOutput()
+	if err != nil {
+		t.Fatalf("awk: %v\n%s", err, out)
+	}
+	want := strings.Join([]string{
+		"----- TestSchedulingFailover/plugin failed; its last lines -----",
+		"    extender_test.go:171: want 118 bound and 32 pending, have 119 and 31: nodes over underlay-IP capacity: kwok-node-3 (4/3)",
+		"",
+	}, "\n")
+	if string(out) != want {
+		t.Errorf("summary:\n%s\nwant:\n%s", out, want)
+	}
+}
