@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -76,7 +77,9 @@ var schedulingModes = []schedulingMode{
 		invalid:       "invalid " + names.UnderlayIPCapacityAnnotation + " annotation",
 		preempts:      true,
 		exactRanking:  true,
-		failoverStack: func(po plane.Options) stack.Options { return stack.Options{Plane: po, Plugin: true} },
+		// Not Plugin: the plane's own scheduler would then serve the
+		// capscale-scheduler profile beside the replicas.
+		failoverStack: func(po plane.Options) stack.Options { return stack.Options{Plane: po} },
 		replica: func(ctx context.Context, s *stack.Stack, name string) (*stack.SchedulerReplica, error) {
 			return s.StartPluginSchedulerReplica(ctx, name)
 		},
@@ -268,11 +271,7 @@ func TestSchedulingFailover(t *testing.T) {
 		} else if _, boundAtKill, _, err = underlayUsage(ctx, s, ns); err != nil {
 			t.Fatal(err)
 		}
-		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-			return b.Leads(), nil
-		}); err != nil {
-			t.Fatalf("scheduler-b never took the lease over: %v\n%s", err, b.Scheduler.Tail(20))
-		}
+		waitLeaderless(ctx, t, s, ns, b, killed, total)
 		takeover := time.Since(killed)
 		waitUnderlay(ctx, t, s, ns, capacity, total, pods-total)
 		placed := time.Since(killed)
@@ -284,4 +283,47 @@ func TestSchedulingFailover(t *testing.T) {
 		t.Logf("failover figures: killed at %d/%d bound; lease taken over after %s; all %d IPs used after %s",
 			boundAtKill, total, takeover.Round(time.Millisecond), total, placed.Round(time.Millisecond))
 	})
+}
+
+// waitLeaderless waits until scheduler-b leads, and fails if any pod of ns
+// was bound in between: a second after the kill (the dead leader's binds in
+// flight land or fail by then) the bound pods must stay as they are until b
+// logs its lease, and IPs must be left for b to place. Each count is read
+// before b's log: b binds only after logging its lease, so a count read
+// while the log has no lease holds none of b's binds.
+func waitLeaderless(ctx context.Context, t *testing.T, s *stack.Stack, ns string, b *stack.SchedulerReplica, killed time.Time, total int) {
+	t.Helper()
+	time.Sleep(time.Until(killed.Add(time.Second)))
+	_, settled, _, err := underlayUsage(ctx, s, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Leads() {
+		t.Fatalf("scheduler-b leads a second after the kill")
+	}
+	if settled >= total {
+		t.Fatalf("all %d IPs were used before scheduler-b led: another scheduler serves its pods", total)
+	}
+	polls := 0
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, bound, _, err := underlayUsage(ctx, s, ns)
+		if b.Leads() {
+			return true, nil
+		}
+		if err != nil {
+			return false, nil
+		}
+		polls++
+		if bound != settled {
+			return false, fmt.Errorf("%d pods bound while no replica led (%d a second after the kill): another scheduler serves its pods", bound, settled)
+		}
+		return false, nil
+	})
+	if wait.Interrupted(err) {
+		t.Fatalf("scheduler-b never took the lease over: %v\n%s", err, b.Scheduler.Tail(20))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("no bind while no replica led: %d pods bound at %d polls", settled, polls)
 }

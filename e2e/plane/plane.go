@@ -577,6 +577,19 @@ func (p *Plane) startScheduler(ctx context.Context, port int) error {
 	return p.waitHTTP(ctx, proc, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), p.PKI.ClusterCA)
 }
 
+// RunningSchedulerConfig is the configuration of the plane's running
+// scheduler, false if none runs (a test stopped it).
+func (p *Plane) RunningSchedulerConfig() (string, bool) {
+	for _, proc := range p.Processes() {
+		if exited, _ := proc.Exited(); proc.Name == "kube-scheduler" && !exited {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.Opts.SchedulerConfig, true
+		}
+	}
+	return "", false
+}
+
 // RestartScheduler stops kube-scheduler and starts it again with config (a
 // KubeSchedulerConfiguration in YAML), as an operator switching a running
 // cluster's scheduler configuration would.

@@ -2,11 +2,13 @@ package stack
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -57,6 +59,9 @@ func (s *Stack) StartPluginSchedulerReplicaVia(ctx context.Context, name, server
 	}
 	if s.Opts.CapacitySources != "" && !s.Opts.NoAwaitCapacitySource {
 		config = AwaitCapacitySource(config)
+	}
+	if err := s.profilesFree(config); err != nil {
+		return nil, err
 	}
 	bin := filepath.Join(s.Opts.BinDir, "capscale-scheduler")
 	if s.Opts.SchedulerBinary != "" {
@@ -216,9 +221,61 @@ func (s *Stack) StartNativeSchedulerReplica(ctx context.Context, name string) (*
 	if err != nil {
 		return nil, err
 	}
+	if err := s.profilesFree(string(out)); err != nil {
+		return nil, err
+	}
 	r := &SchedulerReplica{Name: name}
 	if r.Scheduler, err = s.StartScheduler(ctx, name, string(out), filepath.Join(s.Dir, "kube-scheduler.kubeconfig")); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// profilesFree refuses a plugin or native replica a profile the plane's
+// running scheduler serves too: two schedulers, each counting from its own
+// cache, place the same pods onto the same free IPs. TestSchedulingFailover
+// ran its plugin replicas beside a plane scheduler with the
+// capscale-scheduler profile until CI saw a node over capacity (2026-12-01).
+// Extender replicas may share one: the binder lease (issue 31) lets one
+// extender bind.
+func (s *Stack) profilesFree(config string) error {
+	running, ok := s.Plane.RunningSchedulerConfig()
+	if !ok {
+		return nil
+	}
+	mine, err := profileNames(config)
+	if err != nil {
+		return err
+	}
+	theirs, err := profileNames(running)
+	if err != nil {
+		return fmt.Errorf("the plane's scheduler configuration: %w", err)
+	}
+	for _, name := range mine {
+		if slices.Contains(theirs, name) {
+			return fmt.Errorf("the plane's own scheduler serves profile %s too: two schedulers would count the same IPs", name)
+		}
+	}
+	return nil
+}
+
+// profileNames are a KubeSchedulerConfiguration's profiles, as
+// kube-scheduler defaults them: one default-scheduler if none is named.
+func profileNames(config string) ([]string, error) {
+	var cfg struct {
+		Profiles []struct {
+			SchedulerName string `json:"schedulerName"`
+		} `json:"profiles"`
+	}
+	if err := yaml.Unmarshal([]byte(config), &cfg); err != nil {
+		return nil, fmt.Errorf("parsing a scheduler configuration: %w", err)
+	}
+	if len(cfg.Profiles) == 0 {
+		return []string{"default-scheduler"}, nil
+	}
+	var names []string
+	for _, p := range cfg.Profiles {
+		names = append(names, cmp.Or(p.SchedulerName, "default-scheduler"))
+	}
+	return names, nil
 }
