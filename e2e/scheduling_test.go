@@ -70,13 +70,13 @@ var schedulingModes = []schedulingMode{
 		},
 	},
 	{
-		name:          "plugin",
-		stack:         func(po plane.Options) stack.Options { return stack.Options{Plane: po, Plugin: true} },
-		exhausted:     "underlay IPs exhausted: 3/3 used, pod needs 1",
-		tooSmall:      "underlay IP capacity too small: node has 0, pod needs 1",
-		invalid:       "invalid " + names.UnderlayIPCapacityAnnotation + " annotation",
-		preempts:      true,
-		exactRanking:  true,
+		name:         "plugin",
+		stack:        func(po plane.Options) stack.Options { return stack.Options{Plane: po, Plugin: true} },
+		exhausted:    "underlay IPs exhausted: 3/3 used, pod needs 1",
+		tooSmall:     "underlay IP capacity too small: node has 0, pod needs 1",
+		invalid:      "invalid " + names.UnderlayIPCapacityAnnotation + " annotation",
+		preempts:     true,
+		exactRanking: true,
 		// Not Plugin: the plane's own scheduler would then serve the
 		// capscale-scheduler profile beside the replicas.
 		failoverStack: func(po plane.Options) stack.Options { return stack.Options{Plane: po} },
