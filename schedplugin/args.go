@@ -32,6 +32,12 @@ type Args struct {
 	// not read yet counts 0, "capacity source not read yet", never the
 	// label or the default (underlay.Rule.AwaitSource). Default false.
 	AwaitCapacitySource bool `json:"awaitCapacitySource,omitempty"`
+	// CapacitySources is the path of the capacity-sources file
+	// capscale-controller reads (its --capacity-sources): the plugin then
+	// reads the IPAM's objects itself, and what they say of a node
+	// replaces the mirror's annotations on the Node (sourced.go). It needs
+	// awaitCapacitySource. Default: none, the Node's annotations.
+	CapacitySources string `json:"capacitySources,omitempty"`
 }
 
 // Rule is the capacity rule these args configure.
@@ -72,6 +78,9 @@ func DecodeArgs(obj runtime.Object) (Args, error) {
 	if args.DefaultCapacity == nil {
 		d := DefaultCapacity
 		args.DefaultCapacity = &d
+	}
+	if args.CapacitySources != "" && !args.AwaitCapacitySource {
+		return Args{}, fmt.Errorf("%s args: capacitySources needs awaitCapacitySource: true, or a node the plugin has not read yet would take the label or the default", Name)
 	}
 	if c := *args.DefaultCapacity; c < 0 || c > underlay.MaxCapacity {
 		return Args{}, fmt.Errorf("%s args: defaultCapacity must be between 0 and %d, got %d", Name, underlay.MaxCapacity, c)

@@ -109,6 +109,9 @@ func (pl *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("reading node %s's underlay IP capacity before the bind: %w", nodeName, err))
 	}
+	if pl.sourced != nil {
+		annotations = pl.sourced.over(nodeName, annotations)
+	}
 	c := pl.rule.Capacity(annotations, labels)
 	v := fit(underlay.Charge(need(state, pod), underlay.PodNetwork(pod), c.DrawsAll), c, underlay.Charged(pl.charges(ni, c), c.IPAM))
 	if v.code == fwk.Success {

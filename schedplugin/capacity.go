@@ -32,8 +32,21 @@ type capacities struct {
 
 	mu sync.Mutex
 	// fresh are the readings made since the last sync; guarded by mu.
-	fresh map[*v1.Node]underlay.Capacity
+	fresh map[*v1.Node]reading
 }
+
+// reading is a node's capacity as read from one Node object and, where the
+// plugin reads the capacity sources itself, one gen of its answer for the
+// node (sourced.go): that answer changes with no new Node, so a reading of
+// an older gen is read again.
+type reading struct {
+	c   underlay.Capacity
+	v   *viewed
+	gen uint64
+}
+
+// current: nothing the reading was made from has changed since.
+func (r reading) current() bool { return r.v == nil || r.v.gen.Load() == r.gen }
 
 // readings is one published, never modified, set of readings: base holds
 // the snapshot's Nodes as of the last fold, recent the readings made since.
@@ -43,10 +56,10 @@ type capacities struct {
 // (BenchmarkCapacitiesChurn; 14 µs and 16 KB now), so an update copies only
 // recent, and base is rebuilt once recent holds a sixteenth of the nodes.
 type readings struct {
-	base, recent map[*v1.Node]underlay.Capacity
+	base, recent map[*v1.Node]reading
 }
 
-func (r *readings) get(node *v1.Node) (underlay.Capacity, bool) {
+func (r *readings) get(node *v1.Node) (reading, bool) {
 	if c, ok := r.base[node]; ok {
 		return c, true
 	}
@@ -55,25 +68,25 @@ func (r *readings) get(node *v1.Node) (underlay.Capacity, bool) {
 }
 
 func newCapacities() *capacities {
-	c := &capacities{fresh: map[*v1.Node]underlay.Capacity{}}
+	c := &capacities{fresh: map[*v1.Node]reading{}}
 	c.known.Store(&readings{})
 	return c
 }
 
-// of is the capacity of node under the one rule, def where the node sets
-// none; a nil capacities reads the Node every time.
-func (cs *capacities) of(node *v1.Node, rule underlay.Rule) underlay.Capacity {
+// of is the capacity of node as read reads it; a nil capacities reads it
+// every time.
+func (cs *capacities) of(node *v1.Node, read func(*v1.Node) reading) underlay.Capacity {
 	if cs == nil {
-		return rule.Capacity(node.Annotations, node.Labels)
+		return read(node).c
 	}
-	if c, ok := cs.known.Load().get(node); ok {
-		return c
+	if r, ok := cs.known.Load().get(node); ok && r.current() {
+		return r.c
 	}
-	c := rule.Capacity(node.Annotations, node.Labels)
+	r := read(node)
 	cs.mu.Lock()
-	cs.fresh[node] = c
+	cs.fresh[node] = r
 	cs.mu.Unlock()
-	return c
+	return r.c
 }
 
 // sync publishes the readings made since the last sync. It folds them into
@@ -92,17 +105,17 @@ func (cs *capacities) sync(nodes []fwk.NodeInfo) {
 		cs.mu.Unlock()
 		return
 	}
-	cs.fresh = map[*v1.Node]underlay.Capacity{}
+	cs.fresh = map[*v1.Node]reading{}
 	cs.mu.Unlock()
 
-	next := &readings{base: cur.base, recent: make(map[*v1.Node]underlay.Capacity, len(cur.recent)+len(fresh))}
+	next := &readings{base: cur.base, recent: make(map[*v1.Node]reading, len(cur.recent)+len(fresh))}
 	maps.Copy(next.recent, cur.recent)
 	maps.Copy(next.recent, fresh)
 	if len(next.recent) < max(64, len(nodes)/16) && len(cur.base) <= 2*len(nodes) {
 		cs.known.Store(next)
 		return
 	}
-	base := make(map[*v1.Node]underlay.Capacity, len(nodes))
+	base := make(map[*v1.Node]reading, len(nodes))
 	for _, ni := range nodes {
 		if n := ni.Node(); n != nil {
 			if c, ok := next.get(n); ok {

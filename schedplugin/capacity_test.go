@@ -38,7 +38,7 @@ func infos(nodes ...*v1.Node) []fwk.NodeInfo {
 func TestCapacitiesKeepTheReadingOfOneObject(t *testing.T) {
 	cs := newCapacities()
 	n := ipNode("n", "3")
-	if c := cs.of(n, underlay.Rule{Default: 10}); c.IPs != 3 {
+	if c := cs.of(n, ruleRead(underlay.Rule{Default: 10})); c.IPs != 3 {
 		t.Fatalf("first read: %d, want 3", c.IPs)
 	}
 	cs.sync(infos(n))
@@ -48,21 +48,21 @@ func TestCapacitiesKeepTheReadingOfOneObject(t *testing.T) {
 	// Evidence that the reading is kept: the object changed in place (which
 	// an informer never does) is not read again.
 	n.Annotations[names.UnderlayIPCapacityAnnotation] = "2"
-	if c := cs.of(n, underlay.Rule{Default: 10}); c.IPs != 3 {
+	if c := cs.of(n, ruleRead(underlay.Rule{Default: 10})); c.IPs != 3 {
 		t.Fatalf("kept reading: %d, want 3", c.IPs)
 	}
 	updated := n.DeepCopy()
 	updated.Annotations[names.UnderlayIPCapacityAnnotation] = "7"
-	if c := cs.of(updated, underlay.Rule{Default: 10}); c.IPs != 7 {
+	if c := cs.of(updated, ruleRead(underlay.Rule{Default: 10})); c.IPs != 7 {
 		t.Fatalf("an update is read at once: %d, want 7", c.IPs)
 	}
 	bad := n.DeepCopy()
 	bad.Annotations[names.UnderlayIPCapacityAnnotation] = "lots"
-	if c := cs.of(bad, underlay.Rule{Default: 10}); c.IPs != 0 || c.Invalid == "" {
+	if c := cs.of(bad, ruleRead(underlay.Rule{Default: 10})); c.IPs != 0 || c.Invalid == "" {
 		t.Fatalf("invalid annotation: %+v, want 0 and a reason", c)
 	}
 	cs.sync(infos(bad))
-	if c := cs.of(bad, underlay.Rule{Default: 10}); c.IPs != 0 || c.Invalid == "" {
+	if c := cs.of(bad, ruleRead(underlay.Rule{Default: 10})); c.IPs != 0 || c.Invalid == "" {
 		t.Fatalf("kept invalid reading: %+v, want 0 and a reason", c)
 	}
 }
@@ -85,7 +85,7 @@ func TestCapacitiesForgetOldNodes(t *testing.T) {
 	for round := 0; round < 20; round++ {
 		for i := range nodes {
 			nodes[i] = nodes[i].DeepCopy() // each node updated
-			if c := cs.of(nodes[i], underlay.Rule{Default: 10}); c.IPs != 5 {
+			if c := cs.of(nodes[i], ruleRead(underlay.Rule{Default: 10})); c.IPs != 5 {
 				t.Fatalf("round %d node %d: %d, want 5", round, i, c.IPs)
 			}
 		}
@@ -100,7 +100,7 @@ func TestCapacitiesForgetOldNodes(t *testing.T) {
 	if got := held(cs); got != 1 {
 		t.Fatalf("after the cluster shrank to 1 node the map holds %d readings", got)
 	}
-	if c := cs.of(nodes[0], underlay.Rule{Default: 10}); c.IPs != 5 {
+	if c := cs.of(nodes[0], ruleRead(underlay.Rule{Default: 10})); c.IPs != 5 {
 		t.Fatalf("the remaining node: %d, want 5", c.IPs)
 	}
 }
@@ -118,7 +118,7 @@ func TestCapacitiesUpdateCopiesLittle(t *testing.T) {
 	cs := newCapacities()
 	nodes := infos(objs...)
 	for _, o := range objs {
-		cs.of(o, underlay.Rule{Default: 10})
+		cs.of(o, ruleRead(underlay.Rule{Default: 10}))
 	}
 	cs.sync(nodes)
 
@@ -128,7 +128,7 @@ func TestCapacitiesUpdateCopiesLittle(t *testing.T) {
 		k := i % n
 		objs[k] = objs[k].DeepCopy()
 		nodes[k] = nodeOnly{node: objs[k]}
-		if c := cs.of(objs[k], underlay.Rule{Default: 10}); c.IPs != 5 {
+		if c := cs.of(objs[k], ruleRead(underlay.Rule{Default: 10})); c.IPs != 5 {
 			t.Fatalf("update %d: %d, want 5", i, c.IPs)
 		}
 		cs.sync(nodes)
@@ -140,7 +140,7 @@ func TestCapacitiesUpdateCopiesLittle(t *testing.T) {
 		t.Fatalf("%d bytes allocated per update and sync, want under 48 KiB", per)
 	}
 	for _, o := range objs {
-		if c := cs.of(o, underlay.Rule{Default: 10}); c.IPs != 5 {
+		if c := cs.of(o, ruleRead(underlay.Rule{Default: 10})); c.IPs != 5 {
 			t.Fatalf("after the updates: %d, want 5", c.IPs)
 		}
 	}
@@ -164,7 +164,7 @@ func TestCapacitiesConcurrent(t *testing.T) {
 			defer wg.Done()
 			for r := 0; r < 200; r++ {
 				for i, n := range nodes {
-					if c := cs.of(n, underlay.Rule{Default: 10}); c.IPs != int64(i%7) {
+					if c := cs.of(n, ruleRead(underlay.Rule{Default: 10})); c.IPs != int64(i%7) {
 						t.Errorf("node %d: %d, want %d", i, c.IPs, i%7)
 						return
 					}
@@ -192,9 +192,10 @@ func BenchmarkCapacitiesChurn(b *testing.B) {
 		}
 	}
 	cs := newCapacities()
+	read := ruleRead(underlay.Rule{Default: 10})
 	nodes := infos(objs[0]...)
 	for _, ni := range nodes {
-		cs.of(ni.Node(), underlay.Rule{Default: 10})
+		cs.of(ni.Node(), read)
 	}
 	cs.sync(nodes)
 	b.ReportAllocs()
@@ -204,7 +205,7 @@ func BenchmarkCapacitiesChurn(b *testing.B) {
 		i++
 		node := objs[(i/n+1)%versions][k]
 		nodes[k] = nodeOnly{node: node}
-		cs.of(node, underlay.Rule{Default: 10})
+		cs.of(node, read)
 		cs.sync(nodes)
 	}
 }
@@ -231,4 +232,10 @@ func BenchmarkCapacityHit(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// ruleRead reads a Node's capacity under rule alone, as a plugin that does
+// not read the capacity sources itself.
+func ruleRead(rule underlay.Rule) func(*v1.Node) reading {
+	return func(n *v1.Node) reading { return reading{c: rule.Capacity(n.Annotations, n.Labels)} }
 }

@@ -41,6 +41,9 @@ type Plugin struct {
 	// fresh reads the chosen Node from the apiserver for the check at bind
 	// (bindcheck.go); nil without the handle's client config.
 	fresh nodeMeta
+	// sourced is the plugin's own read of the capacity sources
+	// (sourced.go); nil unless the args name them.
+	sourced *sourced
 }
 
 var (
@@ -59,7 +62,7 @@ var (
 // New is the plugin's factory (the framework's PluginFactory signature):
 // it decodes the profile's args and, from the handle, follows pod
 // deletions to hold a force-deleted pod's IPs (holds.go).
-func New(_ context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, error) {
+func New(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, error) {
 	args, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
@@ -71,6 +74,9 @@ func New(_ context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, erro
 	pl.postFilterInputs(fh)
 	if pl.fresh, err = newMetaReader(fh); err != nil {
 		return nil, fmt.Errorf("%s: the client for the check at bind: %w", Name, err)
+	}
+	if pl.sourced, err = newSourcedFor(ctx, fh, args); err != nil {
+		return nil, fmt.Errorf("%s: reading the capacity sources: %w", Name, err)
 	}
 	return pl, nil
 }
@@ -207,9 +213,20 @@ func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *
 
 // capacity is the capacity of node under the one rule.
 func (pl *Plugin) capacity(node *v1.Node) underlay.Capacity {
-	c := pl.caps.of(node, pl.rule)
+	c := pl.caps.of(node, pl.read)
 	if c.DrawsAll && !pl.drawsAll.Load() {
 		pl.drawsAll.Store(true)
 	}
 	return c
+}
+
+// read reads node's capacity under the one rule: from the Node, with the
+// mirror's annotations as the plugin's own read of the sources says where
+// it reads them.
+func (pl *Plugin) read(node *v1.Node) reading {
+	if pl.sourced == nil {
+		return reading{c: pl.rule.Capacity(node.Annotations, node.Labels)}
+	}
+	a, v, gen := pl.sourced.annotations(node)
+	return reading{c: pl.rule.Capacity(a, node.Labels), v: v, gen: gen}
 }

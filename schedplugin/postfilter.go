@@ -23,6 +23,11 @@ import (
 // UnschedulableAndUnresolvable, which ends the PostFilter chain before
 // preemption and keeps the nomination; the hold's end activates it.
 func (pl *Plugin) PostFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if pl.sourced != nil && pl.takesIPs(state, pod) {
+		// Once per cycle that placed it nowhere, not per node Filter
+		// refused: a change the sources' view reads wakes it.
+		pl.sourced.turnedAway(pod)
+	}
 	node := pl.nominatedNode(pod)
 	if node == "" || pl.holds == nil || pl.nodeInfos == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)

@@ -263,6 +263,25 @@ var mirrorKeys = []string{names.UnderlayIPSourceCapacityAnnotation, names.Underl
 // annotations is m as the values of mirrorKeys, "" for one it removes.
 func (m Mirror) annotations() []string { return []string{m.Value, m.Origin, m.Max, m.Draws, m.Used} }
 
+// Over is annotations with the mirror's annotations as m says, the others
+// kept: what a reader of the IPAM's objects hands the rule in place of the
+// Node's own (the Node may carry an older mirror). annotations is not
+// modified.
+func (m Mirror) Over(annotations map[string]string) map[string]string {
+	out := make(map[string]string, len(annotations)+len(mirrorKeys))
+	for k, v := range annotations {
+		out[k] = v
+	}
+	for i, v := range m.annotations() {
+		if v == "" {
+			delete(out, mirrorKeys[i])
+			continue
+		}
+		out[mirrorKeys[i]] = v
+	}
+	return out
+}
+
 // has reports whether the node carries any of the mirror's annotations.
 func has(annotations map[string]string) bool {
 	for _, k := range mirrorKeys {

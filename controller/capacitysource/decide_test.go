@@ -190,3 +190,24 @@ func checkPatch(t *testing.T, b []byte, want map[string]any) {
 		t.Fatalf("patch %s, want annotations %v", b, want)
 	}
 }
+
+// TestMirrorOver: a reader of the objects hands the rule the Node's
+// annotations with the mirror's as it read them: set where it has a value,
+// gone where it has none, the rest (the override among them) kept, and
+// the Node's own map untouched.
+func TestMirrorOver(t *testing.T) {
+	node := map[string]string{names.UnderlayIPCapacityAnnotation: "7", names.UnderlayIPSourceCapacityAnnotation: "4",
+		names.UnderlayIPSourceUsedAnnotation: "3", "keep": "me"}
+	got := Mirror{Value: "10", Origin: "cilium ciliumnodes.cilium.io/n1", Draws: "all"}.Over(node)
+	want := map[string]string{names.UnderlayIPCapacityAnnotation: "7", names.UnderlayIPSourceCapacityAnnotation: "10",
+		names.UnderlayIPSourceAnnotation: "cilium ciliumnodes.cilium.io/n1", names.UnderlayIPDrawsAnnotation: "all", "keep": "me"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Over = %v, want %v", got, want)
+	}
+	if node[names.UnderlayIPSourceCapacityAnnotation] != "4" || node[names.UnderlayIPSourceUsedAnnotation] != "3" {
+		t.Errorf("the Node's own annotations changed: %v", node)
+	}
+	if got := (Mirror{}).Over(node); len(got) != 2 || got["keep"] != "me" || got[names.UnderlayIPCapacityAnnotation] != "7" {
+		t.Errorf("the zero Mirror over the Node: %v, want only what is not the mirror's", got)
+	}
+}

@@ -104,6 +104,11 @@ func (s *Stack) capacitySources(ctx context.Context, file string, args []string)
 		return nil, err
 	}
 	var rbac strings.Builder
+	scheduler := ""
+	if s.Opts.SchedulerReadsSources {
+		// The plane's scheduler runs as kube-scheduler's own user.
+		scheduler = ", {kind: User, name: \"system:kube-scheduler\", apiGroup: rbac.authorization.k8s.io}"
+	}
 	for i, src := range f.Sources {
 		src, err := src.Expand()
 		if err != nil {
@@ -130,8 +135,8 @@ kind: %[1]sBinding
 metadata:
   name: capscale-e2e:capacity-source-%[2]d-%[7]d%[3]s
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: %[1]s, name: "capscale-e2e:capacity-source-%[2]d-%[7]d"}
-subjects: [{kind: ServiceAccount, name: capscale-controller, namespace: %[6]s}]
-`, kind, i, ns, r.Resource.Group, r.Resource.Resource, Namespace, j)
+subjects: [{kind: ServiceAccount, name: capscale-controller, namespace: %[6]s}%[8]s]
+`, kind, i, ns, r.Resource.Group, r.Resource.Resource, Namespace, j, scheduler)
 		}
 	}
 	if rbac.Len() > 0 {

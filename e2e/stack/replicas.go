@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -224,4 +225,7 @@ func (s *Stack) Stop() {
 	}
 	s.Plane.Stop()
 	s.extenderTLS.remove()
+	if s.sourcesDir != "" {
+		_ = os.RemoveAll(s.sourcesDir)
+	}
 }

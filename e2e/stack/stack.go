@@ -119,6 +119,11 @@ type Options struct {
 	// extender, awaitCapacitySource in the plugin's args (a test shows
 	// the window at the default without them).
 	NoAwaitCapacitySource bool
+	// SchedulerReadsSources (plugin mode, with CapacitySources): the
+	// plugin reads the sources itself (its capacitySources arg, the
+	// file CapacitySources), and the plane's scheduler, as
+	// system:kube-scheduler, may read each source's resource.
+	SchedulerReadsSources bool
 
 	// Prepare runs after the plane is up and before capscale's components
 	// start: the place to start a load source or write the adapter config.
@@ -143,7 +148,11 @@ type Stack struct {
 	workloadArgs   []string
 	workloadStarts int
 	// extenderTLS is the extender's CA and serving pair with ExtenderHTTPS.
-	extenderTLS  *extenderTLS
+	extenderTLS *extenderTLS
+	// sourcesDir holds the sources file the plugin reads with
+	// SchedulerReadsSources, written before the plane (and its scheduler)
+	// starts; Stop removes it.
+	sourcesDir   string
 	controllerKC string
 	// stopProbes ends the adapter endpoint prober (replicas.go), if any.
 	stopProbes context.CancelFunc
@@ -220,6 +229,20 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		o.Plane.SchedulerConfig = string(b)
 		if await {
 			o.Plane.SchedulerConfig = AwaitCapacitySource(o.Plane.SchedulerConfig)
+		}
+		if o.SchedulerReadsSources {
+			if !await {
+				return nil, fmt.Errorf("stack: SchedulerReadsSources needs CapacitySources, awaited")
+			}
+			if s.sourcesDir, err = os.MkdirTemp("", "capscale-sources-"); err != nil {
+				return nil, err
+			}
+			path := filepath.Join(s.sourcesDir, "capacity-sources.yaml")
+			if err := os.WriteFile(path, []byte(o.CapacitySources), 0o600); err != nil {
+				_ = os.RemoveAll(s.sourcesDir)
+				return nil, err
+			}
+			o.Plane.SchedulerConfig = ReadCapacitySources(o.Plane.SchedulerConfig, path)
 		}
 		o.Plane.SchedulerBinary = filepath.Join(o.BinDir, "capscale-scheduler")
 		if o.SchedulerBinary != "" {
@@ -459,6 +482,13 @@ func (s *Stack) adapterProbeClient(c *http.Client) *http.Client {
 		return c
 	}
 	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+}
+
+// ReadCapacitySources adds capacitySources: path beside every
+// awaitCapacitySource: true of a KubeSchedulerConfiguration (after
+// AwaitCapacitySource).
+func ReadCapacitySources(config, path string) string {
+	return regexp.MustCompile(`(?m)^(\s*)(awaitCapacitySource: true)$`).ReplaceAllString(config, "${1}${2}\n${1}capacitySources: "+path)
 }
 
 // AwaitCapacitySource adds awaitCapacitySource: true beside every

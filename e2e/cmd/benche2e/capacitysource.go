@@ -326,10 +326,16 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 	switch churn.mode {
 	case "plugin":
 		o.Plugin = true
+	case "plugin-reads":
+		// The plugin reads the sources itself; the mirror writes every
+		// Node at once on the start (the burst), then 10 a second for
+		// the readers of Nodes (kubectl capscale ips, the workload API).
+		o.Plugin, o.SchedulerReadsSources = true, true
+		o.ControllerArgs = append(o.ControllerArgs, "--capacity-source-qps=10", "--capacity-source-burst=5000")
 	case "extender":
 		o.Extender = true
 	default:
-		return nil, fmt.Errorf("--source-cost-mode: %q is not plugin or extender", churn.mode)
+		return nil, fmt.Errorf("--source-cost-mode: %q is not plugin, plugin-reads or extender", churn.mode)
 	}
 	s, err := stack.Start(ctx, o)
 	if err != nil {

@@ -1,0 +1,63 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/capscale/capscale/e2e/plane"
+	"github.com/capscale/capscale/e2e/stack"
+)
+
+// TestPluginReadsCapacitySources: with the plugin's capacitySources arg,
+// capscale-scheduler (kube-scheduler v1.37.2 with the plugin, as
+// system:kube-scheduler) reads the IPAM's objects itself, so a change of
+// one reaches a waiting pod with capscale-controller stopped: the Node
+// still carries the mirror's older count, and only the scheduler's own
+// read can bind the pod. A node whose object goes is invalid at once,
+// never the Node's older count.
+func TestPluginReadsCapacitySources(t *testing.T) {
+	src := ownIPAM(t)
+	o := stack.Options{Plane: plane.Options{Nodes: 2, Logf: t.Logf}, Plugin: true, SchedulerReadsSources: true}
+	o.CapacitySources = ownIPAMSourceSelecting("marked", "")
+	o.Prepare = func(ctx context.Context, s *stack.Stack) error { return src.crd(ctx, s) }
+	s := startStack(t, o)
+	ctx := testContext(t, 5*time.Minute)
+	n0, n1 := plane.NodeName(0), plane.NodeName(1)
+	putObject(ctx, t, s, src.gvr, src.object(n0, "", 2))
+	putObject(ctx, t, s, src.gvr, src.object(n1, "", 2))
+	waitMirrored(ctx, t, s, n0, is(2), 2)
+	waitMirrored(ctx, t, s, n1, is(2), 2)
+
+	s.Controller.Stop(5 * time.Second)
+	const ns = "reads"
+	if err := s.WaitForNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	pods := make([]*corev1.Pod, 3)
+	for i := range pods {
+		pods[i] = underlayPod(ns, fmt.Sprintf("p-%d", i), "p")
+		pods[i].Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": n0}
+	}
+	createPods(ctx, t, s, pods...)
+	waitUnderlay(ctx, t, s, ns, map[string]int{n0: 2}, 2, 1)
+	stayBoundPending(ctx, t, s, ns, 2, 1, 2*time.Second)
+
+	start := time.Now()
+	putObject(ctx, t, s, src.gvr, src.object(n0, "", 3))
+	waitUnderlay(ctx, t, s, ns, map[string]int{n0: 3}, 3, 0)
+	t.Logf("the object to the waiting pod bound, capscale-controller stopped: %s", time.Since(start).Round(time.Millisecond))
+
+	// n1's object goes: its Node still says 2, the plugin says invalid.
+	deleteObject(ctx, t, s, src.gvr, src.object(n1, "", 2))
+	const gone = "gone"
+	if reason := pinnedPending(ctx, t, s, gone, n1, 1); !strings.Contains(reason, "no nodeippools.ipam.example.com object maps to this node") {
+		t.Errorf("FailedScheduling says %q, want the object missing", reason)
+	}
+}
