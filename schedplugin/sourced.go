@@ -244,13 +244,49 @@ func (s *sourced) follow(nodes, pods cache.SharedIndexInformer) (cache.InformerS
 	return reg.HasSynced, nil
 }
 
-// newSourcedFor builds the plugin's read of the capacity sources named in
-// args, with the handle's client config, informers and Activate, and
-// starts it under ctx; nil when args name none.
+// shared are the reads of the capacity sources this process runs, by file
+// and rule: every profile of a KubeSchedulerConfiguration builds its own
+// plugin (the chart's two, default-scheduler and capscale-scheduler), and
+// each building a View would decode every object change once more. One
+// read serves them all; the profiles share the scheduling queue, so one
+// Activate reaches their pods.
+var shared struct {
+	sync.Mutex
+	m map[sharedKey]*sourced
+}
+
+type sharedKey struct {
+	file string
+	rule underlay.Rule
+}
+
+// newSourcedFor is the plugin's read of the capacity sources named in
+// args: the one this process runs for that file and rule, or a new one
+// with the handle's client config, informers and Activate, started under
+// ctx; nil when args name none.
 func newSourcedFor(ctx context.Context, fh fwk.Handle, args Args) (*sourced, error) {
 	if args.CapacitySources == "" {
 		return nil, nil
 	}
+	key := sharedKey{file: args.CapacitySources, rule: args.Rule()}
+	shared.Lock()
+	defer shared.Unlock()
+	if s, ok := shared.m[key]; ok {
+		return s, nil
+	}
+	s, err := startSourced(ctx, fh, args)
+	if err != nil {
+		return nil, err
+	}
+	if shared.m == nil {
+		shared.m = map[sharedKey]*sourced{}
+	}
+	shared.m[key] = s
+	return s, nil
+}
+
+// startSourced builds and starts a read of the capacity sources.
+func startSourced(ctx context.Context, fh fwk.Handle, args Args) (*sourced, error) {
 	if fh == nil || fh.KubeConfig() == nil || fh.SharedInformerFactory() == nil {
 		return nil, fmt.Errorf("capacitySources %s: the framework handle has no client config or informers", args.CapacitySources)
 	}

@@ -19,6 +19,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/capscale/capscale/controller/capacitysource"
@@ -243,5 +245,56 @@ func TestSourcedPostFilterNotesThePod(t *testing.T) {
 	}
 	if _, ok := pl.sourced.waiting["default/needs"]; !ok || len(pl.sourced.waiting) != 1 {
 		t.Errorf("waiting %v, want only default/needs", pl.sourced.waiting)
+	}
+}
+
+// fakeHandle is the part of a framework handle the plugin's read of the
+// sources takes: a client config (to nowhere), informers and Activate.
+type fakeHandle struct {
+	fwk.Handle
+	f informers.SharedInformerFactory
+}
+
+func (h fakeHandle) KubeConfig() *rest.Config                               { return &rest.Config{Host: "https://127.0.0.1:1"} }
+func (h fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.f }
+func (h fakeHandle) Activate(klog.Logger, map[string]*v1.Pod)               {}
+
+// TestSourcedOncePerProcess: the profiles of one scheduler (the chart runs
+// two) share one read of a sources file, so no object change is decoded
+// twice; another file gets its own.
+func TestSourcedOncePerProcess(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	file := func(name string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte("sources: [{name: cilium, preset: cilium-eni}]\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	a, b := file("a.yaml"), file("b.yaml")
+	h := fakeHandle{f: informers.NewSharedInformerFactory(fake.NewClientset(), 0)}
+	args := func(path string) Args {
+		d := DefaultCapacity
+		return Args{DefaultCapacity: &d, AwaitCapacitySource: true, CapacitySources: path}
+	}
+	first, err := newSourcedFor(ctx, h, args(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := newSourcedFor(ctx, h, args(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := newSourcedFor(ctx, h, args(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != second {
+		t.Error("two profiles with one sources file got two reads")
+	}
+	if other == first {
+		t.Error("another sources file shared the first one's read")
 	}
 }
