@@ -252,6 +252,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s.Opts = o
 	if s.Plane, err = plane.Start(ctx, o.Plane); err != nil {
 		s.extenderTLS.remove()
+		if s.sourcesDir != "" {
+			_ = os.RemoveAll(s.sourcesDir)
+		}
 		return nil, err
 	}
 	defer func() {
