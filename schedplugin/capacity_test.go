@@ -69,7 +69,7 @@ func TestCapacitiesKeepTheReadingOfOneObject(t *testing.T) {
 
 // held is how many readings cs has published.
 func held(cs *capacities) int {
-	r := cs.known.Load()
+	r := cs.plain.known.Load()
 	return len(r.base) + len(r.recent)
 }
 

@@ -78,6 +78,9 @@ func New(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, er
 	if pl.sourced, err = newSourcedFor(ctx, fh, args); err != nil {
 		return nil, fmt.Errorf("%s: reading the capacity sources: %w", Name, err)
 	}
+	if pl.sourced != nil {
+		pl.caps = newStampedCapacities()
+	}
 	return pl, nil
 }
 

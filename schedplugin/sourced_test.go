@@ -81,7 +81,7 @@ func newSourcedRig(t *testing.T, ctx context.Context) *sourcedRig {
 	f.Start(ctx.Done())
 	s.run(ctx, synced)
 	t.Cleanup(f.Shutdown)
-	r.pl = &Plugin{rule: rule, caps: newCapacities(), sourced: s}
+	r.pl = &Plugin{rule: rule, caps: newStampedCapacities(), sourced: s}
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return s.entry("n1").mirror.Load() != nil && s.entry("n2").mirror.Load() != nil, nil
 	}); err != nil {
@@ -133,7 +133,7 @@ func TestSourcedReadsTheObjects(t *testing.T) {
 	// Published, as a PreFilter does: from now on Filter and Score are
 	// answered from the memo.
 	r.pl.caps.sync(infos(n1))
-	if _, ok := r.pl.caps.known.Load().get(n1); !ok {
+	if _, ok := r.pl.caps.stamped.known.Load().get(n1); !ok {
 		t.Fatal("n1's reading not published")
 	}
 	r.setPool(t, ctx, 20)
