@@ -54,10 +54,12 @@ type Rule struct {
 	AwaitSource bool
 }
 
-// NotReadYet is the reason of a node's capacity while the mirror has not
-// read it.
-const NotReadYet = "capacity source not read yet: capscale-controller has not mirrored this node (" +
-	names.UnderlayIPSourceCapacityAnnotation + ", or " + names.UnderlayIPSourceAnnotation + ": " + names.UnderlayIPSourceNone + "), treating capacity as 0"
+// NotReadYet is the reason of a node's capacity while its capacity
+// sources are not read: by capscale-controller's mirror, or, where
+// capscale-scheduler reads them itself (its capacitySources), by it.
+const NotReadYet = "capacity source not read yet: no reading of this node's capacity sources (the mirror's " +
+	names.UnderlayIPSourceCapacityAnnotation + ", or " + names.UnderlayIPSourceAnnotation + ": " + names.UnderlayIPSourceNone +
+	"; or capscale-scheduler's own read), treating capacity as 0"
 
 // Capacity is NodeCapacity under r.
 func (r Rule) Capacity(annotations, labels map[string]string) Capacity {

@@ -354,6 +354,25 @@ capacity-source mirror (capacity sources on, awaitMirror not turned off).
 {{- end }}
 
 {{/*
+capscale.schedulerReads: "true" when capscale-scheduler reads the capacity
+sources' objects itself (plugin mode, controller.capacitySources.schedulerReads):
+the plugin's capacitySources argument, the file mounted, RBAC to read them.
+It needs the wait for the mirror, which it then follows on its own.
+*/}}
+{{- define "capscale.schedulerReads" -}}
+{{- $cs := .Values.controller.capacitySources -}}
+{{- if $cs.schedulerReads -}}
+{{- if ne .Values.extender.mode "plugin" -}}
+{{- fail (printf "controller.capacitySources.schedulerReads: capscale-scheduler reads the sources only in plugin mode, not %s" .Values.extender.mode) -}}
+{{- end -}}
+{{- if not (include "capscale.awaitMirror" .) -}}
+{{- fail "controller.capacitySources.schedulerReads needs controller.enabled, controller.capacitySources.enabled and awaitMirror: the scheduler reads the sources in the place of the mirror it would wait for" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
 capscale.drawsAll: "true" when a capacity source is on whose pool serves
 every pod: draws: all, or a preset that does not say otherwise.
 */}}
