@@ -21,7 +21,9 @@ import (
 // plugin's own decoder accepts; the file it names is the sources
 // ConfigMap, mounted there; its pods roll when the sources change; and it
 // may read each source's resource (a namespaced one in its namespace) and
-// nothing more. Without the value, none of it.
+// nothing more; the controller's mirror, read now only by kubectl capscale
+// ips and the workload API, writes 10 Nodes a second after its first pass.
+// Without the value, none of it.
 func TestHelmSchedulerReads(t *testing.T) {
 	const values = "controller: {capacitySources: {enabled: true, schedulerReads: %s, sources: [" +
 		"{name: cilium, preset: cilium-eni}, " +
@@ -40,6 +42,10 @@ func TestHelmSchedulerReads(t *testing.T) {
 		decoded, err := schedplugin.DecodeArgs(&runtime.Unknown{Raw: raw, ContentType: runtime.ContentTypeJSON})
 		if err != nil {
 			t.Fatalf("schedulerReads %v: the plugin refuses the chart's args %s: %v", on, raw, err)
+		}
+		ctrl := container(t, get[*appsv1.Deployment](t, r, objectKey("Deployment", "capscale-system", "capscale-controller")), "controller")
+		if slowed := slices.Contains(ctrl.Command, "--capacity-source-qps=10"); slowed != on {
+			t.Errorf("schedulerReads %v: the mirror's writes held to 10 a second: %v (%v)", on, slowed, ctrl.Command)
 		}
 		d := get[*appsv1.Deployment](t, r, scheduler)
 		_, rolls := d.Spec.Template.Annotations["capscale.io/capacity-sources-checksum"]

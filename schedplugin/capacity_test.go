@@ -210,30 +210,6 @@ func BenchmarkCapacitiesChurn(b *testing.B) {
 	}
 }
 
-// BenchmarkCapacityHit is Filter's read of a node's capacity when the memo
-// holds it, over 5000 published nodes in turn: what every Filter and Score
-// of an underlay pod pays per node.
-func BenchmarkCapacityHit(b *testing.B) {
-	const n = 5000
-	nodes := make([]*v1.Node, n)
-	for i := range nodes {
-		nodes[i] = ipNode(fmt.Sprintf("n%d", i), "5")
-	}
-	pl := &Plugin{rule: underlay.Rule{Default: 10}, caps: newCapacities()}
-	for _, node := range nodes {
-		pl.capacity(node)
-	}
-	pl.caps.sync(infos(nodes...))
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		if pl.capacity(nodes[i%n]).IPs != 5 {
-			b.Fatal("wrong capacity")
-		}
-		i++
-	}
-}
-
 // ruleRead reads a Node's capacity under rule alone, as a plugin that does
 // not read the capacity sources itself.
 func ruleRead(rule underlay.Rule) func(*v1.Node) reading {
