@@ -30,14 +30,7 @@ func TestSummaryKeepsAMessagesTail(t *testing.T) {
 		"    --- FAIL: TestSchedulingBurst/extender (10.00s)",
 		"",
 	}, "\n")
-	in := filepath.Join(t.TempDir(), "shard.log")
-	if err := os.WriteFile(in, []byte(log), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("awk", "-f", "../e2e-failures.awk", in).CombinedOutput()
-	if err != nil {
-		t.Fatalf("awk: %v\n%s", err, out)
-	}
+	out := summary(t, log)
 	want := strings.Join([]string{
 		"----- TestSchedulingBurst failed; its last lines -----",
 		"----- TestSchedulingBurst/extender failed; its last lines -----",
@@ -46,7 +39,7 @@ func TestSummaryKeepsAMessagesTail(t *testing.T) {
 		"        E1130 16:00:00.100000 1 main.go:20] extender server: listen tcp 127.0.0.1:23456: bind: address already in use",
 		"",
 	}, "\n")
-	if string(out) != want {
+	if out != want {
 		t.Errorf("summary:\n%s\nwant:\n%s", out, want)
 	}
 }
@@ -65,6 +58,20 @@ func TestSummaryLeavesOutTheComponentLogs(t *testing.T) {
 		"    --- FAIL: TestSchedulingFailover/plugin (52.05s)",
 		"",
 	}, "\n")
+	out := summary(t, log)
+	want := strings.Join([]string{
+		"----- TestSchedulingFailover/plugin failed; its last lines -----",
+		"    extender_test.go:171: want 118 bound and 32 pending, have 119 and 31: nodes over underlay-IP capacity: kwok-node-3 (4/3)",
+		"",
+	}, "\n")
+	if out != want {
+		t.Errorf("summary:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+// summary is the awk script's summary of one shard log.
+func summary(t *testing.T, log string) string {
+	t.Helper()
 	in := filepath.Join(t.TempDir(), "shard.log")
 	if err := os.WriteFile(in, []byte(log), 0o600); err != nil {
 		t.Fatal(err)
@@ -73,12 +80,5 @@ func TestSummaryLeavesOutTheComponentLogs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("awk: %v\n%s", err, out)
 	}
-	want := strings.Join([]string{
-		"----- TestSchedulingFailover/plugin failed; its last lines -----",
-		"    extender_test.go:171: want 118 bound and 32 pending, have 119 and 31: nodes over underlay-IP capacity: kwok-node-3 (4/3)",
-		"",
-	}, "\n")
-	if string(out) != want {
-		t.Errorf("summary:\n%s\nwant:\n%s", out, want)
-	}
+	return string(out)
 }
