@@ -248,14 +248,19 @@ func pinnedPending(ctx context.Context, t *testing.T, s *stack.Stack, ns, node s
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
+	createPods(ctx, t, s, pinnedPods(ns, node, n)...)
+	stayBoundPending(ctx, t, s, ns, 0, n, 4*time.Second)
+	return failedSchedulingReasons(ctx, s, ns)
+}
+
+// pinnedPods are n underlay pods of ns (one IP each) pinned to node.
+func pinnedPods(ns, node string, n int) []*corev1.Pod {
 	pods := make([]*corev1.Pod, n)
 	for i := range pods {
 		pods[i] = underlayPod(ns, fmt.Sprintf("p-%d", i), "p")
 		pods[i].Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
 	}
-	createPods(ctx, t, s, pods...)
-	stayBoundPending(ctx, t, s, ns, 0, n, 4*time.Second)
-	return failedSchedulingReasons(ctx, s, ns)
+	return pods
 }
 
 // failedSchedulingReasons joins the FailedScheduling messages of ns.

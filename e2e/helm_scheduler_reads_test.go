@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,11 +91,9 @@ controller:
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	pods := make([]*corev1.Pod, 3)
-	for i := range pods {
-		pods[i] = underlayPod(ns, fmt.Sprintf("p-%d", i), "p")
-		pods[i].Spec.SchedulerName = "capscale-scheduler"
-		pods[i].Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+	pods := pinnedPods(ns, node, 3)
+	for _, p := range pods {
+		p.Spec.SchedulerName = "capscale-scheduler"
 	}
 	createPods(ctx, t, s, pods...)
 	waitUnderlay(ctx, t, s, ns, map[string]int{node: 2}, 2, 1)

@@ -4,12 +4,9 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
@@ -40,12 +37,7 @@ func TestPluginReadsCapacitySources(t *testing.T) {
 	if err := s.WaitForNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	pods := make([]*corev1.Pod, 3)
-	for i := range pods {
-		pods[i] = underlayPod(ns, fmt.Sprintf("p-%d", i), "p")
-		pods[i].Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": n0}
-	}
-	createPods(ctx, t, s, pods...)
+	createPods(ctx, t, s, pinnedPods(ns, n0, 3)...)
 	waitUnderlay(ctx, t, s, ns, map[string]int{n0: 2}, 2, 1)
 	stayBoundPending(ctx, t, s, ns, 2, 1, 2*time.Second)
 
