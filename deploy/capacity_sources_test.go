@@ -40,8 +40,11 @@ func TestCapacitySourcesDeploy(t *testing.T) {
 		t.Error("the chart grants the mirror's RBAC by default")
 	}
 
+	// deploy/ stands in extender mode, where the scheduler follows the
+	// mirror; plugin mode's default, the scheduler reading the sources
+	// itself, is TestSchedulerReadsKustomize's.
 	want := kustomizeCapacitySources(t)
-	got, err := helmTemplate(t, "--set", "controller.capacitySources.enabled=true")
+	got, err := helmTemplate(t, "--set", "controller.capacitySources.enabled=true", "--set", "controller.capacitySources.schedulerReads=false")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,19 +96,42 @@ func kustomizeMode(t *testing.T, mode string, components ...string) (rendered, e
 	return decodeRender(t, out), nil
 }
 
+// componentNeeds are the components a component must follow, and
+// pluginOnly those whose render fails outside plugin mode (a JSON patch
+// test): capacity-sources/scheduler-reads makes capscale-scheduler read the
+// sources capacity-sources configures.
+var (
+	componentNeeds = map[string][]string{"capacity-sources/scheduler-reads": {"capacity-sources"}}
+	pluginOnly     = []string{"capacity-sources/scheduler-reads"}
+)
+
 // TestComponentsEveryMode: each kustomize component of deploy/ renders in
-// each mode deploy/kustomization.yaml offers, alone and with the others.
+// each mode deploy/kustomization.yaml offers, alone (after the components
+// it needs) and with the others; a plugin-only one fails the render in
+// extender mode, and one listed without what it needs fails too.
 func TestComponentsEveryMode(t *testing.T) {
 	comps := kustomizeComponents(t)
 	for _, mode := range kustomizeModes {
 		for _, c := range append(slices.Clone(comps), "all") {
 			t.Run(mode+"/"+c, func(t *testing.T) {
-				list := []string{c}
+				list := append(slices.Clone(componentNeeds[c]), c)
 				if c == "all" {
-					list = comps
+					list = slices.DeleteFunc(slices.Clone(comps), func(c string) bool { return mode != "plugin" && slices.Contains(pluginOnly, c) })
 				}
-				if _, err := kustomizeMode(t, mode, list...); err != nil {
+				_, err := kustomizeMode(t, mode, list...)
+				if refused := mode != "plugin" && slices.Contains(pluginOnly, c); refused {
+					if err == nil {
+						t.Errorf("deploy/ in %s mode with %v renders; want it refused, the component is plugin mode's", mode, list)
+					}
+					return
+				}
+				if err != nil {
 					t.Errorf("deploy/ in %s mode with %v does not render: %v", mode, list, err)
+				}
+				if len(componentNeeds[c]) > 0 {
+					if _, err := kustomizeMode(t, mode, c); err == nil {
+						t.Errorf("deploy/ in %s mode with %s alone renders; want it refused without %v", mode, c, componentNeeds[c])
+					}
 				}
 			})
 		}

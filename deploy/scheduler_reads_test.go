@@ -3,6 +3,7 @@ package deploy
 import (
 	"encoding/json"
 	"path"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/diff"
 
 	"github.com/capscale/capscale/controller/capacitysource"
 	"github.com/capscale/capscale/schedplugin"
@@ -23,16 +25,20 @@ import (
 // may read each source's resource (a namespaced one in its namespace) and
 // nothing more; the controller's mirror, read now only by kubectl capscale
 // ips and the workload API, writes 10 Nodes a second after its first pass.
-// Without the value, none of it.
+// The default (auto) is on in plugin mode; with false, none of it.
 func TestHelmSchedulerReads(t *testing.T) {
-	const values = "controller: {capacitySources: {enabled: true, schedulerReads: %s, sources: [" +
+	const values = "controller: {capacitySources: {enabled: true, %s sources: [" +
 		"{name: cilium, preset: cilium-eni}, " +
 		"{name: mine, resource: {group: ipam.example.com, version: v1, resource: nodepools}, namespace: ipam, node: object.metadata.name, capacity: '1', draws: marked}]}}"
 	scheduler := objectKey("Deployment", "capscale-system", "capscale-scheduler")
-	for _, on := range []bool{true, false} {
-		r, err := helmTemplate(t, "-f", writeValues(t, strings.Replace(values, "%s", map[bool]string{true: "true", false: "false"}[on], 1)))
+	for _, c := range []struct {
+		value string
+		on    bool
+	}{{"schedulerReads: true,", true}, {"", true}, {"schedulerReads: auto,", true}, {"schedulerReads: false,", false}} {
+		on := c.on
+		r, err := helmTemplate(t, "-f", writeValues(t, strings.Replace(values, "%s", c.value, 1)))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%q: %v", c.value, err)
 		}
 		args := underlayIPArgs(t, pluginConfigMap(t, get[*corev1.ConfigMap](t, r, objectKey("ConfigMap", "capscale-system", "capscale-scheduler-config"))))
 		raw, err := json.Marshal(args)
@@ -100,6 +106,37 @@ func TestHelmSchedulerReads(t *testing.T) {
 	}
 }
 
+// TestHelmSchedulerReadsAuto: the default, auto, is off where the scheduler
+// cannot read the sources (extender and native modes, no wait for the
+// mirror, no sources), and the render goes on: only an explicit true is
+// refused there (next test).
+func TestHelmSchedulerReadsAuto(t *testing.T) {
+	for name, values := range map[string]string{
+		"extender mode": "extender: {mode: extender}\ncontroller: {capacitySources: {enabled: true}}",
+		"native mode":   "extender: {mode: native}\ncontroller: {capacitySources: {enabled: true}}",
+		"no wait":       "controller: {capacitySources: {enabled: true, awaitMirror: false}}",
+		"no sources":    "controller: {capacitySources: {enabled: false, schedulerReads: auto}}",
+	} {
+		r, err := helmTemplate(t, "-f", writeValues(t, values))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, ok := r[objectKey("ClusterRole", "", "capscale:scheduler:capacity-sources")]; ok {
+			t.Errorf("%s: the scheduler may read the sources", name)
+		}
+		if key := objectKey("ConfigMap", "capscale-system", "capscale-scheduler-config"); r[key].raw != nil {
+			if cfg := get[*corev1.ConfigMap](t, r, key).Data["config.yaml"]; strings.Contains(cfg, "capacitySources") {
+				t.Errorf("%s: the scheduler's configuration names the sources:\n%s", name, cfg)
+			}
+		}
+		if key := objectKey("Deployment", "capscale-system", "capscale-controller"); r[key].raw != nil {
+			if ctrl := container(t, get[*appsv1.Deployment](t, r, key), "controller"); slices.Contains(ctrl.Command, "--capacity-source-qps=10") {
+				t.Errorf("%s: the mirror's writes held to 10 a second though the scheduler follows it: %v", name, ctrl.Command)
+			}
+		}
+	}
+}
+
 // TestHelmSchedulerReadsRefused: schedulerReads outside plugin mode, or
 // without the wait for the mirror it takes the place of, fails the render
 // with a message naming the value.
@@ -112,6 +149,52 @@ func TestHelmSchedulerReadsRefused(t *testing.T) {
 		_, err := helmTemplate(t, "-f", writeValues(t, values))
 		if err == nil || !strings.Contains(err.Error(), "controller.capacitySources.schedulerReads") {
 			t.Errorf("%s: want a failure naming controller.capacitySources.schedulerReads, got %v", name, err)
+		}
+	}
+}
+
+// TestSchedulerReadsKustomize: deploy/ in plugin mode with the components
+// capacity-sources and capacity-sources/scheduler-reads renders what the
+// chart renders by default in plugin mode with sources on: the scheduler's
+// Deployment (but the chart's checksums) and configuration, its RBAC to
+// read the sources, and the controller's Deployment.
+func TestSchedulerReadsKustomize(t *testing.T) {
+	want, err := kustomizeMode(t, "plugin", "capacity-sources", "capacity-sources/scheduler-reads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := helmTemplate(t, "--set", "controller.capacitySources.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := objectKey("ConfigMap", "capscale-system", "capscale-scheduler-config")
+	if w, g := pluginConfigMap(t, get[*corev1.ConfigMap](t, want, config)), pluginConfigMap(t, get[*corev1.ConfigMap](t, got, config)); !reflect.DeepEqual(w, g) {
+		t.Errorf("the scheduler's configuration differs (- kustomize, + chart):\n%s", diff.Diff(w, g))
+	}
+	if args := underlayIPArgs(t, pluginConfigMap(t, get[*corev1.ConfigMap](t, want, config))); args["capacitySources"] == nil {
+		t.Errorf("kustomize's plugin args name no sources: %v", args)
+	}
+	for _, key := range []string{
+		objectKey("Deployment", "capscale-system", "capscale-scheduler"),
+		objectKey("Deployment", "capscale-system", "capscale-controller"),
+		objectKey("ClusterRole", "", "capscale:scheduler:capacity-sources"),
+		objectKey("ClusterRoleBinding", "", "capscale:scheduler:capacity-sources"),
+	} {
+		w, ok := want[key]
+		if !ok {
+			t.Fatalf("deploy/ with the components lacks %s", key)
+		}
+		g, ok := got[key]
+		if !ok {
+			t.Fatalf("the chart lacks %s", key)
+		}
+		normalized := withoutHelmLabels(g.raw, labelsOf(w.raw))
+		if spec, ok := normalized["spec"].(map[string]any); ok && spec["template"] != nil {
+			// The chart's checksums roll its pods; kustomize's are applied by hand.
+			delete(spec["template"].(map[string]any)["metadata"].(map[string]any), "annotations")
+		}
+		if !reflect.DeepEqual(normalized, w.raw) {
+			t.Errorf("%s differs (- kustomize, + chart):\n%s", key, diff.Diff(w.raw, normalized))
 		}
 	}
 }

@@ -19,13 +19,13 @@ import (
 	"github.com/capscale/capscale/internal/names"
 )
 
-// TestHelmSchedulerReads: the chart rendered with
-// controller.capacitySources.schedulerReads and applied (server-side, as
-// a GitOps tool would) is all capscale-scheduler needs to read the IPAM's
-// objects itself. It runs as the render's ServiceAccount, with the
-// render's RBAC and configuration (the mounted sources file at a path of
-// this machine), and no capscale-controller runs at all, so no Node is
-// ever mirrored. A pod waits on a node whose pool is full and binds once
+// TestHelmSchedulerReads: the chart rendered with capacity sources on in
+// plugin mode, schedulerReads left at its default (auto: on), and applied
+// (server-side, as a GitOps tool would) is all capscale-scheduler needs to
+// read the IPAM's objects itself. It runs as the render's ServiceAccount,
+// with the render's RBAC and configuration (the mounted sources file at a
+// path of this machine), and no capscale-controller runs at all, so no
+// Node is ever mirrored. A pod waits on a node whose pool is full and binds once
 // the IPAM's object grows. kwok nodes run no container: capscale-scheduler
 // runs as a process beside the plane's stock kube-scheduler.
 func TestHelmSchedulerReads(t *testing.T) {
@@ -42,7 +42,6 @@ func TestHelmSchedulerReads(t *testing.T) {
 controller:
   capacitySources:
     enabled: true
-    schedulerReads: true
     sources:
     - name: own-ipam
       resource: {group: ipam.example.com, version: v1, resource: nodeippools}

@@ -50,8 +50,17 @@ const replacementLimit = 60 * time.Second
 //   - controller-at-zero: capscale-controller at 0 replicas and the
 //     underlay node as the mirror has never read it (its annotations
 //     removed, as a node that joins meanwhile has none); a kube-system pod
-//     schedules and runs, an app pod waits with capscale's reason
-//     (underlay.NotReadYet), and binds once the controller is back.
+//     schedules and runs, and an app pod binds and runs all the same:
+//     capscale-scheduler reads whereabouts' slices itself (the chart's
+//     default, schedulerReads: auto), and the mirror is back once the
+//     controller is;
+//   - mirror-only: `helm upgrade --reuse-values --set
+//     controller.capacitySources.schedulerReads=false`; the scheduler's
+//     pods roll to the mirror's path;
+//   - controller-at-zero-mirror: controller-at-zero again, now with the
+//     scheduler following the mirror: a kube-system pod schedules and
+//     runs, an app pod waits with capscale's reason (underlay.NotReadYet),
+//     and binds once the controller is back.
 //
 // Each exclusion of the policies (_helpers.tpl capscale.admissionNamespaces
 // and capscale.admissionPriority) was reverted in a scratch copy of the
@@ -158,12 +167,40 @@ controller:
 		{"controller-at-zero", func(t *testing.T) {
 			scaleToZero(ctx, t, s, "capscale-controller")
 			unmirror(ctx, t, p, pool)
+			createAdmitted(ctx, t, s, systemPod("system-no-controller"), "default-scheduler", 0)
+			waitRunningOn(ctx, t, s, metav1.NamespaceSystem, "system-no-controller", system, 2*time.Minute)
+			// capscale-scheduler reads the node's slice itself: the
+			// mirror's absence does not hold the pod.
+			created := time.Now()
+			createAdmitted(ctx, t, s, appPod("app-no-controller"), "capscale-scheduler", 1)
+			waitRunningOn(ctx, t, s, apps, "app-no-controller", pool, 2*time.Minute)
+			t.Logf("app-no-controller Running on %s %.1fs after its create, capscale-controller at 0", pool, time.Since(created).Seconds())
+			if n, err := p.Client.CoreV1().Nodes().Get(ctx, pool, metav1.GetOptions{}); err != nil {
+				t.Fatal(err)
+			} else if v, ok := n.Annotations[names.UnderlayIPSourceCapacityAnnotation]; ok {
+				t.Fatalf("%s carries the mirror's capacity %q with capscale-controller at 0: the step proves nothing", pool, v)
+			}
+			scaleDeployment(ctx, t, s, stack.Namespace, "capscale-controller", 2)
+			waitMirrored(ctx, t, s, pool, is(failsafeSlice), 0)
+			waitDeploymentReady(ctx, t, p, "capscale-controller", 2)
+		}},
+		{"mirror-only", func(t *testing.T) {
+			if out, err := helm("upgrade", "capscale", "oci://"+reg+"/charts/capscale", "--version", strings.TrimPrefix(version, "v"),
+				"--plain-http", "--reuse-values", "--set", "controller.capacitySources.schedulerReads=false", "--wait", "--timeout", helmWait); err != nil {
+				t.Fatalf("helm upgrade: %v\n%s\n%s", err, out, namespaceState(ctx, p, stack.Namespace))
+			}
+			waitDeploymentReady(ctx, t, p, "capscale-scheduler", 2)
+			waitDeploymentReady(ctx, t, p, "capscale-controller", 2)
+		}},
+		{"controller-at-zero-mirror", func(t *testing.T) {
+			scaleToZero(ctx, t, s, "capscale-controller")
+			unmirror(ctx, t, p, pool)
 			// The kube-system pod first: by the time it runs,
 			// capscale-scheduler's informer has long seen the node unread
 			// (an app pod created with the patch could meet its cache
 			// still mirrored).
-			createAdmitted(ctx, t, s, systemPod("system-no-controller"), "default-scheduler", 0)
-			waitRunningOn(ctx, t, s, metav1.NamespaceSystem, "system-no-controller", system, 2*time.Minute)
+			createAdmitted(ctx, t, s, systemPod("system-mirror-no-controller"), "default-scheduler", 0)
+			waitRunningOn(ctx, t, s, metav1.NamespaceSystem, "system-mirror-no-controller", system, 2*time.Minute)
 			createAdmitted(ctx, t, s, appPod("app-unread"), "capscale-scheduler", 1)
 			checkPendingReason(ctx, t, s, apps, []string{"app-unread"}, underlay.NotReadYet)
 			back := time.Now()

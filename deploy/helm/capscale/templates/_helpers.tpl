@@ -357,11 +357,16 @@ capacity-source mirror (capacity sources on, awaitMirror not turned off).
 capscale.schedulerReads: "true" when capscale-scheduler reads the capacity
 sources' objects itself (plugin mode, controller.capacitySources.schedulerReads):
 the plugin's capacitySources argument, the file mounted, RBAC to read them.
-It needs the wait for the mirror, which it then follows on its own.
+It needs the wait for the mirror, which it then follows on its own. auto
+(the default) is on wherever it can be, plugin mode with the wait; true is
+refused where it cannot, rather than quietly off.
 */}}
 {{- define "capscale.schedulerReads" -}}
 {{- $cs := .Values.controller.capacitySources -}}
-{{- if $cs.schedulerReads -}}
+{{- $v := $cs.schedulerReads -}}
+{{- if eq (toString $v) "auto" -}}
+{{- if and (eq .Values.extender.mode "plugin") (include "capscale.awaitMirror" .) -}}true{{- end -}}
+{{- else if $v -}}
 {{- if ne .Values.extender.mode "plugin" -}}
 {{- fail (printf "controller.capacitySources.schedulerReads: capscale-scheduler reads the sources only in plugin mode, not %s" .Values.extender.mode) -}}
 {{- end -}}
