@@ -30,6 +30,7 @@ import (
 	"github.com/capscale/capscale/metricsadapter/kedascaler"
 	"github.com/capscale/capscale/metricsadapter/provider"
 	"github.com/capscale/capscale/metricsadapter/source"
+	"github.com/capscale/capscale/schedplugin"
 	"github.com/capscale/capscale/workload"
 )
 
@@ -136,6 +137,10 @@ func Components() ([]Component, error) {
 		}},
 		{"workload-api", func(reg *recorder) error {
 			workload.New(workload.Config{Informers: informers.NewSharedInformerFactory(cs, 0), Registry: reg, Gatherer: reg})
+			return nil
+		}},
+		{"scheduler", func(reg *recorder) error {
+			schedplugin.RegisterReadMetrics(reg)
 			return nil
 		}},
 		{"controller", func(reg *recorder) error {

@@ -36,6 +36,7 @@ type sourced struct {
 	// cluster event the scheduler watches marks that moment.
 	activate func(map[string]*v1.Pod)
 	synced   atomic.Bool
+	metrics  *readMetrics
 
 	// reading serializes read: two reads of a node, from the View's
 	// handlers and the Node informer's, must store in the order they read.
@@ -57,7 +58,7 @@ type viewed struct {
 }
 
 func newSourced(rule underlay.Rule, activate func(map[string]*v1.Pod)) *sourced {
-	return &sourced{rule: rule, activate: activate, byNode: map[string]*viewed{}, waiting: map[string]*v1.Pod{}}
+	return &sourced{rule: rule, activate: activate, metrics: newReadMetrics(nil), byNode: map[string]*viewed{}, waiting: map[string]*v1.Pod{}}
 }
 
 // entry is node's entry, made on first use.
@@ -117,6 +118,9 @@ func (s *sourced) read(n *v1.Node) {
 	m := s.view.Mirror(n.Name, n.Labels)
 	e := s.entry(n.Name)
 	old := e.mirror.Swap(&m)
+	if old == nil {
+		s.metrics.nodes.Inc()
+	}
 	if old != nil && *old == m {
 		return
 	}
@@ -192,6 +196,7 @@ func (s *sourced) run(ctx context.Context, nodesSynced cache.InformerSynced) {
 		for _, n := range nodes {
 			s.read(n)
 		}
+		s.metrics.synced.Set(1)
 		klog.InfoS("Capacity sources read", "plugin", Name, "nodes", len(nodes), "sources", s.view.Len())
 		<-ctx.Done()
 	}()
@@ -216,7 +221,14 @@ func (s *sourced) follow(nodes, pods cache.SharedIndexInformer) (cache.InformerS
 		},
 		DeleteFunc: func(obj any) {
 			if n, ok := kube.Deleted(obj).(*v1.Node); ok {
+				// After any read of it in flight, so that the count
+				// of nodes read does not keep a deleted one.
+				s.reading.Lock()
+				defer s.reading.Unlock()
 				s.mu.Lock()
+				if e, ok := s.byNode[n.Name]; ok && e.mirror.Load() != nil {
+					s.metrics.nodes.Dec()
+				}
 				delete(s.byNode, n.Name)
 				s.mu.Unlock()
 			}
@@ -300,7 +312,8 @@ func startSourced(ctx context.Context, fh fwk.Handle, args Args) (*sourced, erro
 	}
 	logger := klog.FromContext(ctx).WithName(Name)
 	s := newSourced(args.Rule(), func(pods map[string]*v1.Pod) { fh.Activate(logger, pods) })
-	if s.view, err = capacitysource.NewView(dyn, srcs, nil, s.changed); err != nil {
+	s.metrics = processReadMetrics()
+	if s.view, err = capacitysource.NewView(dyn, srcs, s.metrics.view, s.changed); err != nil {
 		return nil, err
 	}
 	f := fh.SharedInformerFactory()

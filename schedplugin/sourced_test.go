@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +43,7 @@ type sourcedRig struct {
 
 	mu        sync.Mutex
 	activated []string
+	reg       *prometheus.Registry
 }
 
 func newSourcedRig(t *testing.T, ctx context.Context) *sourcedRig {
@@ -69,7 +73,9 @@ func newSourcedRig(t *testing.T, ctx context.Context) *sourcedRig {
 			r.activated = append(r.activated, k)
 		}
 	})
-	if s.view, err = capacitysource.NewView(r.dyn, srcs, nil, s.changed); err != nil {
+	r.reg = prometheus.NewRegistry()
+	s.metrics = newReadMetrics(r.reg)
+	if s.view, err = capacitysource.NewView(r.dyn, srcs, s.metrics.view, s.changed); err != nil {
 		t.Fatal(err)
 	}
 	f := informers.NewSharedInformerFactory(r.cs, 0)
@@ -129,6 +135,18 @@ func TestSourcedReadsTheObjects(t *testing.T) {
 	}
 	if c := r.pl.capacity(r.node(t, "n2")); c.IPs != 0 || !strings.Contains(c.Invalid, "no ciliumnodes.cilium.io object maps to this node") {
 		t.Errorf("n2 without an object: %+v, want invalid", c)
+	}
+	m := r.pl.sourced.metrics
+	if synced, nodes := testutil.ToFloat64(m.synced), testutil.ToFloat64(m.nodes); synced != 1 || nodes != 2 {
+		t.Errorf("capscale_scheduler_capacity_sources_synced %v, _nodes_read %v; want 1 and 2 after the first read", synced, nodes)
+	}
+	const want = `
+# HELP capscale_scheduler_capacity_source_evaluations_total Capacity-source objects evaluated (once per object change), by source and result: valid (a count), invalid (the capacity expression gave none) or no_node (the node expression failed).
+# TYPE capscale_scheduler_capacity_source_evaluations_total counter
+capscale_scheduler_capacity_source_evaluations_total{result="valid",source="cilium"} 1
+`
+	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(want), "capscale_scheduler_capacity_source_evaluations_total"); err != nil {
+		t.Errorf("the scheduler's evaluations of n1's CiliumNode: %v", err)
 	}
 	// Published, as a PreFilter does: from now on Filter and Score are
 	// answered from the memo.

@@ -22,16 +22,43 @@ type Metrics struct {
 
 // NewMetrics registers the mirror's series with reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
+	m := viewMetrics("capscale_controller_capacity_source_evaluations_total", "capscale_controller_capacity_source_evaluation_duration_seconds")
+	m.mirrorMetrics()
+	if reg != nil {
+		reg.MustRegister(m.evaluations, m.evalSeconds, m.patches, m.nodes, m.depth, m.wait, m.work)
+	}
+	return m
+}
+
+// NewSchedulerViewMetrics registers with reg the series of a View that
+// capscale-scheduler reads itself, with no mirror: its evaluations.
+func NewSchedulerViewMetrics(reg prometheus.Registerer) *Metrics {
+	m := viewMetrics("capscale_scheduler_capacity_source_evaluations_total", "capscale_scheduler_capacity_source_evaluation_duration_seconds")
+	m.mirrorMetrics() // unregistered: no mirror writes them
+	if reg != nil {
+		reg.MustRegister(m.evaluations, m.evalSeconds)
+	}
+	return m
+}
+
+// viewMetrics are the View's series, under the component's names.
+func viewMetrics(evaluations, evalSeconds string) *Metrics {
+	return &Metrics{
 		evaluations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "capscale_controller_capacity_source_evaluations_total",
+			Name: evaluations,
 			Help: "Capacity-source objects evaluated (once per object change), by source and result: valid (a count), invalid (the capacity expression gave none) or no_node (the node expression failed).",
 		}, []string{"source", "result"}),
 		evalSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "capscale_controller_capacity_source_evaluation_duration_seconds",
+			Name:    evalSeconds,
 			Help:    "Time to evaluate one capacity-source object's node and capacity expressions.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10),
 		}),
+	}
+}
+
+// mirrorMetrics are the mirror's own series: its Node patches and queue.
+func (m *Metrics) mirrorMetrics() {
+	*m = Metrics{evaluations: m.evaluations, evalSeconds: m.evalSeconds,
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "capscale_controller_capacity_source_node_patches_total",
 			Help: "Node patches writing a mirrored underlay-IP capacity, by result (success, error).",
@@ -55,10 +82,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.evaluations, m.evalSeconds, m.patches, m.nodes, m.depth, m.wait, m.work)
-	}
-	return m
 }
 
 // queueMetrics gives the mirror's one queue its series; the others
