@@ -206,7 +206,7 @@ func (v *View) coverage(node string, nodeLabels map[string]string) []Coverage {
 func watchErrors(source, what string, res Resource) cache.WatchErrorHandlerWithContext {
 	return func(ctx context.Context, r *cache.Reflector, err error) {
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-			klog.FromContext(ctx).Error(err, "Capacity source cannot list or watch "+what+" (is its CRD installed, and may capscale-controller read it?); nothing is mirrored until it can",
+			klog.FromContext(ctx).Error(err, "Capacity source cannot list or watch "+what+" (is its CRD installed, and may this component's ServiceAccount read it?); its nodes stay not read yet until it can",
 				"source", source, "resource", res.String())
 		}
 		cache.DefaultWatchErrorHandler(ctx, r, err)
