@@ -120,6 +120,10 @@ func TestMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("n1 at 18", func() bool { return annotations("n1")[names.UnderlayIPSourceCapacityAnnotation] == "18" })
+	// The Node shows 18 a moment before the counter does. One key is never
+	// synced twice at once, so a patch of the first update would be counted
+	// before this one: wait for one, then there must be exactly one.
+	waitFor("the patch to 18 counted", func() bool { return patches() > patchesBefore })
 	if got := patches() - patchesBefore; got != 1 {
 		t.Errorf("%v patches for one change of the count, want 1", got)
 	}
