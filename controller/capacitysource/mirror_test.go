@@ -154,15 +154,16 @@ func TestMirror(t *testing.T) {
 	if got := testutil.ToFloat64(c.cfg.Metrics.nodes.WithLabelValues("cilium", "valid")); got != 1 {
 		t.Errorf("capacity_source_nodes{cilium,valid} = %v, want 1", got)
 	}
-	// The queue's series: every sync waited and ran, and none is left.
+	// The queue's series: every sync waited and ran, and none is left. A
+	// sync's duration is observed after its patch is counted, so wait.
 	for name, h := range map[string]prometheus.Histogram{"queue_wait": c.cfg.Metrics.wait, "sync_duration": c.cfg.Metrics.work} {
-		var m dto.Metric
-		if err := h.Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		if got := m.GetHistogram().GetSampleCount(); float64(got) < patches() {
-			t.Errorf("%s counted %d syncs, fewer than the %v patches", name, got, patches())
-		}
+		waitFor(name+" counting every patched sync", func() bool {
+			var m dto.Metric
+			if err := h.Write(&m); err != nil {
+				t.Fatal(err)
+			}
+			return float64(m.GetHistogram().GetSampleCount()) >= patches()
+		})
 	}
 	waitFor("the queue empty", func() bool { return testutil.ToFloat64(c.cfg.Metrics.depth) == 0 })
 	cancel()
