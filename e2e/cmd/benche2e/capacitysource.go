@@ -335,8 +335,13 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 		o.ControllerArgs = append(o.ControllerArgs, "--capacity-source-qps=10", "--capacity-source-burst=5000")
 	case "extender":
 		o.Extender = true
+	case "native":
+		// The extender binary publishes the mirrored value as Node
+		// allocatable; the stock kube-scheduler counts it, and its
+		// NodeResourcesFit hint wakes the pod the change fits.
+		o.Native = true
 	default:
-		return nil, fmt.Errorf("--source-cost-mode: %q is not plugin, plugin-reads or extender", churn.mode)
+		return nil, fmt.Errorf("--source-cost-mode: %q is not plugin, plugin-reads, extender or native", churn.mode)
 	}
 	s, err := stack.Start(ctx, o)
 	if err != nil {
@@ -372,7 +377,7 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 		schedRows = append(schedRows, row{Measure: fmt.Sprintf("Capacity source at %d nodes: capscale-scheduler reading the sources itself, every node read after its start", nodes),
 			Figure: fmt.Sprintf("%.1f s", read.Seconds())})
 	}
-	if sched := s.Plane.Scheduler(); sched != nil && churn.mode != "extender" {
+	if sched := s.Plane.Scheduler(); sched != nil && strings.HasPrefix(churn.mode, "plugin") {
 		r := rss(sched.Pid())
 		fmt.Printf("capscale-scheduler (%s): %s\n", churn.mode, r)
 		schedRows = append(schedRows, row{Measure: fmt.Sprintf("Capacity source at %d nodes: capscale-scheduler RSS (%s)", nodes, churn.mode), Figure: strings.Fields(r)[1] + " MiB"})

@@ -46,8 +46,9 @@ type churnOptions struct {
 	// profiles, if set, is where kube-apiserver's CPU profiles of the
 	// idle window and of each kind of round's first go (apiprofile.go).
 	profiles string
-	// mode is how capscale schedules: plugin (capscale-scheduler) or
-	// extender (kube-scheduler asking capscale's extender).
+	// mode is how capscale schedules: plugin (capscale-scheduler),
+	// plugin-reads, extender (kube-scheduler asking capscale's extender)
+	// or native (kube-scheduler counting the published allocatable).
 	mode string
 }
 
@@ -475,10 +476,14 @@ func placeProbes(ctx context.Context, s *stack.Stack, w *ipamWriter, uids map[st
 	}
 	for j := range n {
 		name := probeName(j)
+		var last *corev1.Pod
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 			p, err := s.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil || p.Spec.NodeName != "" {
+			if err != nil {
 				return false, err
+			}
+			if last = p; p.Spec.NodeName != "" {
+				return false, fmt.Errorf("bound to %s, whose mirrored capacity is 0%s", p.Spec.NodeName, allocatableOf(ctx, s, p.Spec.NodeName))
 			}
 			for _, c := range p.Status.Conditions {
 				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
@@ -487,10 +492,33 @@ func placeProbes(ctx context.Context, s *stack.Stack, w *ipamWriter, uids map[st
 			}
 			return false, nil
 		}); err != nil {
-			return fmt.Errorf("probe pod %s never waited: %w", name, err)
+			return fmt.Errorf("probe pod %s never waited: %w (its conditions: %v)", name, err, conditionsOf(last))
 		}
 	}
 	return nil
+}
+
+// allocatableOf is what a node publishes of the resource, for an error.
+func allocatableOf(ctx context.Context, s *stack.Stack, node string) string {
+	n, err := s.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	if q, ok := n.Status.Allocatable[names.UnderlayIPResource]; ok {
+		return ", its published allocatable " + q.String()
+	}
+	return ""
+}
+
+func conditionsOf(p *corev1.Pod) []string {
+	if p == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range p.Status.Conditions {
+		out = append(out, fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return out
 }
 
 func probeName(j int) string { return fmt.Sprintf("probe-%03d", j) }
