@@ -34,6 +34,10 @@ import (
 // looked at again, so that what is published follows the IPs in use.
 const DefaultRecheckInterval = 10 * time.Second
 
+// DefaultWorkers is how many nodes are synced at once, as many as the
+// capacity-source mirror's workers that feed it.
+const DefaultWorkers = 16
+
 // Options configure New.
 type Options struct {
 	// Rule is the capacity rule: the capacity of a node without the
@@ -57,6 +61,11 @@ type Options struct {
 	// RecheckInterval is how often invalid nodes are synced again; 0 means
 	// DefaultRecheckInterval.
 	RecheckInterval time.Duration
+	// Workers sync nodes side by side; 0 means DefaultWorkers. One worker
+	// waits out each patch's round trip, which caps a busy pool's
+	// changes and a fresh install's first pass at what one apiserver
+	// request a node allows (issue 55 §6).
+	Workers int
 	// Registerer, if not nil, receives the metrics.
 	Registerer prometheus.Registerer
 }
@@ -72,6 +81,7 @@ type Publisher struct {
 	drawn       func(string) int64
 	unlisted    func(string) int64
 	recheck     time.Duration
+	workers     int
 	newRecorder func(context.Context) (record.EventRecorder, func())
 
 	// term is the current leadership term, nil while not leading: the
@@ -150,6 +160,7 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 		drawn:       o.Drawn,
 		unlisted:    o.Unlisted,
 		recheck:     o.RecheckInterval,
+		workers:     o.Workers,
 		newRecorder: apiRecorder(client),
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "capacity_patches_total",
@@ -178,6 +189,9 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 	}
 	if p.recheck <= 0 {
 		p.recheck = DefaultRecheckInterval
+	}
+	if p.workers <= 0 {
+		p.workers = DefaultWorkers
 	}
 	if r := o.Registerer; r != nil {
 		for _, c := range []prometheus.Collector{p.patches, p.taints, p.states} {
@@ -298,9 +312,17 @@ func (p *Publisher) Run(ctx context.Context) {
 			t.queue.Add(name)
 		}
 	}, p.recheck, ctx.Done())
-	sync := func(ctx context.Context, name string) (time.Duration, error) { return 0, p.sync(ctx, t.recorder, name) }
-	for kube.ProcessNext(ctx, t.queue, sync, "Publishing underlay-IP capacity failed, retrying", "node") {
+	// The queue never hands one node to two workers; what they share is
+	// guarded by mu.
+	syncNode := func(ctx context.Context, name string) (time.Duration, error) { return 0, p.sync(ctx, t.recorder, name) }
+	var wg sync.WaitGroup
+	for range p.workers {
+		wg.Go(func() {
+			for kube.ProcessNext(ctx, t.queue, syncNode, "Publishing underlay-IP capacity failed, retrying", "node") {
+			}
+		})
 	}
+	wg.Wait()
 }
 
 func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, name string) error {

@@ -79,6 +79,10 @@ type clients struct {
 	// release removes native mode's release finalizer, within main's
 	// limiter but outside the readiness WatchHealth follows; nil is main.
 	release kubernetes.Interface
+	// publish writes the capacity publisher's Node status with a limiter
+	// of its own (--publish-qps), so that neither it nor the binds wait
+	// on the other; nil is main.
+	publish kubernetes.Interface
 }
 
 // Config connects to the apiserver and builds the extender.
@@ -87,28 +91,8 @@ func (o *Options) Config() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	limiter := flowcontrol.NewTokenBucketRateLimiter(o.KubeAPIQPS, o.KubeAPIBurst)
-	cfg.QPS, cfg.Burst, cfg.RateLimiter = o.KubeAPIQPS, o.KubeAPIBurst, limiter
-	c := clients{throttle: limiter.Wait}
-	// The releaser's pod watch runs on the leader only, from each term's
-	// start, and must not turn the verbs' readiness off while it lists.
-	if c.release, err = kube.Clientset(rest.CopyConfig(cfg)); err != nil {
-		return nil, err
-	}
-	// The informers' watches decide readiness too: see kube.WatchHealth.
-	health := kube.NewWatchHealth()
-	cfg.Wrap(health.Wrap)
-	if c.main, err = kube.Clientset(cfg); err != nil {
-		return nil, err
-	}
-	binds := rest.CopyConfig(cfg)
-	binds.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
-	if c.binds, err = kube.Clientset(binds); err != nil {
-		return nil, err
-	}
-	leases := rest.AddUserAgent(rest.CopyConfig(cfg), "leases")
-	leases.QPS, leases.Burst, leases.RateLimiter = leaseQPS, leaseBurst, nil
-	if c.leases, err = kube.Clientset(leases); err != nil {
+	c, health, err := o.clients(cfg)
+	if err != nil {
 		return nil, err
 	}
 	// The pending pods' metadata, for the waiting set (metadata only: a
@@ -123,6 +107,41 @@ func (o *Options) Config() (*Config, error) {
 	}
 	conf.MaxProcs = o.MaxProcs
 	return conf, nil
+}
+
+// clients makes the extender's connections from cfg, which then carries
+// the main limiter and the watches' health.
+func (o *Options) clients(cfg *rest.Config) (c clients, health *kube.WatchHealth, err error) {
+	limiter := flowcontrol.NewTokenBucketRateLimiter(o.KubeAPIQPS, o.KubeAPIBurst)
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = o.KubeAPIQPS, o.KubeAPIBurst, limiter
+	c.throttle = limiter.Wait
+	// The releaser's pod watch runs on the leader only, from each term's
+	// start, and must not turn the verbs' readiness off while it lists.
+	if c.release, err = kube.Clientset(rest.CopyConfig(cfg)); err != nil {
+		return c, nil, err
+	}
+	pub := rest.AddUserAgent(rest.CopyConfig(cfg), "publisher")
+	pub.QPS, pub.Burst, pub.RateLimiter = o.PublishQPS, o.PublishBurst, nil
+	if c.publish, err = kube.Clientset(pub); err != nil {
+		return c, nil, err
+	}
+	// The informers' watches decide readiness too: see kube.WatchHealth.
+	health = kube.NewWatchHealth()
+	cfg.Wrap(health.Wrap)
+	if c.main, err = kube.Clientset(cfg); err != nil {
+		return c, nil, err
+	}
+	binds := rest.CopyConfig(cfg)
+	binds.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	if c.binds, err = kube.Clientset(binds); err != nil {
+		return c, nil, err
+	}
+	leases := rest.AddUserAgent(rest.CopyConfig(cfg), "leases")
+	leases.QPS, leases.Burst, leases.RateLimiter = leaseQPS, leaseBurst, nil
+	if c.leases, err = kube.Clientset(leases); err != nil {
+		return c, nil, err
+	}
+	return c, health, nil
 }
 
 // ConfigWithClient builds the extender around the given clientset, for
@@ -177,7 +196,11 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 	var pub *publisher.Publisher
 	var rel *release.Releaser
 	if o.PublishCapacity {
-		pub, err = publisher.New(cs, factory.Core().V1().Nodes(), publisher.Options{
+		pc := c.publish
+		if pc == nil {
+			pc = cs
+		}
+		pub, err = publisher.New(pc, factory.Core().V1().Nodes(), publisher.Options{
 			Rule: ledger.Rule(),
 			// A node with an invalid capacity publishes what its pods hold,
 			// and binds in flight (extender mode) are about to hold it.
@@ -188,6 +211,7 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 			Unlisted:    ledger.Unlisted,
 			InUseSynced: synced,
 			Registerer:  reg,
+			Workers:     o.PublishWorkers,
 		})
 		if err != nil {
 			return nil, err

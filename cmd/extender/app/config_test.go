@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/capscale/capscale/internal/names"
@@ -64,5 +65,29 @@ func TestConfigTellsThePublisherOfPods(t *testing.T) {
 		if got := c.Tracker.UsageChanged != nil; got != publish {
 			t.Errorf("--publish-capacity=%v: the tracker tells of pod events: %v", publish, got)
 		}
+	}
+}
+
+// TestClientsPublisherHasItsOwnLimiter: the publisher's Node writes do not
+// queue behind the binds' --kube-api-qps, nor the binds behind them; at 50
+// a second together a fresh install of 5000 nodes took 100 s to publish.
+func TestClientsPublisherHasItsOwnLimiter(t *testing.T) {
+	o := NewOptions()
+	c, _, err := o.clients(&rest.Config{Host: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.publish == nil {
+		t.Fatal("no publisher client: its writes share the binds' limiter")
+	}
+	main, pub := c.main.CoreV1().RESTClient().GetRateLimiter(), c.publish.CoreV1().RESTClient().GetRateLimiter()
+	if pub == nil || pub == main {
+		t.Fatalf("publisher limiter %v, the main one %v: want one of its own", pub, main)
+	}
+	if got := pub.QPS(); got != o.PublishQPS {
+		t.Errorf("publisher QPS %v, want --publish-qps %v", got, o.PublishQPS)
+	}
+	if got := main.QPS(); got != o.KubeAPIQPS {
+		t.Errorf("main QPS %v, want --kube-api-qps %v", got, o.KubeAPIQPS)
 	}
 }

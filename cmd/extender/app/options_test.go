@@ -32,7 +32,8 @@ func TestOptionsParse(t *testing.T) {
 			check: func(t *testing.T, o *Options) {
 				if o.BindAddress != "127.0.0.1:8888" || o.Kubeconfig != "" || o.DefaultCapacity != 10 ||
 					o.MaxRequestBytes != wire.DefaultMaxRequestBytes || o.ReservationTTL != time.Minute || o.MaxProcs != 1 ||
-					o.BinderID != "capscale-scheduler" || o.LeaderElectNamespace != "capscale-system" {
+					o.BinderID != "capscale-scheduler" || o.LeaderElectNamespace != "capscale-system" ||
+					o.PublishQPS != 200 || o.PublishBurst != 400 || o.PublishWorkers != 16 {
 					t.Errorf("defaults: %+v", o)
 				}
 			},
@@ -85,6 +86,11 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "bad probe address", argv: []string{"--probe-bind-address=:x"}, want: []string{"--probe-bind-address"}},
 		{name: "zero qps", argv: []string{"--kube-api-qps=0"}, want: []string{"--kube-api-qps"}},
 		{name: "zero burst", argv: []string{"--kube-api-burst=0"}, want: []string{"--kube-api-burst"}},
+		{name: "the publisher's own rate", argv: []string{"--publish-capacity", "--publish-qps=500", "--publish-burst=1000", "--publish-workers=32"}},
+		{name: "zero publish qps", argv: []string{"--publish-qps=0"}, want: []string{"--publish-qps must be positive"}},
+		{name: "zero publish burst", argv: []string{"--publish-burst=0"}, want: []string{"--publish-burst at least 1"}},
+		{name: "no publish workers", argv: []string{"--publish-workers=0"}, want: []string{"--publish-workers must be between 1 and 256"}},
+		{name: "absurd publish workers", argv: []string{"--publish-workers=1000"}, want: []string{"--publish-workers"}},
 		{name: "Go's own GOMAXPROCS", argv: []string{"--max-procs=0"}},
 		{name: "negative max procs", argv: []string{"--max-procs=-1"}, want: []string{"--max-procs"}},
 		{name: "absurd max procs", argv: []string{"--max-procs=100000"}, want: []string{"--max-procs"}},
