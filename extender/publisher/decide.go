@@ -102,6 +102,13 @@ func Decide(node *v1.Node, rule underlay.Rule, u Use) Decision {
 	alloc, hasAlloc := node.Status.Allocatable[underlay.Resource]
 	d.Patch = !has || !hasAlloc || cur.Value() != want || alloc.Value() != want ||
 		node.Annotations[PublishedAnnotation] != strconv.FormatInt(want, 10)
+	// A node the mirror has not read, advertising nothing yet and holding
+	// no pod's IP, already counts 0 to kube-scheduler and the kubelet: a
+	// write of 0 there changes nothing, and on a fresh install it is one
+	// Node write a node beside the mirror's first pass (issue 55 §6).
+	if c.Unread && want == 0 && !has && !hasAlloc && !marked {
+		d.Patch = false
+	}
 	return d
 }
 

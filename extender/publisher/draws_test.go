@@ -59,3 +59,25 @@ func TestDecideDrawsAll(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideUnreadWritesNothingNew: a fresh install's unread node, which
+// advertises nothing, is not written 0 (it counts 0 already), so that the
+// publisher's first pass does not double the mirror's Node writes; a node
+// that holds IPs, or advertised a capacity before, is.
+func TestDecideUnreadWritesNothingNew(t *testing.T) {
+	await := underlay.Rule{Default: 10, AwaitSource: true}
+	bare := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+	if d := Decide(bare, await, Use{}); d.Patch || d.Invalid == "" {
+		t.Errorf("unread bare node: %+v, want no patch, invalid", d)
+	}
+	if d := Decide(bare, await, Use{InUse: 2}); !d.Patch || d.Want != 2 {
+		t.Errorf("unread node holding 2: %+v, want 2 published", d)
+	}
+	was := node(map[string]string{PublishedAnnotation: "10"}, "10", "10")
+	if d := Decide(was, await, Use{}); !d.Patch || d.Want != 0 {
+		t.Errorf("unread node that advertised 10: %+v, want 0 published", d)
+	}
+	if d := Decide(bare, underlay.Rule{Default: 0}, Use{}); !d.Patch || d.Want != 0 {
+		t.Errorf("read node of capacity 0: %+v, want 0 published", d)
+	}
+}
