@@ -369,7 +369,7 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 		}
 		published := time.Since(t0)
 		fmt.Printf("# every node published %.1fs after the controller was ready\n", published.Seconds())
-		schedRows = append(schedRows, row{Measure: fmt.Sprintf("Capacity source at %d nodes, native mode: every Node's allocatable published after capscale-controller's start (the extender's default --kube-api-qps 50)", nodes),
+		schedRows = append(schedRows, row{Measure: fmt.Sprintf("Capacity source at %d nodes, native mode: every Node's allocatable published after capscale-controller's start (the publisher's default --publish-qps 200, --publish-workers 16)", nodes),
 			Figure: fmt.Sprintf("%.0f s", published.Seconds())})
 	}
 	time.Sleep(10 * time.Second)
