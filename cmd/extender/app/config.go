@@ -120,10 +120,12 @@ func (o *Options) clients(cfg *rest.Config) (c clients, health *kube.WatchHealth
 	if c.release, err = kube.Clientset(rest.CopyConfig(cfg)); err != nil {
 		return c, nil, err
 	}
-	pub := rest.AddUserAgent(rest.CopyConfig(cfg), "publisher")
-	pub.QPS, pub.Burst, pub.RateLimiter = o.PublishQPS, o.PublishBurst, nil
-	if c.publish, err = kube.Clientset(pub); err != nil {
-		return c, nil, err
+	if o.PublishCapacity {
+		pub := rest.AddUserAgent(rest.CopyConfig(cfg), "publisher")
+		pub.QPS, pub.Burst, pub.RateLimiter = o.PublishQPS, o.PublishBurst, nil
+		if c.publish, err = kube.Clientset(pub); err != nil {
+			return c, nil, err
+		}
 	}
 	// The informers' watches decide readiness too: see kube.WatchHealth.
 	health = kube.NewWatchHealth()

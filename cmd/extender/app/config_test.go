@@ -73,6 +73,7 @@ func TestConfigTellsThePublisherOfPods(t *testing.T) {
 // a second together a fresh install of 5000 nodes took 100 s to publish.
 func TestClientsPublisherHasItsOwnLimiter(t *testing.T) {
 	o := NewOptions()
+	o.PublishCapacity = true
 	c, _, err := o.clients(&rest.Config{Host: "https://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
