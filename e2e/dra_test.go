@@ -155,9 +155,9 @@ func draBurst(ctx context.Context, t *testing.T, s *stack.Stack, capacity map[st
 		}
 	}
 	waitUnderlay(ctx, t, s, ns, capacity, total, 45-total)
-	// At least 10 polls of 100 ms: the check ran while the pods were bound,
-	// not only once they all were.
-	watch.check(t, "pods and claims within each node's budget", 10)
+	// The watch looked before the Deployments were created, every 100 ms
+	// while their pods were bound, and once more now.
+	watch.check(t, "pods and claims within each node's budget")
 	// Each bound pod's IPs are devices of its own node's pool.
 	pods, err := s.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -350,7 +350,7 @@ func draSource(ctx context.Context, t *testing.T, s *stack.Stack, src ipamSource
 	if err != nil {
 		t.Fatalf("back to 6: %v", err)
 	}
-	watch.check(t, "node 6's claims within 5", 5)
+	watch.check(t, "node 6's claims within 5")
 	deleteAll(ctx, t, s, ns)
 	putObject(ctx, t, s, src.gvr, src.object(n6, "", 3))
 }

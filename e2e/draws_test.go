@@ -149,7 +149,7 @@ func TestDrawsAll(t *testing.T) {
 			t.Fatalf("want 5 pod-network pods placed, have %v: %v", last, err)
 		}
 		time.Sleep(3 * time.Second)
-		watch.check(t, "pod-network pods within the pools (3 and 2)", 20)
+		watch.check(t, "pod-network pods within the pools (3 and 2)")
 		if u, err := podNetworkPods(ctx, s); err != nil || u[n0]+u[n1] != 5 {
 			t.Fatalf("after the burst: %v, %v; want 5 placed", u, err)
 		}

@@ -202,7 +202,7 @@ func TestRealNodeHelmInstall(t *testing.T) {
 			// new adapters.
 			setLoad(0.3)
 			scaled := waitDeploymentReplicas(ctx, p, hpaNS, "web", 3, 2*time.Minute)
-			hpaWatch.check(t, "the HPA reading its metric through the upgrade", 10)
+			hpaWatch.check(t, "the HPA reading its metric through the upgrade")
 			if scaled != nil {
 				t.Fatalf("after helm upgrade: %v", scaled)
 			}
