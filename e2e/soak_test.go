@@ -20,7 +20,7 @@ func TestSoakShort(t *testing.T) {
 	for _, mode := range []string{"extender", "native", "plugin"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := testContext(t, 15*time.Minute)
-			out := t.TempDir()
+			out := soakOutDir(t, mode)
 			r, err := soak.Run(ctx, soak.Options{
 				Mode: mode, Nodes: 200, Duration: 2 * time.Minute, Rate: 5, FaultsOnce: true,
 				BinDir: plane.ToolDir(), CapscaleBin: capscaleBin, OutDir: out, Logf: t.Logf,
@@ -52,4 +52,30 @@ func TestSoakShort(t *testing.T) {
 			}
 		})
 	}
+}
+
+// soakOutDir is where a soak writes its samples, violations and the
+// plane's logs: a new _output/e2e/soak-<mode>-* directory, removed again
+// unless the test failed, so that a failure's logs stay to be read.
+func soakOutDir(t *testing.T, mode string) string {
+	t.Helper()
+	parent, err := filepath.Abs(filepath.Join("..", "_output", "e2e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(parent, "soak-"+mode+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the soak's samples, violations and logs are kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return dir
 }

@@ -60,10 +60,18 @@ type Violation struct {
 	At        time.Time
 	Invariant string
 	Detail    string
+	// Phase places it among the faults: during one, how long after the
+	// last one ended, or before any (CI prints the violations, not the
+	// soak's log of faults).
+	Phase string
 }
 
 func (v Violation) String() string {
-	return fmt.Sprintf("%s %s: %s", v.At.Format(time.RFC3339), v.Invariant, v.Detail)
+	s := fmt.Sprintf("%s %s: %s", v.At.Format(time.RFC3339), v.Invariant, v.Detail)
+	if v.Phase != "" {
+		s += " [" + v.Phase + "]"
+	}
+	return s
 }
 
 // Checker keeps what the invariants need across samples. It does no I/O.
@@ -76,9 +84,11 @@ type Checker struct {
 	// fitsAttempts is kube-scheduler's attempt counter when each of fits
 	// began (absent: not read then).
 	fitsAttempts map[string]float64
-	// faultEnd: when the last fault ended (zero: none yet).
-	faultEnd time.Time
-	inFault  bool
+	// faultEnd: when the last fault ended (zero: none yet); lastFault its
+	// name, or the one in progress.
+	faultEnd  time.Time
+	inFault   bool
+	lastFault string
 	// pendingAt: underlay pod UID -> the last time it was seen Pending,
 	// kept for WaitingLag; waiting, the last sample's waiting set, checked
 	// at the next sample.
@@ -115,15 +125,16 @@ func NewChecker(b Bounds) *Checker {
 func (c *Checker) Observe(s Sample) []Violation {
 	c.Samples++
 	var out []Violation
-	add := func(inv, format string, args ...any) {
-		c.Counts[inv]++
-		out = append(out, Violation{At: s.At, Invariant: inv, Detail: fmt.Sprintf(format, args...)})
-	}
 	switch {
 	case s.Fault != "":
-		c.inFault = true
+		c.inFault, c.lastFault = true, s.Fault
 	case c.inFault:
 		c.inFault, c.faultEnd = false, s.At
+	}
+	phase := c.phase(s.At)
+	add := func(inv, format string, args ...any) {
+		c.Counts[inv]++
+		out = append(out, Violation{At: s.At, Invariant: inv, Detail: fmt.Sprintf(format, args...), Phase: phase})
 	}
 	settled := !c.inFault && (c.faultEnd.IsZero() || s.At.Sub(c.faultEnd) >= c.b.Recovery)
 
@@ -137,8 +148,12 @@ func (c *Checker) Observe(s Sample) []Violation {
 		}
 		if n.Used > limit && n.LastBound.After(n.Lowered.Add(c.b.BindGrace)) && !c.overSeen[n.Name].Equal(n.LastBound) {
 			c.overSeen[n.Name] = n.LastBound
-			add(OverCapacity, "%s holds %d IPs of %d; a pod was bound to it at %s, %s after its capacity became %d",
-				n.Name, n.Used, limit, n.LastBound.Format("15:04:05.000"), n.LastBound.Sub(n.Lowered).Round(time.Millisecond), limit)
+			since := "its capacity never lowered in the run"
+			if !n.Lowered.IsZero() {
+				since = fmt.Sprintf("%s after its capacity became %d", n.LastBound.Sub(n.Lowered).Round(time.Millisecond), limit)
+			}
+			add(OverCapacity, "%s holds %d IPs of %d; a pod was bound to it at %s, %s",
+				n.Name, n.Used, limit, n.LastBound.Format("15:04:05.000"), since)
 		}
 	}
 	c.checkView(s, settled, add)
@@ -181,6 +196,17 @@ func (c *Checker) Observe(s Sample) []Violation {
 		}
 	}
 	return out
+}
+
+// phase says where now falls among the faults.
+func (c *Checker) phase(now time.Time) string {
+	switch {
+	case c.inFault:
+		return "during " + c.lastFault
+	case c.lastFault == "":
+		return "before any fault"
+	}
+	return fmt.Sprintf("%s after %s ended", now.Sub(c.faultEnd).Round(100*time.Millisecond), c.lastFault)
 }
 
 // checkWaiting checks the previous sample's waiting set against the

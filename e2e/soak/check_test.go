@@ -177,6 +177,39 @@ func TestOverCapacityOncePerBind(t *testing.T) {
 	}
 }
 
+// TestViolationSaysThePhase: a violation says which fault was in
+// progress, or how long after the last one it came, and an over-capacity
+// bind on a node never lowered says so rather than a time since the zero
+// time.
+func TestViolationSaysThePhase(t *testing.T) {
+	c := NewChecker(DefaultBounds)
+	over := func(bound float64) Node {
+		n := node("a", 10, 11)
+		n.LastBound = at(bound)
+		return n
+	}
+	var got []string
+	for _, s := range []Sample{
+		{At: at(1), Nodes: []Node{over(1)}},
+		{At: at(2), Fault: "restart kube-apiserver", Nodes: []Node{over(2)}},
+		{At: at(3), Nodes: []Node{over(3)}},
+		{At: at(5.5), Nodes: []Node{over(5.5)}},
+	} {
+		for _, v := range c.Observe(s) {
+			got = append(got, v.String())
+		}
+	}
+	want := []string{"[before any fault]", "[during restart kube-apiserver]", "[0s after restart kube-apiserver ended]", "[2.5s after restart kube-apiserver ended]"}
+	if len(got) != len(want) {
+		t.Fatalf("violations %q, want %d", got, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(got[i], w) || !strings.Contains(got[i], "its capacity never lowered in the run") {
+			t.Errorf("violation %d: %q, want it to end %q and say the capacity was never lowered", i, got[i], w)
+		}
+	}
+}
+
 // TestLoadExpected: while the source is up, the values of the last poll
 // interval; while down, the last good one until maxAge, then nothing but
 // an error is fresh.
