@@ -8,7 +8,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -26,6 +29,14 @@ import (
 // and the rule applied again to what the pods there hold; a capacity that
 // no longer fits refuses the bind, and the pod is retried after its backoff
 // (docs/design/plugin-bind-check.md says why Bind, not PreBind or Permit).
+//
+// The pods side trails too. The scheduler's cache counts its own binds at
+// once, but not a pod another binder placed, a bind whose answer was lost
+// though the apiserver had made it, or a bind the previous scheduler
+// process sent just before it died; each shows up only when the pod watch
+// delivers it, seconds later under load or after a reconnect. So the check
+// also lists the node's pods from the apiserver and charges those its view
+// lacks (unseen).
 
 // bindStateKey is where Reserve leaves what the check at bind needs.
 const bindStateKey fwk.StateKey = "Reserve" + Name
@@ -37,14 +48,19 @@ type bindState struct{ node fwk.NodeInfo }
 // Clone implements fwk.StateData: the snapshot is never modified.
 func (s bindState) Clone() fwk.StateData { return s }
 
-// nodeMeta reads a Node's annotations and labels from the apiserver.
+// nodeMeta reads a Node's annotations and labels, and the pods bound to
+// it, from the apiserver.
 type nodeMeta interface {
 	get(ctx context.Context, name string) (annotations, labels map[string]string, err error)
+	podsOn(ctx context.Context, node string) ([]v1.Pod, error)
 }
 
-// metaReader is nodeMeta over a metadata client: the check needs only the
-// annotations and labels, not the Node's status.
-type metaReader struct{ c metadata.Interface }
+// metaReader is nodeMeta over a metadata client (the check needs only the
+// Node's annotations and labels, not its status) and a pods client.
+type metaReader struct {
+	c    metadata.Interface
+	pods kubernetes.Interface
+}
 
 func (r metaReader) get(ctx context.Context, name string) (map[string]string, map[string]string, error) {
 	m, err := r.c.Resource(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}).Get(ctx, name, metav1.GetOptions{})
@@ -54,17 +70,39 @@ func (r metaReader) get(ctx context.Context, name string) (map[string]string, ma
 	return m.Annotations, m.Labels, nil
 }
 
+// podsOn lists the pods bound to node that have not ended: a consistent
+// read (no resourceVersion), which kube-apiserver answers from its watch
+// cache by the pods' spec.nodeName index once that cache has caught up.
+func (r metaReader) podsOn(ctx context.Context, node string) ([]v1.Pod, error) {
+	sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.nodeName", node),
+		fields.OneTermNotEqualSelector("status.phase", string(v1.PodSucceeded)),
+		fields.OneTermNotEqualSelector("status.phase", string(v1.PodFailed)))
+	l, err := r.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
 // newMetaReader builds the reader from the scheduler's own client config; nil
 // without one (a framework built in a test), and then Bind checks nothing.
+// Its clients have a rate limit of their own, apart from the binds'.
 func newMetaReader(fh fwk.Handle) (nodeMeta, error) {
 	if fh == nil || fh.KubeConfig() == nil {
 		return nil, nil
 	}
-	c, err := metadata.NewForConfig(rest.AddUserAgent(rest.CopyConfig(fh.KubeConfig()), Name+"-bind-check"))
+	cfg := rest.AddUserAgent(rest.CopyConfig(fh.KubeConfig()), Name+"-bind-check")
+	c, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return metaReader{c}, nil
+	pcfg := rest.CopyConfig(cfg)
+	pcfg.ContentType = "application/vnd.kubernetes.protobuf"
+	pods, err := kubernetes.NewForConfig(pcfg)
+	if err != nil {
+		return nil, err
+	}
+	return metaReader{c: c, pods: pods}, nil
 }
 
 // Reserve keeps the chosen node's NodeInfo of this cycle for the check at
@@ -113,11 +151,47 @@ func (pl *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 		annotations = pl.sourced.over(nodeName, annotations)
 	}
 	c := pl.rule.Capacity(annotations, labels)
-	v := fit(underlay.Charge(need(state, pod), underlay.PodNetwork(pod), c.DrawsAll), c, underlay.Charged(pl.charges(ni, c), c.IPAM))
+	bound, err := pl.fresh.podsOn(ctx, nodeName)
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("listing node %s's pods before the bind: %w", nodeName, err))
+	}
+	ch := unseen(pl.charges(ni, c), ni, bound, pod.UID, c)
+	v := fit(underlay.Charge(need(state, pod), underlay.PodNetwork(pod), c.DrawsAll), c, underlay.Charged(ch, c.IPAM))
 	if v.code == fwk.Success {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	klog.FromContext(ctx).V(2).Info("Node's underlay IP capacity changed since the scheduler read it; not binding",
 		"pod", klog.KObj(pod), "node", nodeName, "reason", v.reason)
 	return fwk.NewStatus(fwk.Unschedulable, "node "+nodeName+" changed since the scheduler read it: "+v.reason)
+}
+
+// unseen adds to ch what the pods bound to the node (bound, from the
+// apiserver) take that the scheduler's view of the node (ni) lacks, as
+// charged counts a pod: its request, one IP more for a pod-network pod on
+// a node that draws all, and as unlisted while it has no IP. The pod being
+// bound is left out: listed there, it was bound already, and this bind
+// fails. A pod in the view but no longer listed stays counted: its exit
+// frees the IP when the view sees it.
+func unseen(ch underlay.Charges, ni fwk.NodeInfo, bound []v1.Pod, binding types.UID, c underlay.Capacity) underlay.Charges {
+	seen := make(map[types.UID]bool, len(ni.GetPods()))
+	for _, pi := range ni.GetPods() {
+		if p := pi.GetPod(); p != nil {
+			seen[p.UID] = true
+		}
+	}
+	for i := range bound {
+		p := &bound[i]
+		if seen[p.UID] || p.UID == binding || !underlay.Holds(p.Spec.NodeName, p.Status.Phase) {
+			continue
+		}
+		own := underlay.PodNeed(p)
+		if c.DrawsAll {
+			own += underlay.Drawn(own, underlay.PodNetwork(p))
+		}
+		ch.Pods += own
+		if c.IPAM.Reported && !underlay.Listed(p) {
+			ch.Unlisted += own
+		}
+	}
+	return ch
 }

@@ -40,6 +40,15 @@ type apiNodes struct {
 	annotations map[string]map[string]string
 	err         error
 	reads       int
+	// pods are the pods bound to each node, as the apiserver lists them.
+	pods map[string][]v1.Pod
+}
+
+func (a *apiNodes) podsOn(_ context.Context, node string) ([]v1.Pod, error) {
+	if a.err != nil {
+		return nil, a.err
+	}
+	return a.pods[node], nil
 }
 
 func (a *apiNodes) get(_ context.Context, name string) (map[string]string, map[string]string, error) {
@@ -132,5 +141,62 @@ func TestBindChargesDrawnPods(t *testing.T) {
 	pl.Reserve(context.Background(), state, pod, "n1")
 	if st := pl.Bind(context.Background(), state, pod, "n1"); st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "2/2 used") {
 		t.Fatalf("Bind = %v; want Unschedulable, 2/2 used", st)
+	}
+}
+
+// TestBindCountsPodsTheViewLacks: the scheduler's view of n1 holds pods a
+// and b (2 of 3 IPs) while the apiserver lists a third pod bound there, by
+// another binder or by a bind whose answer was lost: the bind is refused.
+// A listed pod the view holds, one that has ended, and the pod being bound
+// itself count no more than the view says.
+func TestBindCountsPodsTheViewLacks(t *testing.T) {
+	a, b := ipPod("a", "n1", 1), ipPod("b", "n1", 1)
+	ended := ipPod("ended", "n1", 1)
+	ended.Status.Phase = v1.PodSucceeded
+	pod := ipPod("p", "", 1)
+	self := *pod
+	self.Spec.NodeName = "n1"
+	for _, tc := range []struct {
+		name   string
+		listed []*v1.Pod
+		want   fwk.Code
+	}{
+		{name: "the view's own pods", listed: []*v1.Pod{a, b}, want: fwk.Skip},
+		{name: "an ended pod and the pod itself", listed: []*v1.Pod{a, b, ended, &self}, want: fwk.Skip},
+		{name: "a pod the view lacks", listed: []*v1.Pod{a, b, ipPod("unseen", "n1", 1)}, want: fwk.Unschedulable},
+		{name: "deleted from the API, still in the view", listed: nil, want: fwk.Skip},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := &apiNodes{annotations: map[string]map[string]string{"n1": annotated("3")}, pods: map[string][]v1.Pod{}}
+			for _, p := range tc.listed {
+				api.pods["n1"] = append(api.pods["n1"], *p)
+			}
+			pl := &Plugin{rule: underlay.Rule{Default: 10}, fresh: api,
+				nodeInfos: usedNodes{"n1": {node: ipNode("n1", "3"), used: 2, pods: []*v1.Pod{a, b}}}}
+			state := newMapState()
+			pl.Reserve(context.Background(), state, pod, "n1")
+			st := pl.Bind(context.Background(), state, pod, "n1")
+			if st.Code() != tc.want {
+				t.Fatalf("Bind = %v %q; want %v", st.Code(), st.Message(), tc.want)
+			}
+			if tc.want == fwk.Unschedulable && !strings.Contains(st.Message(), "3/3 used") {
+				t.Fatalf("Bind's reason %q; want 3/3 used", st.Message())
+			}
+		})
+	}
+}
+
+// TestUnseenChargesAsTheViewWould: on a node that draws all, a pod the view
+// lacks takes its request and one IP more if it is on the pod network; with
+// an IPAM report, one without an IP yet is unlisted too.
+func TestUnseenChargesAsTheViewWould(t *testing.T) {
+	plain := ipPod("plain", "n1", 0)
+	marked := ipPod("marked", "n1", 2)
+	marked.Status.PodIP = "10.0.0.5"
+	c := underlay.Capacity{IPs: 10, DrawsAll: true, IPAM: underlay.IPAMReport{Reported: true, Used: 1}}
+	got := unseen(underlay.Charges{Pods: 1}, usedInfo{}, []v1.Pod{*plain, *marked}, "", c)
+	want := underlay.Charges{Pods: 1 + 1 + 2, Unlisted: 1}
+	if got != want {
+		t.Fatalf("unseen = %+v, want %+v", got, want)
 	}
 }
