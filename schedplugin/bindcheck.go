@@ -52,11 +52,14 @@ func (s bindState) Clone() fwk.StateData { return s }
 // it, from the apiserver.
 type nodeMeta interface {
 	get(ctx context.Context, name string) (annotations, labels map[string]string, err error)
-	podsOn(ctx context.Context, node string) ([]v1.Pod, error)
+	// podsOn returns the pods bound to node that have not ended, whole,
+	// except those whose UID known reports: the scheduler's view has them.
+	podsOn(ctx context.Context, node string, known func(types.UID) bool) ([]v1.Pod, error)
 }
 
 // metaReader is nodeMeta over a metadata client (the check needs only the
-// Node's annotations and labels, not its status) and a pods client.
+// Node's annotations and labels, and only the pods' UIDs until one is
+// missing from the view) and a pods client.
 type metaReader struct {
 	c    metadata.Interface
 	pods kubernetes.Interface
@@ -70,18 +73,38 @@ func (r metaReader) get(ctx context.Context, name string) (map[string]string, ma
 	return m.Annotations, m.Labels, nil
 }
 
-// podsOn lists the pods bound to node that have not ended: a consistent
-// read (no resourceVersion), which kube-apiserver answers from its watch
-// cache by the pods' spec.nodeName index once that cache has caught up.
-func (r metaReader) podsOn(ctx context.Context, node string) ([]v1.Pod, error) {
+// podsOn lists the metadata of the pods bound to node that have not ended,
+// a consistent read (no resourceVersion) that kube-apiserver answers from
+// its watch cache, by the pods' spec.nodeName index, once that cache has
+// caught up; then it reads whole only the pods known does not report,
+// usually none. A pod gone or replaced since the list is left out.
+func (r metaReader) podsOn(ctx context.Context, node string, known func(types.UID) bool) ([]v1.Pod, error) {
 	sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.nodeName", node),
 		fields.OneTermNotEqualSelector("status.phase", string(v1.PodSucceeded)),
 		fields.OneTermNotEqualSelector("status.phase", string(v1.PodFailed)))
-	l, err := r.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
+	l, err := r.c.Resource(v1.SchemeGroupVersion.WithResource("pods")).Namespace(metav1.NamespaceAll).
+		List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
 	if err != nil {
 		return nil, err
 	}
-	return l.Items, nil
+	var out []v1.Pod
+	for i := range l.Items {
+		m := &l.Items[i]
+		if known(m.UID) {
+			continue
+		}
+		p, err := r.pods.CoreV1().Pods(m.Namespace).Get(ctx, m.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if p.UID == m.UID && p.Spec.NodeName == node {
+			out = append(out, *p)
+		}
+	}
+	return out, nil
 }
 
 // newMetaReader builds the reader from the scheduler's own client config; nil
@@ -96,9 +119,7 @@ func newMetaReader(fh fwk.Handle) (nodeMeta, error) {
 	if err != nil {
 		return nil, err
 	}
-	pcfg := rest.CopyConfig(cfg)
-	pcfg.ContentType = "application/vnd.kubernetes.protobuf"
-	pods, err := kubernetes.NewForConfig(pcfg)
+	pods, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -151,11 +172,12 @@ func (pl *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 		annotations = pl.sourced.over(nodeName, annotations)
 	}
 	c := pl.rule.Capacity(annotations, labels)
-	bound, err := pl.fresh.podsOn(ctx, nodeName)
+	seen := inView(ni, pod.UID)
+	bound, err := pl.fresh.podsOn(ctx, nodeName, func(u types.UID) bool { return seen[u] })
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("listing node %s's pods before the bind: %w", nodeName, err))
 	}
-	ch := unseen(pl.charges(ni, c), ni, bound, pod.UID, c)
+	ch := unseen(pl.charges(ni, c), seen, bound, c)
 	v := fit(underlay.Charge(need(state, pod), underlay.PodNetwork(pod), c.DrawsAll), c, underlay.Charged(ch, c.IPAM))
 	if v.code == fwk.Success {
 		return fwk.NewStatus(fwk.Skip)
@@ -165,23 +187,29 @@ func (pl *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 	return fwk.NewStatus(fwk.Unschedulable, "node "+nodeName+" changed since the scheduler read it: "+v.reason)
 }
 
-// unseen adds to ch what the pods bound to the node (bound, from the
-// apiserver) take that the scheduler's view of the node (ni) lacks, as
-// charged counts a pod: its request, one IP more for a pod-network pod on
-// a node that draws all, and as unlisted while it has no IP. The pod being
-// bound is left out: listed there, it was bound already, and this bind
-// fails. A pod in the view but no longer listed stays counted: its exit
-// frees the IP when the view sees it.
-func unseen(ch underlay.Charges, ni fwk.NodeInfo, bound []v1.Pod, binding types.UID, c underlay.Capacity) underlay.Charges {
-	seen := make(map[types.UID]bool, len(ni.GetPods()))
+// inView is the set of pods the scheduler's view of the node holds, and
+// the pod being bound: listed there, that one was bound already, and this
+// bind fails.
+func inView(ni fwk.NodeInfo, binding types.UID) map[types.UID]bool {
+	seen := make(map[types.UID]bool, len(ni.GetPods())+1)
 	for _, pi := range ni.GetPods() {
 		if p := pi.GetPod(); p != nil {
 			seen[p.UID] = true
 		}
 	}
+	seen[binding] = true
+	return seen
+}
+
+// unseen adds to ch what the pods bound to the node (bound, from the
+// apiserver) take that are not in seen (inView), as charged counts a pod:
+// its request, one IP more for a pod-network pod on a node that draws
+// all, and as unlisted while it has no IP. A pod in the view but no
+// longer listed stays counted: its exit frees the IP when the view sees it.
+func unseen(ch underlay.Charges, seen map[types.UID]bool, bound []v1.Pod, c underlay.Capacity) underlay.Charges {
 	for i := range bound {
 		p := &bound[i]
-		if seen[p.UID] || p.UID == binding || !underlay.Holds(p.Spec.NodeName, p.Status.Phase) {
+		if seen[p.UID] || !underlay.Holds(p.Spec.NodeName, p.Status.Phase) {
 			continue
 		}
 		own := underlay.PodNeed(p)

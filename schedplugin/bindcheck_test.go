@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/capscale/capscale/internal/names"
@@ -44,11 +45,19 @@ type apiNodes struct {
 	pods map[string][]v1.Pod
 }
 
-func (a *apiNodes) podsOn(_ context.Context, node string) ([]v1.Pod, error) {
+// podsOn returns the node's pods that known does not report, as the
+// metadata list and the reads of the missing pods would.
+func (a *apiNodes) podsOn(_ context.Context, node string, known func(types.UID) bool) ([]v1.Pod, error) {
 	if a.err != nil {
 		return nil, a.err
 	}
-	return a.pods[node], nil
+	var out []v1.Pod
+	for _, p := range a.pods[node] {
+		if !known(p.UID) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 func (a *apiNodes) get(_ context.Context, name string) (map[string]string, map[string]string, error) {
@@ -194,7 +203,7 @@ func TestUnseenChargesAsTheViewWould(t *testing.T) {
 	marked := ipPod("marked", "n1", 2)
 	marked.Status.PodIP = "10.0.0.5"
 	c := underlay.Capacity{IPs: 10, DrawsAll: true, IPAM: underlay.IPAMReport{Reported: true, Used: 1}}
-	got := unseen(underlay.Charges{Pods: 1}, usedInfo{}, []v1.Pod{*plain, *marked}, "", c)
+	got := unseen(underlay.Charges{Pods: 1}, inView(usedInfo{}, "binding"), []v1.Pod{*plain, *marked}, c)
 	want := underlay.Charges{Pods: 1 + 1 + 2, Unlisted: 1}
 	if got != want {
 		t.Fatalf("unseen = %+v, want %+v", got, want)
