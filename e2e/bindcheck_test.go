@@ -4,13 +4,11 @@ package e2e
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
@@ -111,39 +109,13 @@ func TestPluginBindCheckCountsUnseenPods(t *testing.T) {
 	stayBoundPending(ctx, t, s, ns, 1, 1, 10*time.Second)
 	// Its FailedScheduling events form one series with the first, which
 	// keeps the first message; the PodScheduled condition has the latest.
-	msg := waitScheduledSaying(ctx, t, s, ns, waiting.Name, "changed since the scheduler read it")
-	t.Logf("with the pod watch frozen, the waiting pod's condition: %s", msg)
+	checkPendingReason(ctx, t, s, ns, []string{waiting.Name}, "changed since the scheduler read it")
 
 	// Thawed, the view holds the pod too: Filter itself turns the node
 	// down (a bind refusal's event names no count of nodes).
 	gate.thaw()
-	msg = waitScheduledSaying(ctx, t, s, ns, waiting.Name, ", 1 underlay IPs exhausted: 1/1 used")
-	t.Logf("after the thaw: %s", msg)
+	checkPendingReason(ctx, t, s, ns, []string{waiting.Name}, ", 1 underlay IPs exhausted: 1/1 used")
 	stayBoundPending(ctx, t, s, ns, 1, 1, 3*time.Second)
 	setCapacity(ctx, t, s, node, "2")
 	waitPodBound(ctx, t, s, ns, waiting.Name)
-}
-
-// waitScheduledSaying waits until pod name's PodScheduled condition is
-// False with a message that contains want, and returns the message.
-func waitScheduledSaying(ctx context.Context, t *testing.T, s *stack.Stack, ns, name, want string) string {
-	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := s.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-				last = c.Message
-				return strings.Contains(c.Message, want), nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s/%s's PodScheduled condition never said %q; last: %q: %v", ns, name, want, last, err)
-	}
-	return last
 }
