@@ -11,9 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -37,6 +40,12 @@ import (
 // delivers it, seconds later under load or after a reconnect. So the check
 // also lists the node's pods from the apiserver and charges those its view
 // lacks (unseen).
+//
+// The plugin then binds the pod itself, at once: handed to DefaultBinder,
+// the bind would wait on the scheduler's client rate limiter, which it
+// shares with every status patch, and a capacity lowered during that wait
+// (seconds, on a loaded plane) would not be seen. The pace is kept before
+// the reads instead, one token a bind at the scheduler's QPS and burst.
 
 // bindStateKey is where Reserve leaves what the check at bind needs.
 const bindStateKey fwk.StateKey = "Reserve" + Name
@@ -49,12 +58,15 @@ type bindState struct{ node fwk.NodeInfo }
 func (s bindState) Clone() fwk.StateData { return s }
 
 // nodeMeta reads a Node's annotations and labels, and the pods bound to
-// it, from the apiserver.
+// it, from the apiserver, and binds a pod there.
 type nodeMeta interface {
+	// wait blocks until the binds' pace allows one more.
+	wait(ctx context.Context) error
 	get(ctx context.Context, name string) (annotations, labels map[string]string, err error)
 	// podsOn returns the pods bound to node that have not ended, whole,
 	// except those whose UID known reports: the scheduler's view has them.
 	podsOn(ctx context.Context, node string, known func(types.UID) bool) ([]v1.Pod, error)
+	bind(ctx context.Context, pod *v1.Pod, node string) error
 }
 
 // metaReader is nodeMeta over a metadata client (the check needs only the
@@ -63,6 +75,25 @@ type nodeMeta interface {
 type metaReader struct {
 	c    metadata.Interface
 	pods kubernetes.Interface
+	pace flowcontrol.RateLimiter
+}
+
+func (r metaReader) wait(ctx context.Context) error { return r.pace.Wait(ctx) }
+
+// bind posts the pod's Binding, retried on the errors DefaultBinder
+// retries (kube-scheduler's util.Retriable, v1.37.2).
+func (r metaReader) bind(ctx context.Context, pod *v1.Pod, node string) error {
+	b := &v1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Target:     v1.ObjectReference{Kind: "Node", Name: node},
+	}
+	return retry.OnError(retry.DefaultBackoff, retriable, func() error {
+		return r.pods.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})
+	})
+}
+
+func retriable(err error) bool {
+	return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || utilnet.IsConnectionRefused(err)
 }
 
 func (r metaReader) get(ctx context.Context, name string) (map[string]string, map[string]string, error) {
@@ -109,12 +140,22 @@ func (r metaReader) podsOn(ctx context.Context, node string, known func(types.UI
 
 // newMetaReader builds the reader from the scheduler's own client config; nil
 // without one (a framework built in a test), and then Bind checks nothing.
-// Its clients have a rate limit of their own, apart from the binds'.
+// Its requests wait on no client rate limiter, so that nothing stands
+// between the reads and the bind; wait paces the binds instead, at the
+// config's QPS and burst (client-go's defaults when unset).
 func newMetaReader(fh fwk.Handle) (nodeMeta, error) {
 	if fh == nil || fh.KubeConfig() == nil {
 		return nil, nil
 	}
-	cfg := rest.AddUserAgent(rest.CopyConfig(fh.KubeConfig()), Name+"-bind-check")
+	cfg := rest.AddUserAgent(rest.CopyConfig(fh.KubeConfig()), Name+"-bind")
+	qps, burst := cfg.QPS, cfg.Burst
+	if qps == 0 {
+		qps = rest.DefaultQPS
+	}
+	if burst == 0 {
+		burst = rest.DefaultBurst
+	}
+	cfg.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
 	c, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -123,7 +164,11 @@ func newMetaReader(fh fwk.Handle) (nodeMeta, error) {
 	if err != nil {
 		return nil, err
 	}
-	return metaReader{c: c, pods: pods}, nil
+	var pace flowcontrol.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	if qps > 0 {
+		pace = flowcontrol.NewTokenBucketRateLimiter(qps, burst)
+	}
+	return metaReader{c: c, pods: pods, pace: pace}, nil
 }
 
 // Reserve keeps the chosen node's NodeInfo of this cycle for the check at
@@ -150,9 +195,10 @@ func (pl *Plugin) takesIPs(state fwk.CycleState, pod *v1.Pod) bool {
 	return need(state, pod) > 0 || pl.drawsAll.Load() && underlay.PodNetwork(pod)
 }
 
-// Bind never binds: it returns Skip, and the next bind plugin
-// (DefaultBinder) binds, once the node's capacity read now still fits the
-// pod; otherwise it refuses the bind.
+// Bind binds the pod once the node's capacity read now still fits it,
+// and refuses the bind otherwise; a pod that takes no IP it leaves to the
+// next bind plugin (DefaultBinder) with Skip. The Node is read last, after
+// the list, so that the capacity the bind rests on is the newest one.
 func (pl *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := state.Read(bindStateKey)
 	if err != nil {
@@ -161,6 +207,15 @@ func (pl *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 	ni := s.(bindState).node
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if err := pl.fresh.wait(ctx); err != nil {
+		return fwk.AsStatus(fmt.Errorf("waiting to bind to node %s: %w", nodeName, err))
+	}
+	seen := inView(ni, pod.UID)
+	bound, err := pl.fresh.podsOn(ctx, nodeName, func(u types.UID) bool { return seen[u] })
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("listing node %s's pods before the bind: %w", nodeName, err))
+	}
+	read := time.Now()
 	annotations, labels, err := pl.fresh.get(ctx, nodeName)
 	if apierrors.IsNotFound(err) {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %s was deleted before the bind", nodeName))
@@ -172,19 +227,23 @@ func (pl *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 		annotations = pl.sourced.over(nodeName, annotations)
 	}
 	c := pl.rule.Capacity(annotations, labels)
-	seen := inView(ni, pod.UID)
-	bound, err := pl.fresh.podsOn(ctx, nodeName, func(u types.UID) bool { return seen[u] })
-	if err != nil {
-		return fwk.AsStatus(fmt.Errorf("listing node %s's pods before the bind: %w", nodeName, err))
-	}
 	ch := unseen(pl.charges(ni, c), seen, bound, c)
 	v := fit(underlay.Charge(need(state, pod), underlay.PodNetwork(pod), c.DrawsAll), c, underlay.Charged(ch, c.IPAM))
-	if v.code == fwk.Success {
-		return fwk.NewStatus(fwk.Skip)
+	logger := klog.FromContext(ctx)
+	if v.code != fwk.Success {
+		logger.V(2).Info("Node's underlay IP capacity changed since the scheduler read it; not binding",
+			"pod", klog.KObj(pod), "node", nodeName, "reason", v.reason)
+		return fwk.NewStatus(fwk.Unschedulable, "node "+nodeName+" changed since the scheduler read it: "+v.reason)
 	}
-	klog.FromContext(ctx).V(2).Info("Node's underlay IP capacity changed since the scheduler read it; not binding",
-		"pod", klog.KObj(pod), "node", nodeName, "reason", v.reason)
-	return fwk.NewStatus(fwk.Unschedulable, "node "+nodeName+" changed since the scheduler read it: "+v.reason)
+	if err := pl.fresh.bind(ctx, pod, nodeName); err != nil {
+		return fwk.AsStatus(fmt.Errorf("binding to node %s: %w", nodeName, err))
+	}
+	// A capacity lowered between the read and the bind is not seen: say
+	// when that window was long.
+	if d := time.Since(read); d > time.Second {
+		logger.V(2).Info("Slow bind: a capacity lowered meanwhile was not seen", "pod", klog.KObj(pod), "node", nodeName, "readToBound", d)
+	}
+	return nil
 }
 
 // inView is the set of pods the scheduler's view of the node holds, and

@@ -43,6 +43,19 @@ type apiNodes struct {
 	reads       int
 	// pods are the pods bound to each node, as the apiserver lists them.
 	pods map[string][]v1.Pod
+	// duringList, if set, runs while the pods are listed: a change made
+	// meanwhile.
+	duringList func()
+	// bound are the binds made, "pod/node"; waits the paced waits.
+	bound []string
+	waits int
+}
+
+func (a *apiNodes) wait(context.Context) error { a.waits++; return nil }
+
+func (a *apiNodes) bind(_ context.Context, pod *v1.Pod, node string) error {
+	a.bound = append(a.bound, pod.Name+"/"+node)
+	return nil
 }
 
 // podsOn returns the node's pods that known does not report, as the
@@ -50,6 +63,9 @@ type apiNodes struct {
 func (a *apiNodes) podsOn(_ context.Context, node string, known func(types.UID) bool) ([]v1.Pod, error) {
 	if a.err != nil {
 		return nil, a.err
+	}
+	if a.duringList != nil {
+		a.duringList()
 	}
 	var out []v1.Pod
 	for _, p := range a.pods[node] {
@@ -73,8 +89,8 @@ func (a *apiNodes) get(_ context.Context, name string) (map[string]string, map[s
 }
 
 // TestBindChecksTheCapacityNow: the scheduler chose n1 from a view where it
-// had capacity 10 and 3 IPs in use; the bind goes ahead (Skip, for
-// DefaultBinder) only if the capacity the apiserver holds now still fits.
+// had capacity 10 and 3 IPs in use; the plugin binds it only if the
+// capacity the apiserver holds now still fits, after one paced wait.
 func TestBindChecksTheCapacityNow(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -83,9 +99,9 @@ func TestBindChecksTheCapacityNow(t *testing.T) {
 		want     fwk.Code
 		inReason string
 	}{
-		{name: "unchanged", now: annotated("10"), want: fwk.Skip},
-		{name: "raised", now: annotated("20"), want: fwk.Skip},
-		{name: "lowered, still room", now: annotated("4"), want: fwk.Skip},
+		{name: "unchanged", now: annotated("10"), want: fwk.Success},
+		{name: "raised", now: annotated("20"), want: fwk.Success},
+		{name: "lowered, still room", now: annotated("4"), want: fwk.Success},
 		{name: "lowered to what is in use", now: annotated("3"), want: fwk.Unschedulable, inReason: "node n1 changed since the scheduler read it: underlay IPs exhausted: 3/3 used, pod needs 1"},
 		{name: "lowered to 0", now: annotated("0"), want: fwk.Unschedulable, inReason: "node has 0, pod needs 1"},
 		{name: "made invalid", now: annotated("many"), want: fwk.Unschedulable, inReason: "invalid"},
@@ -108,8 +124,15 @@ func TestBindChecksTheCapacityNow(t *testing.T) {
 			if st.Code() != tc.want || !strings.Contains(st.Message(), tc.inReason) {
 				t.Fatalf("Bind = %v %q; want %v with %q", st.Code(), st.Message(), tc.want, tc.inReason)
 			}
-			if api.reads != 1 {
-				t.Fatalf("%d reads of the Node, want 1", api.reads)
+			reads := 1
+			if tc.err != nil {
+				reads = 0 // the list before it failed
+			}
+			if api.reads != reads || api.waits != 1 {
+				t.Fatalf("%d reads of the Node after %d waits, want %d and 1", api.reads, api.waits, reads)
+			}
+			if bound := tc.want == fwk.Success; (len(api.bound) == 1) != bound || bound && api.bound[0] != "p/n1" {
+				t.Fatalf("binds made %v; want p/n1 only if it fits", api.bound)
 			}
 		})
 	}
@@ -123,8 +146,8 @@ func TestBindLeavesOtherPodsAlone(t *testing.T) {
 	pl := &Plugin{rule: underlay.Rule{Default: 10}, fresh: api, nodeInfos: usedNodes{"n1": {node: ipNode("n1", "10")}}}
 	state, pod := newMapState(), ipPod("plain", "", 0)
 	pl.Reserve(context.Background(), state, pod, "n1")
-	if st := pl.Bind(context.Background(), state, pod, "n1"); st.Code() != fwk.Skip || api.reads != 0 {
-		t.Fatalf("Bind of a pod that needs no IP = %v after %d reads; want Skip, no read", st, api.reads)
+	if st := pl.Bind(context.Background(), state, pod, "n1"); st.Code() != fwk.Skip || api.reads != 0 || len(api.bound) != 0 {
+		t.Fatalf("Bind of a pod that needs no IP = %v after %d reads, binds %v; want Skip, no read, no bind", st, api.reads, api.bound)
 	}
 	pl.fresh = nil
 	state, pod = newMapState(), ipPod("p", "", 1)
@@ -170,10 +193,10 @@ func TestBindCountsPodsTheViewLacks(t *testing.T) {
 		listed []*v1.Pod
 		want   fwk.Code
 	}{
-		{name: "the view's own pods", listed: []*v1.Pod{a, b}, want: fwk.Skip},
-		{name: "an ended pod and the pod itself", listed: []*v1.Pod{a, b, ended, &self}, want: fwk.Skip},
+		{name: "the view's own pods", listed: []*v1.Pod{a, b}, want: fwk.Success},
+		{name: "an ended pod and the pod itself", listed: []*v1.Pod{a, b, ended, &self}, want: fwk.Success},
 		{name: "a pod the view lacks", listed: []*v1.Pod{a, b, ipPod("unseen", "n1", 1)}, want: fwk.Unschedulable},
-		{name: "deleted from the API, still in the view", listed: nil, want: fwk.Skip},
+		{name: "deleted from the API, still in the view", listed: nil, want: fwk.Success},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			api := &apiNodes{annotations: map[string]map[string]string{"n1": annotated("3")}, pods: map[string][]v1.Pod{}}
@@ -192,6 +215,21 @@ func TestBindCountsPodsTheViewLacks(t *testing.T) {
 				t.Fatalf("Bind's reason %q; want 3/3 used", st.Message())
 			}
 		})
+	}
+}
+
+// TestBindReadsTheNodeAfterTheList: a capacity lowered while the node's
+// pods were listed (seconds, on a loaded plane) is the one the bind rests
+// on: the Node is read after the list, not before it.
+func TestBindReadsTheNodeAfterTheList(t *testing.T) {
+	api := &apiNodes{annotations: map[string]map[string]string{"n1": annotated("10")}}
+	api.duringList = func() { api.annotations["n1"] = annotated("3") }
+	pl := &Plugin{rule: underlay.Rule{Default: 10}, fresh: api,
+		nodeInfos: usedNodes{"n1": {node: ipNode("n1", "10"), used: 3}}}
+	state, pod := newMapState(), ipPod("p", "", 1)
+	pl.Reserve(context.Background(), state, pod, "n1")
+	if st := pl.Bind(context.Background(), state, pod, "n1"); st.Code() != fwk.Unschedulable || len(api.bound) != 0 {
+		t.Fatalf("Bind = %v, binds %v; want Unschedulable, no bind", st, api.bound)
 	}
 }
 
