@@ -241,7 +241,7 @@ func (pl *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 	// A capacity lowered between the read and the bind is not seen: say
 	// when that window was long.
 	if d := time.Since(read); d > time.Second {
-		logger.V(2).Info("Slow bind: a capacity lowered meanwhile was not seen", "pod", klog.KObj(pod), "node", nodeName, "readToBound", d)
+		logger.V(2).Info("Slow bind: a capacity lowered between the read and the bind would not have been seen", "pod", klog.KObj(pod), "node", nodeName, "readToBound", d)
 	}
 	return nil
 }
