@@ -205,11 +205,13 @@ func (pl *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 		return fwk.NewStatus(fwk.Skip)
 	}
 	ni := s.(bindState).node
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	// The pace may hold a burst's binds for long; the timeout is the
+	// requests' own, as DefaultBinder's wait on its limiter has none.
 	if err := pl.fresh.wait(ctx); err != nil {
 		return fwk.AsStatus(fmt.Errorf("waiting to bind to node %s: %w", nodeName, err))
 	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	seen := inView(ni, pod.UID)
 	bound, err := pl.fresh.podsOn(ctx, nodeName, func(u types.UID) bool { return seen[u] })
 	if err != nil {

@@ -49,9 +49,15 @@ type apiNodes struct {
 	// bound are the binds made, "pod/node"; waits the paced waits.
 	bound []string
 	waits int
+	// waitDeadline: the last wait had a deadline.
+	waitDeadline bool
 }
 
-func (a *apiNodes) wait(context.Context) error { a.waits++; return nil }
+func (a *apiNodes) wait(ctx context.Context) error {
+	a.waits++
+	_, a.waitDeadline = ctx.Deadline()
+	return nil
+}
 
 func (a *apiNodes) bind(_ context.Context, pod *v1.Pod, node string) error {
 	a.bound = append(a.bound, pod.Name+"/"+node)
@@ -230,6 +236,19 @@ func TestBindReadsTheNodeAfterTheList(t *testing.T) {
 	pl.Reserve(context.Background(), state, pod, "n1")
 	if st := pl.Bind(context.Background(), state, pod, "n1"); st.Code() != fwk.Unschedulable || len(api.bound) != 0 {
 		t.Fatalf("Bind = %v, binds %v; want Unschedulable, no bind", st, api.bound)
+	}
+}
+
+// TestBindWaitsWithoutATimeout: a burst's binds may wait long on the pace,
+// as they would on DefaultBinder's limiter; the 10 s timeout is the
+// requests' own, or the last of a burst would fail and back off.
+func TestBindWaitsWithoutATimeout(t *testing.T) {
+	api := &apiNodes{annotations: map[string]map[string]string{"n1": annotated("10")}}
+	pl := &Plugin{rule: underlay.Rule{Default: 10}, fresh: api, nodeInfos: usedNodes{"n1": {node: ipNode("n1", "10")}}}
+	state, pod := newMapState(), ipPod("p", "", 1)
+	pl.Reserve(context.Background(), state, pod, "n1")
+	if st := pl.Bind(context.Background(), state, pod, "n1"); !st.IsSuccess() || api.waits != 1 || api.waitDeadline {
+		t.Fatalf("Bind = %v after %d waits, the wait with a deadline: %v; want bound after one wait without", st, api.waits, api.waitDeadline)
 	}
 }
 
