@@ -68,12 +68,16 @@ keda: ## Build (or link from ~/.cache/capscale) KEDA's operator and metrics serv
 deploy-tools: ## Build (or link from ~/.cache/capscale) helm and kubectl, which deploy/'s unit tests run, into _output/bin.
 	@bash e2e/tools/build.sh $(BIN) helm kubectl
 
+# When make began, so that make test's last line can say how long all before
+# the suite took (hack/beside.sh).
+TEST_START := $(shell date +%s)
+
 .PHONY: test
 # The Cilium checks run at nice 19 beside the end-to-end suite (hack/beside.sh):
 # cold, they are a build of Cilium's dependency graph (BENCHMARKS.md), and the
 # suite's planes leave a large part of both cores idle.
 test: unit fuzz e2e-tools ## Unit tests with -race, every fuzz target briefly, then the end-to-end suite with the Cilium checks beside it.
-	bash hack/beside.sh $(OUT)/test-cilium.log "$(MAKE) --no-print-directory test-cilium" -- \
+	CAPSCALE_TEST_START=$(TEST_START) bash hack/beside.sh $(OUT)/test-cilium.log "$(MAKE) --no-print-directory test-cilium" -- \
 	  env CAPSCALE_BIN_DIR=$(abspath $(BIN)) bash hack/e2e.sh $(E2E_FLAGS)
 
 .PHONY: test-unit

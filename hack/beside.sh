@@ -8,6 +8,10 @@
 # plane wants them. COMMAND's verdict is printed once both are done, on
 # stderr after MAIN's own report; its log only if it failed, so that a
 # passing COMMAND's lines do not push MAIN's report out of a CI log's tail.
+# Last it prints where the time went: MAIN's, COMMAND's after MAIN ended,
+# and, with CAPSCALE_TEST_START (make test's start, in seconds since the
+# epoch), all that ran before it (a CI run over its limit says which part
+# grew).
 set -euo pipefail
 if [ $# -lt 4 ] || [ "$3" != -- ]; then
   echo "usage: hack/beside.sh LOG 'COMMAND' -- MAIN..." >&2
@@ -21,9 +25,12 @@ setsid nice -n 19 bash -c "$cmd" >"$log" 2>&1 &
 pid=$!
 trap 'kill -- "-$pid" 2>/dev/null; exit 143' INT TERM
 rc=0
+start=$SECONDS
 "$@" || rc=$?
+main=$((SECONDS - start))
 brc=0
 wait "$pid" || brc=$?
+after=$((SECONDS - start - main))
 if [ "$brc" -ne 0 ]; then
   echo "===== beside: $cmd ($log) ====="
   cat "$log"
@@ -32,4 +39,10 @@ if [ "$brc" -ne 0 ]; then
 else
   echo "ok beside: $cmd (its log: $log)" >&2
 fi
+timing="timing: MAIN ${main} s, then ${after} s more for COMMAND"
+if [ -n "${CAPSCALE_TEST_START:-}" ]; then
+  total=$(($(date +%s) - CAPSCALE_TEST_START))
+  timing="$timing; before them $((total - main - after)) s; in all $total s"
+fi
+echo "$timing (MAIN: $*; COMMAND: $cmd)" >&2
 exit "$rc"
