@@ -32,41 +32,64 @@ run_shard() { cd e2e && exec "../$out/e2e.test" -test.count=1 -test.timeout "$ti
 
 host='TestRealNode.*|TestLocalUpDown|TestLocalUpPublishCapacity'
 balanced='TestSoakShort|TestKarpenter.*|TestAdapter.*|TestRealKEDA.*|TestKEDA.*|TestSchedulingFailover'
-start=$SECONDS
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait' INT TERM
-run_shard -test.run "^($host)\$" >"$out/shard-a.log" 2>&1 &
-pids+=($!)
 # TestKarpenterENIGrowth builds Cilium's enipool, so it runs last in its
 # shard: by then, under make test, the Cilium checks beside the suite have
 # compiled Cilium's dependency graph (hack/beside.sh), which a cold CI cache
 # would otherwise compile twice at once.
 cilium='TestKarpenterENIGrowth'
-{
-  trap 'kill "$child" 2>/dev/null; exit 143' TERM
-  rc=0
-  run_shard -test.run "^($balanced)\$" -test.skip "^($cilium)\$" & child=$!
-  wait "$child" || rc=1
-  run_shard -test.run "^($cilium)\$" & child=$!
-  wait "$child" || rc=1
-  exit "$rc"
-} >"$out/shard-b.log" 2>&1 &
-pids+=($!)
-run_shard -test.skip "^($host|$balanced)\$" >"$out/shard-c.log" 2>&1 &
-pids+=($!)
+start=$SECONDS
+rm -f "$out"/shard-*.rc
+# shard NAME RUN...: each RUN (a quoted list of test flags) one test process
+# after the other, in a subshell of its own that forwards TERM to the one
+# running; the shard's verdict and its own time go to shard-NAME.rc. The
+# verdicts are read from those files, not from wait: bash has answered
+# "pid N is not a child of this shell" for two shards that had run to the
+# end (CI, 2026-12-02).
+shard() {
+  local name=$1
+  shift
+  {
+    trap 'kill "$child" 2>/dev/null; exit 143' TERM
+    rc=0 began=$SECONDS
+    for args in "$@"; do
+      eval "run_shard $args" & child=$!
+      wait "$child" || rc=1
+    done
+    echo "$rc $((SECONDS - began))" >"$out/shard-$name.rc"
+    exit "$rc"
+  } >"$out/shard-$name.log" 2>&1 &
+  pids+=($!)
+}
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait' INT TERM
+shard a "-test.run '^($host)\$'"
+shard b "-test.run '^($balanced)\$' -test.skip '^($cilium)\$'" "-test.run '^($cilium)\$'"
+shard c "-test.skip '^($host|$balanced)\$'"
 logs=("$out"/shard-{a,b,c}.log)
 echo "e2e: three shards running; logs in ${logs[*]}"
 # Each test's verdict as it comes; the whole logs once all are done.
 tail -q --pid=$$ -n +1 -F "${logs[@]}" 2>/dev/null | grep --line-buffered -E '^--- (PASS|FAIL)' &
 follow=$!
-rc=0
-for p in "${pids[@]}"; do wait "$p" || rc=1; done
+for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 kill "$follow" 2>/dev/null || true
+rc=0
+verdicts=()
+for s in a b c; do
+  if read -r src secs <"$out/shard-$s.rc" 2>/dev/null; then
+    verdict=passed
+    [ "$src" = 0 ] || { verdict=failed; rc=1; }
+    verdicts+=("shard $s: $verdict in $secs s")
+  else
+    verdicts+=("shard $s: no verdict (its process ended without one)")
+    rc=1
+  fi
+done
 # The verdicts and each failure's last lines first, the whole logs after,
 # and the same report once more on stderr at the very end: a CI log cut to
 # its head, its tail or its stderr still says which tests failed and why.
 report() {
   echo "===== e2e summary: $((SECONDS - start)) s ====="
+  printf '%s\n' "${verdicts[@]}"
   cat "$out"/shard-*.log | awk '/^--- PASS/ {n++} END {print n+0 " top-level tests passed"}'
   grep -hE '^--- FAIL' "$out"/shard-*.log || true
   awk -f hack/e2e-failures.awk "$out"/shard-*.log
