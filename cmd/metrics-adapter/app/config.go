@@ -102,15 +102,17 @@ func (o *Options) config(a *adapter, health *kube.WatchHealth, base, restCfg *re
 		MaxBytes: o.DelegateMaxResponseBytes, Discovery: o.DelegateDiscoveryInterval, Metrics: dm,
 	})
 	o.WithExternalMetrics(dp)
+	// The config Server builds from (the AdapterBase caches it): the
+	// shutdown delay goes in before, and its request-header CA, which
+	// verifies the aggregator, is read after.
+	built, err := o.AdapterBase.Config()
+	if err != nil {
+		return nil, fmt.Errorf("building the API server's config: %w", err)
+	}
+	built.GenericConfig.ShutdownDelayDuration = o.ShutdownDelay
 	server, err := o.Server()
 	if err != nil {
 		return nil, fmt.Errorf("building the API server: %w", err)
-	}
-	// The config Server was built from (the AdapterBase caches it): its
-	// request-header CA, which verifies the aggregator.
-	built, err := o.AdapterBase.Config()
-	if err != nil {
-		return nil, err
 	}
 	var requestHeaderCA dynamiccertificates.CAContentProvider
 	if h := built.GenericConfig.Authentication.RequestHeaderConfig; h != nil {

@@ -49,6 +49,10 @@ type Options struct {
 	// ServingCert makes the adapter its own serving certificate.
 	ServingCert ServingCertOptions
 
+	// ShutdownDelay keeps the adapter serving after SIGTERM, /readyz
+	// failing, until the endpoints that route to it have dropped it.
+	ShutdownDelay time.Duration
+
 	Logs *logsapi.LoggingConfiguration
 }
 
@@ -104,6 +108,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	o.ServingCert.AddFlags(fss.FlagSet("serving certificate"))
 
+	fs = fss.FlagSet("shutdown")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
+		"How long the adapter keeps serving after SIGTERM, with /readyz failing, so that kube-apiserver's aggregator stops routing to it before it stops answering "+
+			"(a rolling update otherwise fails the HPA reads sent to the old pod meanwhile). 0 stops at once.")
+
 	fs = fss.FlagSet("keda scaler")
 	fs.StringVar(&o.KEDAScalerBindAddress, "keda-scaler-bind-address", o.KEDAScalerBindAddress,
 		"host:port to serve KEDA's external-scaler gRPC protocol on (TLS), for ScaledObjects with an 'external' trigger; empty (the default) disables it.")
@@ -129,6 +138,9 @@ func (o *Options) Validate() []error {
 	var errs []error
 	if o.ConfigCheckInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--config-check-interval must be positive, got %s", o.ConfigCheckInterval))
+	}
+	if o.ShutdownDelay < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-delay-duration must not be negative, got %s", o.ShutdownDelay))
 	}
 	if r := delegate.Routing(o.DelegateRouting); r != delegate.RoutingEndpoints && r != delegate.RoutingService {
 		errs = append(errs, fmt.Errorf("--delegate-routing must be %q or %q, got %q", delegate.RoutingEndpoints, delegate.RoutingService, o.DelegateRouting))
