@@ -111,6 +111,10 @@ type Tracker struct {
 	// deleted), after the ledger has applied it: native mode's publisher
 	// republishes an invalid node, which publishes exactly those IPs.
 	UsageChanged func(node string)
+	// Over, if not nil, is the node as the capacity rule reads it: native
+	// mode's own read of the capacity sources (extender/sourced) in the
+	// place of the mirror's annotations.
+	Over func(*v1.Node) *v1.Node
 	// after runs f after d; nil is time.AfterFunc (tests run f at once).
 	after func(d time.Duration, f func())
 }
@@ -224,6 +228,9 @@ func (t *Tracker) DeletePod(uid types.UID) {
 
 // SetNode applies a node add or update.
 func (t *Tracker) SetNode(node *v1.Node) {
+	if t.Over != nil {
+		node = t.Over(node)
+	}
 	c := t.Ledger.SetNode(node)
 	t.Waiting.Freed(c.Freed)
 	switch {

@@ -16,8 +16,26 @@ import (
 // extender binary reads of a Node (StripNode replaces the factory's
 // transform, which it subsumes). Call it before the factory starts.
 func NodeInformer(factory informers.SharedInformerFactory) (cache.SharedIndexInformer, error) {
+	return nodeInformer(factory, StripNode)
+}
+
+// NodeInformerWithLabels is NodeInformer keeping every label too: the
+// extender's own read of the capacity sources (--capacity-sources) matches
+// their nodeSelectors against them.
+func NodeInformerWithLabels(factory informers.SharedInformerFactory) (cache.SharedIndexInformer, error) {
+	return nodeInformer(factory, func(obj any) (any, error) {
+		if node, ok := obj.(*v1.Node); ok {
+			c := CompactNode(node)
+			c.Labels = node.Labels
+			return c, nil
+		}
+		return obj, nil
+	})
+}
+
+func nodeInformer(factory informers.SharedInformerFactory, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
 	inf := factory.Core().V1().Nodes().Informer()
-	if err := inf.SetTransform(StripNode); err != nil {
+	if err := inf.SetTransform(transform); err != nil {
 		return nil, fmt.Errorf("setting the node cache transform: %w", err)
 	}
 	return inf, nil
@@ -25,12 +43,13 @@ func NodeInformer(factory informers.SharedInformerFactory) (cache.SharedIndexInf
 
 // nodeAnnotations and nodeLabels are the only ones anything in the extender
 // binary reads: the capacity rule's (the per-node value, and the capacity
-// source's value and origin that capscale-controller mirrors onto the Node)
+// source's that capscale-controller mirrors onto the Node, all of them:
+// the publisher reading the sources itself writes them when they differ)
 // and the publisher's marker.
 var (
 	nodeAnnotations = []string{names.UnderlayIPCapacityAnnotation, names.UnderlayIPSourceCapacityAnnotation,
 		names.UnderlayIPSourceAnnotation, names.UnderlayIPPublishedAnnotation, names.UnderlayIPDrawsAnnotation,
-		names.UnderlayIPSourceUsedAnnotation}
+		names.UnderlayIPSourceUsedAnnotation, names.UnderlayIPSourceMaxCapacityAnnotation}
 	nodeLabels = []string{names.UnderlayIPCapacityLabel}
 )
 

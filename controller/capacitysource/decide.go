@@ -299,6 +299,20 @@ func has(annotations map[string]string) bool {
 // removes its annotation where the node has it; the zero Mirror removes
 // them all.
 func PatchFor(annotations map[string]string, want Mirror) []byte {
+	set := AnnotationChanges(annotations, want)
+	if set == nil {
+		return nil
+	}
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": set}})
+	return b
+}
+
+// AnnotationChanges is PatchFor's annotations: each of the mirror's
+// annotations want sets (its value) or removes where the node has it
+// (nil), or nil when the node has the mirror already. Native mode's
+// publisher, reading the sources itself, writes them in its own Node
+// status patch (extender/publisher).
+func AnnotationChanges(annotations map[string]string, want Mirror) map[string]any {
 	changed := false
 	set := make(map[string]any, len(mirrorKeys))
 	for i, v := range want.annotations() {
@@ -318,8 +332,7 @@ func PatchFor(annotations map[string]string, want Mirror) []byte {
 	if !changed {
 		return nil
 	}
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": set}})
-	return b
+	return set
 }
 
 // evaluateUsed runs a source's used expression, if it has one, into r.

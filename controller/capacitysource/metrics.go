@@ -33,7 +33,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // NewSchedulerViewMetrics registers with reg the series of a View that
 // capscale-scheduler reads itself, with no mirror: its evaluations.
 func NewSchedulerViewMetrics(reg prometheus.Registerer) *Metrics {
-	m := viewMetrics("capscale_scheduler_capacity_source_evaluations_total", "capscale_scheduler_capacity_source_evaluation_duration_seconds")
+	return newReaderMetrics(reg, "scheduler")
+}
+
+// NewExtenderViewMetrics registers with reg the series of a View that
+// native mode's publisher reads itself (capscale-extender
+// --capacity-sources), with no mirror: its evaluations.
+func NewExtenderViewMetrics(reg prometheus.Registerer) *Metrics {
+	return newReaderMetrics(reg, "extender")
+}
+
+// newReaderMetrics are the evaluation series of a View that component
+// reads without the controller's mirror.
+func newReaderMetrics(reg prometheus.Registerer, component string) *Metrics {
+	m := viewMetrics("capscale_"+component+"_capacity_source_evaluations_total", "capscale_"+component+"_capacity_source_evaluation_duration_seconds")
 	m.mirrorMetrics() // unregistered: no mirror writes them
 	if reg != nil {
 		reg.MustRegister(m.evaluations, m.evalSeconds)

@@ -114,12 +114,31 @@ func Decide(node *v1.Node, rule underlay.Rule, u Use) Decision {
 
 // Patch is the strategic-merge patch of nodes/status that publishes want.
 // A node's status update also carries its metadata, so the marker and the
-// resource change in one write.
-func Patch(want int64) []byte {
+// resource change in one write; so do the capacity mirror's annotations
+// when the publisher reads the sources itself (mirror: each set, or nil
+// to remove; capacitysource.AnnotationChanges).
+func Patch(want int64, mirror map[string]any) []byte {
 	q := resource.NewQuantity(want, resource.DecimalSI).String()
-	return fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}},"status":{"capacity":{%q:%q},"allocatable":{%q:%q}}}`,
-		PublishedAnnotation, strconv.FormatInt(want, 10),
-		names.UnderlayIPResource, q, names.UnderlayIPResource, q)
+	annotations := make(map[string]any, len(mirror)+1)
+	for k, v := range mirror {
+		annotations[k] = v
+	}
+	annotations[PublishedAnnotation] = strconv.FormatInt(want, 10)
+	b, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": annotations},
+		"status": map[string]any{
+			"capacity":    map[string]string{names.UnderlayIPResource: q},
+			"allocatable": map[string]string{names.UnderlayIPResource: q},
+		},
+	})
+	return b
+}
+
+// MirrorPatch is the patch of nodes/status that writes only the mirror's
+// annotations, for a node whose resource is not capscale's to publish.
+func MirrorPatch(mirror map[string]any) []byte {
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": mirror}})
+	return b
 }
 
 // DecideCharged is Decide for a node that does not draw all, under the

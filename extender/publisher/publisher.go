@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/capscale/capscale/controller/capacitysource"
 	"github.com/capscale/capscale/internal/kube"
 	"github.com/capscale/capscale/internal/names"
 	"github.com/capscale/capscale/internal/underlay"
@@ -68,6 +69,20 @@ type Options struct {
 	Workers int
 	// Registerer, if not nil, receives the metrics.
 	Registerer prometheus.Registerer
+	// Sources, if not nil, is the publisher's own read of the capacity
+	// sources (extender/sourced): what it says of a node takes the place
+	// of the mirror's annotations the Node carries, and each patch writes
+	// them with the capacity, so that a change is one Node write. Run
+	// publishes nothing before it has synced; tell the publisher of its
+	// changes with SourceChanged.
+	Sources Sources
+}
+
+// Sources is what the publisher reads of the capacity sources.
+type Sources interface {
+	// Mirror is what the sources say of n.
+	Mirror(n *v1.Node) capacitysource.Mirror
+	HasSynced() bool
 }
 
 // Publisher keeps the nodes' underlay-IP capacity published. Run it on the
@@ -82,6 +97,7 @@ type Publisher struct {
 	unlisted    func(string) int64
 	recheck     time.Duration
 	workers     int
+	sources     Sources
 	newRecorder func(context.Context) (record.EventRecorder, func())
 
 	// term is the current leadership term, nil while not leading: the
@@ -104,31 +120,31 @@ type Publisher struct {
 	// (held IPs, the IPAM's larger report), guarded by mu: pod events and
 	// a hold's end move what they publish.
 	withholding map[string]bool
-	// written is, per node, the value last patched, until the informer
+	// written is, per node, the patch last sent, until the informer
 	// delivers a change of the node; guarded by mu. A sync that runs again
 	// before the informer has shown that write reads the old node and
 	// would write the same value twice; the write's own update event
 	// queues the node again.
-	written map[string]int64
+	written map[string]string
 }
 
-// pending reports whether want was patched on node already and the
+// pending reports whether patch was sent for node already and the
 // informer has not delivered a change of it since (enqueue forgets).
-func (p *Publisher) pending(node string, want int64) bool {
+func (p *Publisher) pending(node string, patch []byte) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w, ok := p.written[node]
-	return ok && w == want
+	return ok && w == string(patch)
 }
 
-// wrote records a patch of want on node.
-func (p *Publisher) wrote(node string, want int64) {
+// wrote records patch as sent for node.
+func (p *Publisher) wrote(node string, patch []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.written == nil {
-		p.written = map[string]int64{}
+		p.written = map[string]string{}
 	}
-	p.written[node] = want
+	p.written[node] = string(patch)
 }
 
 // forgetWritten forgets node's last patch: the informer has shown a change.
@@ -161,6 +177,7 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 		unlisted:    o.Unlisted,
 		recheck:     o.RecheckInterval,
 		workers:     o.Workers,
+		sources:     o.Sources,
 		newRecorder: apiRecorder(client),
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "capacity_patches_total",
@@ -187,6 +204,9 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 	if o.InUseSynced != nil {
 		p.synced = append(p.synced, o.InUseSynced)
 	}
+	if o.Sources != nil {
+		p.synced = append(p.synced, o.Sources.HasSynced)
+	}
 	if p.recheck <= 0 {
 		p.recheck = DefaultRecheckInterval
 	}
@@ -203,7 +223,8 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: p.enqueue,
 		UpdateFunc: func(old, cur any) {
-			if relevantChange(old, cur) {
+			// A source's nodeSelector reads the node's labels.
+			if relevantChange(old, cur) || (p.sources != nil && labelsChanged(old, cur)) {
 				p.enqueue(cur)
 			}
 		},
@@ -237,6 +258,21 @@ func relevantChange(old, cur any) bool {
 		HasStartupTaint(o) != HasStartupTaint(n) ||
 		!equality.Semantic.DeepEqual(o.Status.Capacity[underlay.Resource], n.Status.Capacity[underlay.Resource]) ||
 		!equality.Semantic.DeepEqual(o.Status.Allocatable[underlay.Resource], n.Status.Allocatable[underlay.Resource])
+}
+
+// labelsChanged reports whether a node update changed its labels.
+func labelsChanged(old, cur any) bool {
+	o, ok1 := old.(*v1.Node)
+	n, ok2 := cur.(*v1.Node)
+	return !ok1 || !ok2 || !labels.Equals(o.Labels, n.Labels)
+}
+
+// SourceChanged is told that what the capacity sources say of node may
+// have moved (Options.Sources): it is synced at once.
+func (p *Publisher) SourceChanged(node *v1.Node) {
+	if t := p.term.Load(); t != nil {
+		t.queue.Add(node.Name)
+	}
 }
 
 // enqueue queues a node at once, not rate-limited: a kubelet that zeroed
@@ -336,6 +372,16 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 	if err != nil {
 		return fmt.Errorf("getting node %s from the informer: %w", name, err)
 	}
+	// With the sources read here, the node as the rule reads it, and the
+	// mirror's annotations this patch writes (nil: the node has them).
+	var mirror map[string]any
+	if p.sources != nil {
+		m := p.sources.Mirror(node)
+		mirror = capacitysource.AnnotationChanges(node.Annotations, m)
+		over := *node
+		over.Annotations = m.Over(node.Annotations)
+		node = &over
+	}
 	// An invalid node publishes what is in use there. Record it as invalid
 	// before reading that, so that UsageChanged queues it for any pod event
 	// from now on: one that came between the read and the state would be
@@ -358,10 +404,20 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 			klog.InfoS("Not publishing underlay-IP capacity", "node", klog.KObj(node), "reason", d.Foreign)
 			recorder.Event(node, v1.EventTypeWarning, "UnderlayIPCapacityNotManaged", d.Foreign)
 		}
+		// The mirror's annotations are still written: kubectl capscale
+		// ips and the workload API read them.
+		if patch := MirrorPatch(mirror); mirror != nil && !p.pending(name, patch) {
+			if _, err := p.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "capscale-capacity-publisher"}, "status"); err != nil {
+				p.patches.WithLabelValues("error").Inc()
+				return fmt.Errorf("patching node %s status: %w", name, err)
+			}
+			p.patches.WithLabelValues("ok").Inc()
+			p.wrote(name, patch)
+		}
 		return nil
 	}
-	if d.Patch && !p.pending(name, d.Want) {
-		_, err := p.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, Patch(d.Want), metav1.PatchOptions{FieldManager: "capscale-capacity-publisher"}, "status")
+	if patch := Patch(d.Want, mirror); (d.Patch || mirror != nil) && !p.pending(name, patch) {
+		_, err := p.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "capscale-capacity-publisher"}, "status")
 		if err != nil {
 			p.patches.WithLabelValues("error").Inc()
 			if announce {
@@ -371,7 +427,7 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 			return fmt.Errorf("patching node %s status: %w", name, err)
 		}
 		p.patches.WithLabelValues("ok").Inc()
-		p.wrote(name, d.Want)
+		p.wrote(name, patch)
 		klog.V(2).InfoS("Published underlay-IP capacity", "node", klog.KObj(node), "capacity", d.Want)
 	}
 	if d.Invalid == "" {
@@ -403,6 +459,9 @@ func (p *Publisher) chargesBeyondPods(node string) bool {
 	n, err := p.nodes.Get(node)
 	if err != nil {
 		return false
+	}
+	if p.sources != nil {
+		return p.sources.Mirror(n).Used != ""
 	}
 	_, reported := n.Annotations[names.UnderlayIPSourceUsedAnnotation]
 	return reported

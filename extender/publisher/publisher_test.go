@@ -83,13 +83,13 @@ func TestDecide(t *testing.T) {
 
 func TestPatchShape(t *testing.T) {
 	var got map[string]map[string]map[string]string
-	if err := json.Unmarshal(Patch(12), &got); err != nil {
+	if err := json.Unmarshal(Patch(12, nil), &got); err != nil {
 		t.Fatal(err)
 	}
 	if got["metadata"]["annotations"][PublishedAnnotation] != "12" ||
 		got["status"]["capacity"][names.UnderlayIPResource] != "12" ||
 		got["status"]["allocatable"][names.UnderlayIPResource] != "12" {
-		t.Fatalf("patch %s", Patch(12))
+		t.Fatalf("patch %s", Patch(12, nil))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -16,11 +17,13 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/flowcontrol"
 
+	"github.com/capscale/capscale/controller/capacitysource"
 	"github.com/capscale/capscale/extender"
 	"github.com/capscale/capscale/extender/binderlease"
 	"github.com/capscale/capscale/extender/devices"
 	"github.com/capscale/capscale/extender/publisher"
 	"github.com/capscale/capscale/extender/release"
+	"github.com/capscale/capscale/extender/sourced"
 	"github.com/capscale/capscale/extender/wire"
 	"github.com/capscale/capscale/internal/kube"
 )
@@ -51,6 +54,11 @@ type Config struct {
 	Handler     http.Handler
 	// Synced reports whether the ledger is rebuilt from the informers.
 	Synced func() bool
+	// Sources is native mode's own read of the capacity sources
+	// (--capacity-sources), nil without it; nodesSynced is the Node
+	// informer's, which it waits for.
+	Sources     *sourced.Reader
+	nodesSynced cache.InformerSynced
 	// Listening, if set, receives the API server's bound address.
 	Listening func(net.Addr)
 	// MaxProcs, if positive, is the GOMAXPROCS Run sets. Only Config (the
@@ -83,6 +91,9 @@ type clients struct {
 	// of its own (--publish-qps), so that neither it nor the binds wait
 	// on the other; nil is main.
 	publish kubernetes.Interface
+	// sources watches the capacity sources' objects (--capacity-sources);
+	// nil without them.
+	sources dynamic.Interface
 }
 
 // Config connects to the apiserver and builds the extender.
@@ -127,6 +138,13 @@ func (o *Options) clients(cfg *rest.Config) (c clients, health *kube.WatchHealth
 			return c, nil, err
 		}
 	}
+	if o.CapacitySources != "" {
+		// Its watches are the IPAM's, not the ledger's: outside the
+		// readiness WatchHealth follows, as capscale-scheduler's read.
+		if c.sources, err = dynamic.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg), "capacity-sources")); err != nil {
+			return c, nil, err
+		}
+	}
 	// The informers' watches decide readiness too: see kube.WatchHealth.
 	health = kube.NewWatchHealth()
 	cfg.Wrap(health.Wrap)
@@ -166,7 +184,11 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 	if err != nil {
 		return nil, err
 	}
-	nodeInformer, err := extender.NodeInformer(factory)
+	newNodeInformer := extender.NodeInformer
+	if o.CapacitySources != "" {
+		newNodeInformer = extender.NodeInformerWithLabels
+	}
+	nodeInformer, err := newNodeInformer(factory)
 	if err != nil {
 		return nil, err
 	}
@@ -182,6 +204,22 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 	extender.RegisterLedger(reg, ledger)
 	extender.RegisterWaiting(reg, waiting)
 	tracker := &extender.Tracker{Ledger: ledger, Waiting: waiting, Metrics: metrics}
+	var read *sourced.Reader
+	if o.CapacitySources != "" {
+		if c.sources == nil {
+			return nil, fmt.Errorf("--capacity-sources needs a client of the sources' resources")
+		}
+		read = sourced.New(factory.Core().V1().Nodes().Lister(), reg)
+		view, err := capacitysource.NewView(c.sources, o.sources, capacitysource.NewExtenderViewMetrics(reg), read.Changed)
+		if err != nil {
+			return nil, err
+		}
+		read.SetView(view)
+		// The ledger counts what a node's pool gives by the sources too
+		// (draws all, the IPAM's report), so it follows their changes.
+		tracker.Over = read.Over
+		read.OnChange(tracker.SetNode)
+	}
 	synced, err := tracker.Attach(podInformer, nodeInformer)
 	if err != nil {
 		return nil, err
@@ -202,7 +240,7 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 		if pc == nil {
 			pc = cs
 		}
-		pub, err = publisher.New(pc, factory.Core().V1().Nodes(), publisher.Options{
+		po := publisher.Options{
 			Rule: ledger.Rule(),
 			// A node with an invalid capacity publishes what its pods hold,
 			// and binds in flight (extender mode) are about to hold it.
@@ -214,9 +252,16 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 			InUseSynced: synced,
 			Registerer:  reg,
 			Workers:     o.PublishWorkers,
-		})
+		}
+		if read != nil {
+			po.Sources = read
+		}
+		pub, err = publisher.New(pc, factory.Core().V1().Nodes(), po)
 		if err != nil {
 			return nil, err
+		}
+		if read != nil {
+			read.OnChange(pub.SourceChanged)
 		}
 		// Set before the informers start (Run), so no event races it.
 		tracker.UsageChanged = pub.UsageChanged
@@ -272,6 +317,7 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 	return &Config{
 		Options: o, Client: cs, LeaseClient: c.leases, Registry: reg, Factory: factory, Ledger: ledger, Tracker: tracker, Metrics: metrics,
 		Waiting: waiting, PendingPods: pending, Publisher: pub, Devices: devs, Releaser: rel, BinderLease: lease, Handler: handler, Synced: synced,
+		Sources: read, nodesSynced: nodeInformer.HasSynced,
 	}, nil
 }
 

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +70,14 @@ func TestOptionsParse(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
+	sources := filepath.Join(t.TempDir(), "sources.yaml")
+	typo := filepath.Join(t.TempDir(), "typo.yaml")
+	if err := os.WriteFile(sources, []byte("sources: [{name: cilium, preset: cilium-eni}]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(typo, []byte("sources: [{name: typo, preset: cilium-eni, capacity: 'size(objct)'}]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		argv []string
@@ -103,6 +113,11 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "the gate with the alpha path", argv: []string{"--publish-devices", "--skip-node-operations", "--kubelet-plugin-selector=app=x"}, want: []string{"set one of them"}},
 		{name: "a bad selector", argv: []string{"--publish-devices", "--kubelet-plugin-selector=app in (x"}, want: []string{"--kubelet-plugin-selector:"}},
 		{name: "the gate with no namespace", argv: []string{"--publish-devices", "--kubelet-plugin-selector=app=x", "--kubelet-plugin-namespace="}, want: []string{"--kubelet-plugin-namespace"}},
+		{name: "the publisher reads the sources", argv: []string{"--publish-capacity", "--await-capacity-source", "--capacity-sources=" + sources}},
+		{name: "the sources without the publisher", argv: []string{"--await-capacity-source", "--capacity-sources=" + sources}, want: []string{"--capacity-sources is read by the capacity publisher"}},
+		{name: "the sources without the wait", argv: []string{"--publish-capacity", "--capacity-sources=" + sources}, want: []string{"needs --publish-capacity and --await-capacity-source"}},
+		{name: "no sources file", argv: []string{"--publish-capacity", "--await-capacity-source", "--capacity-sources=/does/not/exist"}, want: []string{"--capacity-sources: "}},
+		{name: "a source that does not compile", argv: []string{"--publish-capacity", "--await-capacity-source", "--capacity-sources=" + typo}, want: []string{"--capacity-sources: "}},
 		{name: "bad log format", argv: []string{"--logging-format=xml"}, want: []string{"format"}},
 		{
 			name: "every error at once",

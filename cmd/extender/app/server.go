@@ -62,6 +62,10 @@ func (c *Config) Run(ctx context.Context) error {
 		factory.Shutdown()
 	}()
 	go c.Tracker.Run(ctx)
+	if c.Sources != nil {
+		// Every replica reads, so that a new leader publishes at once.
+		go c.Sources.Run(ctx, c.nodesSynced)
+	}
 	go c.BinderLease.Run(ctx)
 	// Ends the reservations of bound pods that left while the pod watch was
 	// down and that a relist never shows (extender/reconcile.go).
