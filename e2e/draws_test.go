@@ -194,6 +194,9 @@ func nodeWaitsForTheMirror(t *testing.T, m schedulingMode, noAwait bool) {
 	o := m.stack(plane.Options{Nodes: 2, Logf: t.Logf})
 	o.CapacitySources = ownIPAMSourceSelecting("marked", "")
 	o.NoAwaitCapacitySource = noAwait
+	// The mirror's own test: in native mode the publisher reads the
+	// sources by default (TestNativeReadsCapacitySources).
+	o.NativeMirror = o.Native && !noAwait
 	o.Prepare = func(ctx context.Context, s *stack.Stack) error { return src.crd(ctx, s) }
 	s := startStack(t, o)
 	ctx := testContext(t, 5*time.Minute)

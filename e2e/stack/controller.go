@@ -88,20 +88,24 @@ func (s *Stack) StartController(ctx context.Context, name string, extra ...strin
 }
 
 // capacitySources writes the sources file, applies the mirror's RBAC from
-// deploy/capacity-sources/rbac.yaml and read access to each source's
-// resource (a Role in the namespace of a namespaced source, as the chart
-// renders it), and returns args with --capacity-sources.
-func (s *Stack) capacitySources(ctx context.Context, file string, args []string) ([]string, error) {
+// deploy/capacity-sources/rbac.yaml (unless the publisher reads the
+// sources: no mirror runs) and read access to each source's resource for
+// whoever reads them (a Role in the namespace of a namespaced source, as
+// the chart renders it), and returns the file's path.
+func (s *Stack) capacitySources(ctx context.Context, file string) (string, error) {
 	f, err := capacitysource.Decode([]byte(file))
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	path := filepath.Join(s.Dir, "capacity-sources.yaml")
 	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
-		return nil, err
+		return "", err
 	}
-	if _, err := s.Kubectl(ctx, "apply", "-f", DeployFile("capacity-sources/rbac.yaml")); err != nil {
-		return nil, err
+	reader := "capscale-controller"
+	if s.PublisherReadsSources() {
+		reader = "capscale-extender"
+	} else if _, err := s.Kubectl(ctx, "apply", "-f", DeployFile("capacity-sources/rbac.yaml")); err != nil {
+		return "", err
 	}
 	var rbac strings.Builder
 	scheduler := ""
@@ -112,7 +116,7 @@ func (s *Stack) capacitySources(ctx context.Context, file string, args []string)
 	for i, src := range f.Sources {
 		src, err := src.Expand()
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		// Its resource and its usedFrom's: one role each.
 		for j, r := range src.Reads() {
@@ -135,18 +139,18 @@ kind: %[1]sBinding
 metadata:
   name: capscale-e2e:capacity-source-%[2]d-%[7]d%[3]s
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: %[1]s, name: "capscale-e2e:capacity-source-%[2]d-%[7]d"}
-subjects: [{kind: ServiceAccount, name: capscale-controller, namespace: %[6]s}%[8]s]
-`, kind, i, ns, r.Resource.Group, r.Resource.Resource, Namespace, j, scheduler)
+subjects: [{kind: ServiceAccount, name: %[9]s, namespace: %[6]s}%[8]s]
+`, kind, i, ns, r.Resource.Group, r.Resource.Resource, Namespace, j, scheduler, reader)
 		}
 	}
 	if rbac.Len() > 0 {
 		rbacFile := filepath.Join(s.Dir, "capacity-sources-rbac.yaml")
 		if err := os.WriteFile(rbacFile, []byte(rbac.String()), 0o600); err != nil {
-			return nil, err
+			return "", err
 		}
 		if _, err := s.Kubectl(ctx, "apply", "-f", rbacFile); err != nil {
-			return nil, err
+			return "", err
 		}
 	}
-	return append(args, "--capacity-sources="+path), nil
+	return path, nil
 }

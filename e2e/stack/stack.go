@@ -124,6 +124,14 @@ type Options struct {
 	// file CapacitySources), and the plane's scheduler, as
 	// system:kube-scheduler, may read each source's resource.
 	SchedulerReadsSources bool
+	// NativeMirror (native mode, with CapacitySources awaited): the
+	// controller mirrors the sources onto the Nodes and the publisher
+	// follows its annotations, as the chart's publisherReads: false
+	// renders it. Without it, as the chart's default: the publisher reads
+	// the sources itself (--capacity-sources) and writes the mirror's
+	// annotations, and capscale-controller does not mirror (it runs only
+	// if Controller asks for it).
+	NativeMirror bool
 
 	// Prepare runs after the plane is up and before capscale's components
 	// start: the place to start a load source or write the adapter config.
@@ -188,6 +196,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		o.ExtenderArgs = append([]string{"--publish-capacity", "--leader-elect-namespace=" + Namespace}, o.ExtenderArgs...)
 	}
 	await := o.CapacitySources != "" && !o.NoAwaitCapacitySource
+	if o.NativeMirror && (!o.Native || !await) {
+		return nil, fmt.Errorf("stack: NativeMirror needs native mode and CapacitySources, awaited")
+	}
 	if await && o.Extender {
 		o.ExtenderArgs = append([]string{"--await-capacity-source"}, o.ExtenderArgs...)
 	}
@@ -271,6 +282,19 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return s, err
 		}
 	}
+	if o.CapacitySources != "" {
+		path, err := s.capacitySources(ctx, o.CapacitySources)
+		if err != nil {
+			return s, err
+		}
+		if s.PublisherReadsSources() {
+			o.ExtenderArgs = append(o.ExtenderArgs, "--capacity-sources="+path)
+		} else {
+			o.Controller = true
+			o.ControllerArgs = append(o.ControllerArgs, "--capacity-sources="+path)
+		}
+		s.Opts = o
+	}
 	if o.Extender {
 		if err = s.startExtender(ctx); err != nil {
 			return s, err
@@ -286,13 +310,6 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return s, err
 		}
 	}
-	if o.CapacitySources != "" {
-		o.Controller = true
-		if o.ControllerArgs, err = s.capacitySources(ctx, o.CapacitySources, o.ControllerArgs); err != nil {
-			return s, err
-		}
-		s.Opts = o
-	}
 	if o.Controller {
 		if err = s.InstallCRDs(ctx); err != nil {
 			return s, err
@@ -302,6 +319,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// PublisherReadsSources reports whether native mode's publisher reads the
+// capacity sources itself (see Options.NativeMirror).
+func (s *Stack) PublisherReadsSources() bool {
+	o := s.Opts
+	return o.Native && o.CapacitySources != "" && !o.NoAwaitCapacitySource && !o.NativeMirror
 }
 
 // DeployFile is the path of a file under deploy/.
