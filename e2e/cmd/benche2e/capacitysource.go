@@ -322,7 +322,6 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 			Logf: func(f string, a ...any) { fmt.Printf("# "+f+"\n", a...) }},
 		CapacitySources: ciliumSources,
 		ControllerArgs:  []string{"--leader-elect=false"},
-		Prepare:         prepareCilium(nodes),
 	}
 	switch churn.mode {
 	case "plugin":
@@ -336,19 +335,38 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 	case "extender":
 		o.Extender = true
 	case "native":
-		// The extender binary publishes the mirrored value as Node
-		// allocatable; the stock kube-scheduler counts it, and its
+		// As the chart's default renders it: the extender's publisher
+		// reads the sources itself and writes each change's capacity and
+		// mirror in one Node status patch; no capscale-controller runs.
+		// The stock kube-scheduler counts the capacity, and its
 		// NodeResourcesFit hint wakes the pod the change fits.
 		o.Native = true
+	case "native-mirror":
+		// capscale-controller mirrors, the publisher publishes the
+		// mirrored value: two Node writes a change (publisherReads: false).
+		o.Native, o.NativeMirror = true, true
 	default:
-		return nil, fmt.Errorf("--source-cost-mode: %q is not plugin, plugin-reads, extender or native", churn.mode)
+		return nil, fmt.Errorf("--source-cost-mode: %q is not plugin, plugin-reads, extender, native or native-mirror", churn.mode)
+	}
+	// When the extender starts, every CiliumNode is in place: a fresh
+	// install's first read, timed from here where the publisher reads.
+	var prepared time.Time
+	o.Prepare = func(ctx context.Context, s *stack.Stack) error {
+		if err := prepareCilium(nodes)(ctx, s); err != nil {
+			return err
+		}
+		prepared = time.Now()
+		return nil
 	}
 	s, err := stack.Start(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Stop()
-	fmt.Printf("# %s mode: plane with %d nodes and %d CiliumNodes, controller ready in %.1fs\n", churn.mode, nodes, nodes, time.Since(start).Seconds())
+	fmt.Printf("# %s mode: plane with %d nodes and %d CiliumNodes, capscale ready in %.1fs\n", churn.mode, nodes, nodes, time.Since(start).Seconds())
+	if s.PublisherReadsSources() {
+		return publisherReadsCost(ctx, s, nodes, prepared, churn)
+	}
 	base, err := s.StartController(ctx, "controller-baseline", "--leader-elect=false", "--capacity-sources=")
 	if err != nil {
 		return nil, err
@@ -461,6 +479,43 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 		{Measure: fmt.Sprintf("Capacity source at %d nodes: controller CPU per object change that moves the capacity, its Node patch included (%d changes)", nodes, events),
 			Figure: fmt.Sprintf("%.0f µs", moving)},
 	}, append(schedRows, churnRows...)...), nil
+}
+
+// publisherReadsCost is sourceCost where native mode's publisher reads the
+// sources itself: a fresh install's time to every Node's allocatable,
+// from the extender's start with every CiliumNode in place (started), then
+// the churn. No capscale-controller runs, so the mirror's own costs are
+// not measured.
+func publisherReadsCost(ctx context.Context, s *stack.Stack, nodes int, started time.Time, churn churnOptions) ([]row, error) {
+	if err := waitAllPublished(ctx, s.Client, nodes, 10); err != nil {
+		return nil, err
+	}
+	published := time.Since(started)
+	fmt.Printf("# every node published %.1fs after the extender's start\n", published.Seconds())
+	if err := waitAllMirrored(ctx, s.Client, nodes, func(v string) bool { return v == "10" }); err != nil {
+		return nil, err
+	}
+	r := rss(s.Extender.Pid())
+	fmt.Printf("extender reading the sources: %s\n", r)
+	rows := []row{
+		{Measure: fmt.Sprintf("Capacity source at %d nodes, native mode with the publisher reading the sources (the chart's default): every Node's allocatable published after the extender's start (--publish-qps 200, --publish-workers 16)", nodes),
+			Figure: fmt.Sprintf("%.1f s", published.Seconds())},
+	}
+	if f := strings.Fields(r); len(f) > 1 {
+		rows = append(rows, row{Measure: fmt.Sprintf("Capacity source at %d nodes: extender RSS with the publisher reading the sources", nodes), Figure: f[1] + " MiB"})
+	}
+	if len(churn.rates) == 0 {
+		return rows, nil
+	}
+	uids, err := nodeUIDs(ctx, s.Client)
+	if err != nil {
+		return nil, err
+	}
+	churnRows, err := sourceChurn(ctx, s, uids, churn)
+	if err != nil {
+		return nil, err
+	}
+	return append(rows, churnRows...), nil
 }
 
 // schedulerFreshRead restarts the plane's scheduler (capscale-scheduler

@@ -151,7 +151,8 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 	if err != nil {
 		return churnRound{}, err
 	}
-	pid := r.s.Controller.Pid()
+	reader, readerURL := sourceReader(r.s)
+	pid := reader.Pid()
 	if kind == withCapscale && r.workers > 0 {
 		label = fmt.Sprintf("with capscale at %d workers", r.workers)
 	}
@@ -179,7 +180,7 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 		defer func() { err = cmp.Or(err, restore()) }()
 	}
 	allFrom := allCPU(r.s.Plane)
-	tl := startTimeline(ctx, r.s.Plane, r.s.Controller.URL)
+	tl := startTimeline(ctx, r.s.Plane, readerURL)
 	r.delivered.take() // deliveries before the round (the last drain's) are not its own
 	defer tl.finish()
 	costFrom, err := readCost(ctx, r.s)
@@ -274,7 +275,7 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 		return churnRound{}, fmt.Errorf("after the round at %d/s %d changes were never mirrored and %d probe pods never bound", rate, mirror.open(), r.bound.open())
 	}
 	out.cpuMs = cpuMsPerPod(allFrom, allCPU(r.s.Plane), 0, nil, 1) // idle not subtracted: the drain's length varies
-	out.controllerCPUms = out.cpuMs[r.s.Controller.Name]
+	out.controllerCPUms = out.cpuMs[reader.Name]
 	drained, err := readCost(ctx, r.s)
 	if err != nil {
 		return churnRound{}, err
@@ -370,4 +371,14 @@ func churnRows(nodes, rate int, label string, alone, with churnRound, idle apise
 				alone.perChangeMs(alone.cpuMs["etcd"]), with.perChangeMs(with.cpuMs["etcd"]),
 				alone.waited.Seconds(), with.waited.Seconds())},
 	}
+}
+
+// sourceReader is the process that reads the capacity sources and writes
+// the Nodes, and its /metrics URL: capscale-controller's mirror, or native
+// mode's publisher where it reads them itself.
+func sourceReader(s *stack.Stack) (*plane.Process, string) {
+	if s.PublisherReadsSources() {
+		return s.Extender, s.ExtenderURL
+	}
+	return s.Controller.Process, s.Controller.URL
 }
