@@ -22,6 +22,7 @@ import (
 	"github.com/capscale/capscale/extender/devices"
 	"github.com/capscale/capscale/extender/publisher"
 	"github.com/capscale/capscale/extender/release"
+	"github.com/capscale/capscale/extender/sourced"
 	"github.com/capscale/capscale/extender/wire"
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/underlay"
@@ -116,6 +117,9 @@ func Components() ([]Component, error) {
 				PluginSelector: labels.SelectorFromSet(labels.Set{"app": "kubelet-plugin"}), PluginNamespace: "capscale-system"}); err != nil {
 				return err
 			}
+			// Native mode's own read of the capacity sources (--capacity-sources).
+			sourced.New(factory.Core().V1().Nodes().Lister(), reg)
+			capacitysource.NewExtenderViewMetrics(reg)
 			_, err := binderlease.New(cs, "capscale-system", "capscale-scheduler", reg)
 			return err
 		}},
