@@ -100,14 +100,17 @@ func kustomizeMode(t *testing.T, mode string, components ...string) (rendered, e
 // the mode outside which a component's render fails (a JSON patch test):
 // capacity-sources/scheduler-reads makes plugin mode's capscale-scheduler
 // read the sources capacity-sources configures; native turns extender
-// mode's deploy/ into native mode.
+// mode's deploy/ into native mode, and capacity-sources/publisher-reads
+// makes its publisher read the sources in the mirror's place.
 var (
 	componentNeeds = map[string][]string{
 		"capacity-sources/scheduler-reads": {"capacity-sources"},
+		"capacity-sources/publisher-reads": {"capacity-sources", "native"},
 	}
 	onlyIn = map[string]string{
 		"capacity-sources/scheduler-reads": "plugin",
 		"native":                           "extender",
+		"capacity-sources/publisher-reads": "extender",
 	}
 )
 

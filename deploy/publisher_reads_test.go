@@ -1,9 +1,11 @@
 package deploy
 
 import (
+	"encoding/json"
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/diff"
 
 	extenderapp "github.com/capscale/capscale/cmd/extender/app"
 )
@@ -238,4 +241,90 @@ func parseExtender(t *testing.T, command []string, file, sources string) *extend
 		t.Fatalf("the extender does not parse the chart's flags %v: %v", command, err)
 	}
 	return o
+}
+
+// TestPublisherReadsKustomize: deploy/ in native mode (extender mode with
+// the component native) with the components capacity-sources and
+// capacity-sources/publisher-reads renders what the chart renders by
+// default in native mode with sources on: the scheduler's Deployment (but
+// the chart's checksums, and the extender's flags in the order kustomize
+// appends them), its RBAC to read the sources, and the controller's
+// Deployment, which mirrors nothing; neither renders the mirror's RBAC.
+func TestPublisherReadsKustomize(t *testing.T) {
+	want, err := kustomizeMode(t, "extender", "capacity-sources", "native", "capacity-sources/publisher-reads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := helmTemplate(t, "--set", "extender.mode=native", "--set", "controller.capacitySources.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheduler := objectKey("Deployment", "capscale-system", "capscale-scheduler")
+	if c := container(t, get[*appsv1.Deployment](t, want, scheduler), "extender"); flagValue(c.Command, "--capacity-sources") == "" {
+		t.Errorf("kustomize's extender reads no sources: %v", c.Command)
+	}
+	for _, key := range []string{
+		scheduler,
+		objectKey("Deployment", "capscale-system", "capscale-controller"),
+		objectKey("ClusterRole", "", "capscale:scheduler:capacity-sources"),
+		objectKey("ClusterRoleBinding", "", "capscale:scheduler:capacity-sources"),
+	} {
+		w, ok := want[key]
+		if !ok {
+			t.Fatalf("deploy/ with the components lacks %s", key)
+		}
+		g, ok := got[key]
+		if !ok {
+			t.Fatalf("the chart lacks %s", key)
+		}
+		normalized := withoutHelmLabels(g.raw, labelsOf(w.raw))
+		wr := w.raw
+		if spec, ok := normalized["spec"].(map[string]any); ok && spec["template"] != nil {
+			// The chart's checksums roll its pods; kustomize's are applied by hand.
+			delete(spec["template"].(map[string]any)["metadata"].(map[string]any), "annotations")
+		}
+		if key == scheduler {
+			// Flags are unordered; kustomize can only append them.
+			wr = withSortedCommand(t, wr, "extender")
+			normalized = withSortedCommand(t, normalized, "extender")
+		}
+		if !reflect.DeepEqual(normalized, wr) {
+			t.Errorf("%s differs (- kustomize, + chart):\n%s", key, diff.Diff(wr, normalized))
+		}
+	}
+	for _, key := range []string{
+		objectKey("ClusterRole", "", "capscale:controller:capacity-sources"),
+		objectKey("ClusterRoleBinding", "", "capscale:controller:capacity-sources"),
+	} {
+		if _, ok := want[key]; ok {
+			t.Errorf("deploy/ with the components renders %s", key)
+		}
+		if _, ok := got[key]; ok {
+			t.Errorf("the chart renders %s", key)
+		}
+	}
+}
+
+// withSortedCommand returns a copy of the Deployment obj whose container
+// name has its command sorted after the binary.
+func withSortedCommand(t *testing.T, obj map[string]any, name string) map[string]any {
+	t.Helper()
+	var c map[string]any
+	b, _ := json.Marshal(obj)
+	_ = json.Unmarshal(b, &c)
+	containers, _ := c["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)
+	for _, ct := range containers {
+		m, _ := ct.(map[string]any)
+		if m["name"] != name {
+			continue
+		}
+		cmd, _ := m["command"].([]any)
+		if len(cmd) < 2 {
+			t.Fatalf("container %s has no flags: %v", name, cmd)
+		}
+		slices.SortFunc(cmd[1:], func(a, b any) int { return strings.Compare(a.(string), b.(string)) })
+		return c
+	}
+	t.Fatalf("no container %s", name)
+	return nil
 }
