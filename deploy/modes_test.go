@@ -96,19 +96,51 @@ func kustomizeMode(t *testing.T, mode string, components ...string) (rendered, e
 	return decodeRender(t, out), nil
 }
 
-// componentNeeds are the components a component must follow, and
-// pluginOnly those whose render fails outside plugin mode (a JSON patch
-// test): capacity-sources/scheduler-reads makes capscale-scheduler read the
-// sources capacity-sources configures.
+// componentNeeds are the components a component must follow, and onlyIn
+// the mode outside which a component's render fails (a JSON patch test):
+// capacity-sources/scheduler-reads makes plugin mode's capscale-scheduler
+// read the sources capacity-sources configures; native turns extender
+// mode's deploy/ into native mode, and capacity-sources/publisher-reads
+// makes its publisher read the sources in the mirror's place.
 var (
-	componentNeeds = map[string][]string{"capacity-sources/scheduler-reads": {"capacity-sources"}}
-	pluginOnly     = []string{"capacity-sources/scheduler-reads"}
+	componentNeeds = map[string][]string{
+		"capacity-sources/scheduler-reads": {"capacity-sources"},
+		"capacity-sources/publisher-reads": {"capacity-sources", "native"},
+	}
+	onlyIn = map[string]string{
+		"capacity-sources/scheduler-reads": "plugin",
+		"native":                           "extender",
+		"capacity-sources/publisher-reads": "extender",
+	}
 )
+
+// refused reports whether component c's render fails in mode.
+func refused(c, mode string) bool {
+	only, ok := onlyIn[c]
+	return ok && only != mode
+}
+
+// allComponents lists every component of comps that renders in mode, each
+// after the components it needs.
+func allComponents(comps []string, mode string) []string {
+	var list []string
+	for _, c := range comps {
+		if refused(c, mode) {
+			continue
+		}
+		for _, n := range append(slices.Clone(componentNeeds[c]), c) {
+			if !slices.Contains(list, n) {
+				list = append(list, n)
+			}
+		}
+	}
+	return list
+}
 
 // TestComponentsEveryMode: each kustomize component of deploy/ renders in
 // each mode deploy/kustomization.yaml offers, alone (after the components
-// it needs) and with the others; a plugin-only one fails the render in
-// extender mode, and one listed without what it needs fails too.
+// it needs) and with the others; one of another mode fails the render,
+// and one listed without what it needs fails too.
 func TestComponentsEveryMode(t *testing.T) {
 	comps := kustomizeComponents(t)
 	for _, mode := range kustomizeModes {
@@ -116,12 +148,12 @@ func TestComponentsEveryMode(t *testing.T) {
 			t.Run(mode+"/"+c, func(t *testing.T) {
 				list := append(slices.Clone(componentNeeds[c]), c)
 				if c == "all" {
-					list = slices.DeleteFunc(slices.Clone(comps), func(c string) bool { return mode != "plugin" && slices.Contains(pluginOnly, c) })
+					list = allComponents(comps, mode)
 				}
 				_, err := kustomizeMode(t, mode, list...)
-				if refused := mode != "plugin" && slices.Contains(pluginOnly, c); refused {
+				if refused(c, mode) {
 					if err == nil {
-						t.Errorf("deploy/ in %s mode with %v renders; want it refused, the component is plugin mode's", mode, list)
+						t.Errorf("deploy/ in %s mode with %v renders; want it refused, the component is %s mode's", mode, list, onlyIn[c])
 					}
 					return
 				}

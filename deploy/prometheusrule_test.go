@@ -103,7 +103,11 @@ func balanced(s string) bool {
 // and reads only metrics capscale's Go code defines or the standard
 // kube-state-metrics, kube-apiserver and Prometheus series named in
 // externalMetrics, capscale's own in the release's namespace; every alert
-// has a severity, a for and a summary and description. Without the
+// has a severity, a for and a summary and description. Where native
+// mode's publisher reads the sources (publisherReads), the mirror's lag is
+// its capscale_extender_capacity_sources_synced, not the controller's
+// series, which no longer exist, and the controller's outage is only a
+// warning. Without the
 // PrometheusRule kind the render fails and says how to pass it.
 func TestHelmPrometheusRule(t *testing.T) {
 	capscaleMetrics, _ := goMetricNames(t)
@@ -114,6 +118,10 @@ func TestHelmPrometheusRule(t *testing.T) {
 		name   string
 		args   []string
 		alerts []string
+		// reads: alert → the metrics its expression reads, all of them.
+		reads map[string][]string
+		// severity: alert → its severity, where the install decides it.
+		severity map[string]string
 	}{
 		{name: "plugin", alerts: []string{"CapscaleSchedulerDown", "CapscaleControllerDown", "CapscaleExternalMetricsAPIServiceUnavailable"}},
 		{name: "extender", args: []string{"--set", "extender.mode=extender", "--set", "apiService.create=false"},
@@ -121,7 +129,19 @@ func TestHelmPrometheusRule(t *testing.T) {
 		{name: "native with sources", args: []string{"--set", "extender.mode=native", "--set", "controller.capacitySources.enabled=true",
 			"--set", "monitoring.serviceMonitor.enabled=true", "--api-versions", serviceMonitorV1},
 			alerts: []string{"CapscaleSchedulerDown", "CapscaleControllerDown", "CapscaleCapacityMirrorLag",
-				"CapscaleCapacityPublisherDown", "CapscaleCapacityPublishFailing", "CapscaleExternalMetricsAPIServiceUnavailable"}},
+				"CapscaleCapacityPublisherDown", "CapscaleCapacityPublishFailing", "CapscaleExternalMetricsAPIServiceUnavailable"},
+			reads:    map[string][]string{"CapscaleCapacityMirrorLag": {"capscale_extender_capacity_sources_synced"}},
+			severity: map[string]string{"CapscaleControllerDown": "warning"}},
+		{name: "native with sources, the controller mirroring", args: []string{"--set", "extender.mode=native", "--set", "controller.capacitySources.enabled=true",
+			"--set", "controller.capacitySources.publisherReads=false"},
+			alerts: []string{"CapscaleSchedulerDown", "CapscaleControllerDown", "CapscaleCapacityMirrorLag",
+				"CapscaleCapacityPublisherDown", "CapscaleCapacityPublishFailing", "CapscaleExternalMetricsAPIServiceUnavailable"},
+			reads:    map[string][]string{"CapscaleCapacityMirrorLag": {"capscale_controller_capacity_source_nodes", "kube_node_info"}},
+			severity: map[string]string{"CapscaleControllerDown": "critical"}},
+		{name: "plugin with sources", args: []string{"--set", "controller.capacitySources.enabled=true"},
+			alerts:   []string{"CapscaleSchedulerDown", "CapscaleControllerDown", "CapscaleCapacityMirrorLag", "CapscaleExternalMetricsAPIServiceUnavailable"},
+			reads:    map[string][]string{"CapscaleCapacityMirrorLag": {"capscale_controller_capacity_source_nodes", "kube_node_info"}},
+			severity: map[string]string{"CapscaleControllerDown": "critical"}},
 		{name: "dra", args: []string{"--set", "extender.mode=dra"},
 			alerts: []string{"CapscaleSchedulerDown", "CapscaleControllerDown", "CapscaleExternalMetricsAPIServiceUnavailable", "CapscaleDRAKubeletPluginMissing"}},
 		{name: "dra without the kubelet plugin", args: []string{"--set", "extender.mode=dra", "--set", "extender.kubeletPlugin.enabled=false", "--set", "extender.extraArgs={--skip-node-operations}"},
@@ -157,6 +177,16 @@ func TestHelmPrometheusRule(t *testing.T) {
 					checkAlert(t, rule, capscaleMetrics, "infra")
 					if rule.Alert == "CapscalePodsPendingForUnderlayIPs" && rule.For != "7m" {
 						t.Errorf("%s: for %q, want pendingFor 7m", rule.Alert, rule.For)
+					}
+					if want, ok := tc.reads[rule.Alert]; ok {
+						got := exprMetrics(rule.Expr)
+						slices.Sort(got)
+						if got = slices.Compact(got); !slices.Equal(got, want) {
+							t.Errorf("%s reads %v, want %v", rule.Alert, got, want)
+						}
+					}
+					if s, ok := tc.severity[rule.Alert]; ok && rule.Labels["severity"] != s {
+						t.Errorf("%s: severity %q, want %q", rule.Alert, rule.Labels["severity"], s)
 					}
 				}
 			}

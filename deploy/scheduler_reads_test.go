@@ -109,11 +109,13 @@ func TestHelmSchedulerReads(t *testing.T) {
 // TestHelmSchedulerReadsAuto: the default, auto, is off where the scheduler
 // cannot read the sources (extender and native modes, no wait for the
 // mirror, no sources), and the render goes on: only an explicit true is
-// refused there (next test).
+// refused there (next test). Native mode's case has publisherReads off:
+// the publisher's own read binds the same ClusterRole to capscale-scheduler
+// (TestHelmPublisherReads).
 func TestHelmSchedulerReadsAuto(t *testing.T) {
 	for name, values := range map[string]string{
 		"extender mode": "extender: {mode: extender}\ncontroller: {capacitySources: {enabled: true}}",
-		"native mode":   "extender: {mode: native}\ncontroller: {capacitySources: {enabled: true}}",
+		"native mode":   "extender: {mode: native}\ncontroller: {capacitySources: {enabled: true, publisherReads: false}}",
 		"no wait":       "controller: {capacitySources: {enabled: true, awaitMirror: false}}",
 		"no sources":    "controller: {capacitySources: {enabled: false, schedulerReads: auto}}",
 	} {

@@ -33,20 +33,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // NewSchedulerViewMetrics registers with reg the series of a View that
 // capscale-scheduler reads itself, with no mirror: its evaluations.
 func NewSchedulerViewMetrics(reg prometheus.Registerer) *Metrics {
-	return newReaderMetrics(reg, "scheduler")
+	return readerMetrics(reg, viewMetrics("capscale_scheduler_capacity_source_evaluations_total", "capscale_scheduler_capacity_source_evaluation_duration_seconds"))
 }
 
 // NewExtenderViewMetrics registers with reg the series of a View that
 // native mode's publisher reads itself (capscale-extender
 // --capacity-sources), with no mirror: its evaluations.
 func NewExtenderViewMetrics(reg prometheus.Registerer) *Metrics {
-	return newReaderMetrics(reg, "extender")
+	return readerMetrics(reg, viewMetrics("capscale_extender_capacity_source_evaluations_total", "capscale_extender_capacity_source_evaluation_duration_seconds"))
 }
 
-// newReaderMetrics are the evaluation series of a View that component
-// reads without the controller's mirror.
-func newReaderMetrics(reg prometheus.Registerer, component string) *Metrics {
-	m := viewMetrics("capscale_"+component+"_capacity_source_evaluations_total", "capscale_"+component+"_capacity_source_evaluation_duration_seconds")
+// readerMetrics registers with reg the evaluation series of m, a View that
+// a component reads without the controller's mirror. The names stay whole
+// string literals so that a grep, and deploy/'s check of the dashboard,
+// finds them.
+func readerMetrics(reg prometheus.Registerer, m *Metrics) *Metrics {
 	m.mirrorMetrics() // unregistered: no mirror writes them
 	if reg != nil {
 		reg.MustRegister(m.evaluations, m.evalSeconds)

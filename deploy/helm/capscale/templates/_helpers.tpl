@@ -378,6 +378,44 @@ true
 {{- end }}
 
 {{/*
+capscale.publisherReads: "true" when native mode's capacity publisher reads
+the capacity sources' objects itself (controller.capacitySources.publisherReads):
+the extender's --capacity-sources, the file mounted, RBAC to read them. The
+publisher then writes the mirror's annotations in the same Node status patch
+as the capacity, so capscale-controller mirrors nothing (no flag, no Node
+RBAC). It needs the wait for the mirror, whose place it takes, and the
+extender that publishes. auto (the default) is on wherever it can be, native
+mode with the wait; true is refused where it cannot, rather than quietly off.
+*/}}
+{{- define "capscale.publisherReads" -}}
+{{- $cs := .Values.controller.capacitySources -}}
+{{- $v := $cs.publisherReads -}}
+{{- if eq (toString $v) "auto" -}}
+{{- if and (eq .Values.extender.mode "native") (include "capscale.schedulerEnabled" .) (include "capscale.awaitMirror" .) -}}true{{- end -}}
+{{- else if $v -}}
+{{- if ne .Values.extender.mode "native" -}}
+{{- fail (printf "controller.capacitySources.publisherReads: the capacity publisher reads the sources only in native mode, not %s" .Values.extender.mode) -}}
+{{- end -}}
+{{- if not (include "capscale.awaitMirror" .) -}}
+{{- fail "controller.capacitySources.publisherReads needs controller.enabled, controller.capacitySources.enabled and awaitMirror: the publisher reads the sources in the place of the mirror it would wait for" -}}
+{{- end -}}
+{{- if not (include "capscale.schedulerEnabled" .) -}}
+{{- fail "controller.capacitySources.publisherReads needs scheduler.enabled and extender.enabled: the publisher is capscale-scheduler's extender, and without it nothing would write the Nodes' capacity" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+capscale.schedulerReadsSources: "true" when the ServiceAccount
+capscale-scheduler reads the sources' objects, in plugin mode (schedulerReads)
+or in native mode (publisherReads): the RBAC is the same.
+*/}}
+{{- define "capscale.schedulerReadsSources" -}}
+{{- if or (include "capscale.schedulerReads" .) (include "capscale.publisherReads" .) -}}true{{- end -}}
+{{- end }}
+
+{{/*
 capscale.drawsAll: "true" when a capacity source is on whose pool serves
 every pod: draws: all, or a preset that does not say otherwise.
 */}}
