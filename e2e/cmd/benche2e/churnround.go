@@ -362,7 +362,7 @@ func churnRows(nodes, rate int, label string, alone, with churnRound, idle apise
 			Spread: fmt.Sprintf("Node PATCH %.1f a second with capscale", with.cost.nodePatches)},
 		{Measure: what + ": Node watch events sent by kube-apiserver, idle / IPAM alone / with capscale",
 			Figure: fmt.Sprintf("%.0f / %.0f / %.0f KiB/s", idle.nodeWatchBytes/1024, alone.cost.nodeWatchBytes/1024, with.cost.nodeWatchBytes/1024)},
-		{Measure: what + ": capscale-controller CPU per capacity change, its Node patch included",
+		{Measure: what + ": CPU per capacity change of the process that reads the sources (capscale-controller, or the extender where its publisher reads them), its Node patch included",
 			Figure: fmt.Sprintf("%.0f µs", with.controllerCPUms*1000/float64(max(len(with.lag), 1)))},
 		{Measure: what + ": the plane's CPU per capacity change (every process, to the end of the drain), IPAM alone / with capscale",
 			Figure: fmt.Sprintf("%.1f / %.1f ms", alone.perChangeMs(total(alone.cpuMs)), with.perChangeMs(total(with.cpuMs))),
