@@ -14,7 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 timeout=${E2E_TIMEOUT:-50m}
-run_tests() { go test -tags e2e -count=1 -timeout "$timeout" -v "$@" ./e2e/; }
+# -trimpath as make build and the suite's own build of capscale's binaries
+# (e2e/main_test.go): the test binary then takes the ~800 packages it shares
+# with them (client-go and the rest) from the build cache instead of
+# compiling each a second time with other flags.
+run_tests() { go test -trimpath -tags e2e -count=1 -timeout "$timeout" -v "$@" ./e2e/; }
 
 if [ $# -gt 0 ] || [ "${E2E_SHARDS:-3}" = 1 ]; then
   run_tests "$@"
@@ -25,7 +29,7 @@ fi
 # go test processes compile the same packages side by side.
 out=_output/e2e
 mkdir -p "$out"
-go test -tags e2e -c -o "$out/e2e.test" ./e2e/
+go test -trimpath -tags e2e -c -o "$out/e2e.test" ./e2e/
 # Called only with & (a subshell of its own), which it becomes: the pid the
 # traps below kill is the test process itself.
 run_shard() { cd e2e && exec "../$out/e2e.test" -test.count=1 -test.timeout "$timeout" -test.v "$@"; }

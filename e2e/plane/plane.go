@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/mod/modfile"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -283,11 +284,27 @@ func withDefaults(o Options) Options {
 	return o
 }
 
-// RepoRoot finds the directory holding go.mod of the capscale module.
+// RepoRoot finds the directory holding go.mod of the capscale module: the
+// nearest at or above the working directory (a test binary runs in its
+// package's directory, a command from the checkout), else where this file
+// was compiled, which a -trimpath build (hack/e2e.sh's, to share make
+// build's compiled packages) does not record.
 func RepoRoot() string {
+	if dir, err := os.Getwd(); err == nil {
+		for d := dir; ; d = filepath.Dir(d) {
+			if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && modfile.ModulePath(b) == capscaleModule {
+				return d
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
+
+const capscaleModule = "github.com/capscale/capscale"
 
 func (p *Plane) bin(name string) string { return filepath.Join(p.Opts.BinDir, name) }
 
