@@ -60,7 +60,12 @@ const replacementLimit = 60 * time.Second
 //   - controller-at-zero-mirror: controller-at-zero again, now with the
 //     scheduler following the mirror: a kube-system pod schedules and
 //     runs, an app pod waits with capscale's reason (underlay.NotReadYet),
-//     and binds once the controller is back.
+//     and binds once the controller is back;
+//   - native-publisher-reads: `helm upgrade --reuse-values --set
+//     extender.mode=native`; by the chart's default (publisherReads: auto)
+//     the extender reads the sources and the controller is given none;
+//     with capscale-controller at 0 and the node's mirror annotations
+//     removed, the publisher writes them back and an app pod binds and runs.
 //
 // Each exclusion of the policies (_helpers.tpl capscale.admissionNamespaces
 // and capscale.admissionPriority) was reverted in a scratch copy of the
@@ -210,6 +215,32 @@ controller:
 			waitMirrored(ctx, t, s, pool, is(failsafeSlice), 0)
 			waitDeploymentReady(ctx, t, p, "capscale-controller", 2)
 		}},
+		{"native-publisher-reads", func(t *testing.T) {
+			if out, err := helm("upgrade", "capscale", "oci://"+reg+"/charts/capscale", "--version", strings.TrimPrefix(version, "v"),
+				"--plain-http", "--reuse-values", "--set", "extender.mode=native", "--wait", "--timeout", helmWait); err != nil {
+				t.Fatalf("helm upgrade: %v\n%s\n%s", err, out, namespaceState(ctx, p, stack.Namespace))
+			}
+			waitDeploymentReady(ctx, t, p, "capscale-scheduler", 2)
+			// publisherReads' default: the extender reads the sources,
+			// the controller is given none.
+			if args := deploymentArgs(ctx, t, p, "capscale-scheduler", "extender"); !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--capacity-sources=") }) {
+				t.Fatalf("native mode's extender runs without --capacity-sources: %v", args)
+			}
+			if args := deploymentArgs(ctx, t, p, "capscale-controller", "controller"); slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--capacity-sources") }) {
+				t.Fatalf("capscale-controller still mirrors in native mode: %v", args)
+			}
+			scaleToZero(ctx, t, s, "capscale-controller")
+			unmirror(ctx, t, p, pool)
+			// The publisher writes the mirror's annotations back, with
+			// no controller running.
+			waitMirrored(ctx, t, s, pool, is(failsafeSlice), 0)
+			created := time.Now()
+			createAdmitted(ctx, t, s, appPod("app-native"), "capscale-scheduler", 1)
+			waitRunningOn(ctx, t, s, apps, "app-native", pool, 2*time.Minute)
+			t.Logf("app-native Running on %s %.1fs after its create, native mode, capscale-controller at 0", pool, time.Since(created).Seconds())
+			scaleDeployment(ctx, t, s, stack.Namespace, "capscale-controller", 2)
+			waitDeploymentReady(ctx, t, p, "capscale-controller", 2)
+		}},
 	}
 	for _, st := range steps {
 		begin := time.Now()
@@ -352,4 +383,20 @@ func unmirror(ctx context.Context, t *testing.T, p *plane.Plane, node string) {
 		annotations[a] = nil
 	}
 	patchNode(ctx, t, p, node, map[string]any{"metadata": map[string]any{"annotations": annotations}})
+}
+
+// deploymentArgs is the command of container in the chart's Deployment name.
+func deploymentArgs(ctx context.Context, t *testing.T, p *plane.Plane, name, container string) []string {
+	t.Helper()
+	d, err := p.Client.AppsV1().Deployments(stack.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name == container {
+			return append(slices.Clone(c.Command), c.Args...)
+		}
+	}
+	t.Fatalf("Deployment %s has no container %s", name, container)
+	return nil
 }
