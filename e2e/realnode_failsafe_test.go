@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/capscale/capscale/e2e/nodeimage"
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
 	"github.com/capscale/capscale/internal/names"
@@ -87,9 +88,13 @@ func TestRealNodeFailSafe(t *testing.T) {
 		t.Fatalf("the chart %s names the image %s", version, got)
 	}
 
+	// The last step runs native mode, whose scheduler pod runs the stock
+	// kube-scheduler image the chart names: the plane's, imported.
+	kubeVersion, _ := planeKubernetes(ctx, t)
 	p := startPlane(t, plane.Options{
 		Nodes: -1, RealNodes: 2, IPAM: plane.IPAMWhereabouts, RealNodeCapacity: failsafeSlice,
 		RealNodeRegistries: []string{reg}, ServiceNetwork: true,
+		RealNodeImages: []nodeimage.Image{kubeSchedulerImage(t, work, kubeVersion)},
 	})
 	t.Cleanup(func() {
 		if err := p.StopRealNodes(); err != nil {
