@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/diff"
 
 	extenderapp "github.com/capscale/capscale/cmd/extender/app"
@@ -104,22 +103,7 @@ func TestHelmPublisherReads(t *testing.T) {
 		}
 
 		// capscale-scheduler reads the sources, and only them.
-		cr := get[*rbacv1.ClusterRole](t, r, objectKey("ClusterRole", "", "capscale:scheduler:capacity-sources"))
-		want := []rbacv1.PolicyRule{{APIGroups: []string{"cilium.io"}, Resources: []string{"ciliumnodes"}, Verbs: []string{"get", "list", "watch"}}}
-		if !equalRules(cr.Rules, want) {
-			t.Errorf("ClusterRole capscale:scheduler:capacity-sources: %+v, want only %+v", cr.Rules, want)
-		}
-		crb := get[*rbacv1.ClusterRoleBinding](t, r, objectKey("ClusterRoleBinding", "", "capscale:scheduler:capacity-sources"))
-		rb := get[*rbacv1.RoleBinding](t, r, objectKey("RoleBinding", "ipam", "capscale:scheduler:capacity-sources"))
-		for _, subjects := range [][]rbacv1.Subject{crb.Subjects, rb.Subjects} {
-			if len(subjects) != 1 || subjects[0].Name != "capscale-scheduler" || subjects[0].Namespace != "capscale-system" {
-				t.Errorf("bound to %+v, want ServiceAccount capscale-system/capscale-scheduler", subjects)
-			}
-		}
-		role := get[*rbacv1.Role](t, r, objectKey("Role", "ipam", rb.RoleRef.Name))
-		if want := []rbacv1.PolicyRule{{APIGroups: []string{"ipam.example.com"}, Resources: []string{"nodepools"}, Verbs: []string{"get", "list", "watch"}}}; !equalRules(role.Rules, want) {
-			t.Errorf("Role %s in ipam: %+v, want only %+v", rb.RoleRef.Name, role.Rules, want)
-		}
+		checkSchedulerReadsRBAC(t, r)
 
 		// The controller mirrors nothing: no flag, file or checksum, and
 		// none of the mirror's RBAC (it would patch every Node).

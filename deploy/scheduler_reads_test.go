@@ -87,22 +87,7 @@ func TestHelmSchedulerReads(t *testing.T) {
 		} else if _, err := f.Compile(); err != nil {
 			t.Fatal(err)
 		}
-		cr := get[*rbacv1.ClusterRole](t, r, objectKey("ClusterRole", "", "capscale:scheduler:capacity-sources"))
-		want := []rbacv1.PolicyRule{{APIGroups: []string{"cilium.io"}, Resources: []string{"ciliumnodes"}, Verbs: []string{"get", "list", "watch"}}}
-		if !equalRules(cr.Rules, want) {
-			t.Errorf("ClusterRole capscale:scheduler:capacity-sources: %+v, want only %+v", cr.Rules, want)
-		}
-		crb := get[*rbacv1.ClusterRoleBinding](t, r, objectKey("ClusterRoleBinding", "", "capscale:scheduler:capacity-sources"))
-		rb := get[*rbacv1.RoleBinding](t, r, objectKey("RoleBinding", "ipam", "capscale:scheduler:capacity-sources"))
-		for _, subjects := range [][]rbacv1.Subject{crb.Subjects, rb.Subjects} {
-			if len(subjects) != 1 || subjects[0].Name != "capscale-scheduler" || subjects[0].Namespace != "capscale-system" {
-				t.Errorf("bound to %+v, want ServiceAccount capscale-system/capscale-scheduler", subjects)
-			}
-		}
-		role := get[*rbacv1.Role](t, r, objectKey("Role", "ipam", rb.RoleRef.Name))
-		if want := []rbacv1.PolicyRule{{APIGroups: []string{"ipam.example.com"}, Resources: []string{"nodepools"}, Verbs: []string{"get", "list", "watch"}}}; !equalRules(role.Rules, want) {
-			t.Errorf("Role %s in ipam: %+v, want only %+v", rb.RoleRef.Name, role.Rules, want)
-		}
+		checkSchedulerReadsRBAC(t, r)
 	}
 }
 
@@ -198,5 +183,28 @@ func TestSchedulerReadsKustomize(t *testing.T) {
 		if !reflect.DeepEqual(normalized, w.raw) {
 			t.Errorf("%s differs (- kustomize, + chart):\n%s", key, diff.Diff(w.raw, normalized))
 		}
+	}
+}
+
+// checkSchedulerReadsRBAC: in r (the tests' values: the cilium-eni source
+// and a namespaced nodepools source in ipam), capscale-scheduler's
+// ServiceAccount may read each source's resource and nothing more.
+func checkSchedulerReadsRBAC(t *testing.T, r rendered) {
+	t.Helper()
+	cr := get[*rbacv1.ClusterRole](t, r, objectKey("ClusterRole", "", "capscale:scheduler:capacity-sources"))
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"cilium.io"}, Resources: []string{"ciliumnodes"}, Verbs: []string{"get", "list", "watch"}}}
+	if !equalRules(cr.Rules, want) {
+		t.Errorf("ClusterRole capscale:scheduler:capacity-sources: %+v, want only %+v", cr.Rules, want)
+	}
+	crb := get[*rbacv1.ClusterRoleBinding](t, r, objectKey("ClusterRoleBinding", "", "capscale:scheduler:capacity-sources"))
+	rb := get[*rbacv1.RoleBinding](t, r, objectKey("RoleBinding", "ipam", "capscale:scheduler:capacity-sources"))
+	for _, subjects := range [][]rbacv1.Subject{crb.Subjects, rb.Subjects} {
+		if len(subjects) != 1 || subjects[0].Name != "capscale-scheduler" || subjects[0].Namespace != "capscale-system" {
+			t.Errorf("bound to %+v, want ServiceAccount capscale-system/capscale-scheduler", subjects)
+		}
+	}
+	role := get[*rbacv1.Role](t, r, objectKey("Role", "ipam", rb.RoleRef.Name))
+	if want := []rbacv1.PolicyRule{{APIGroups: []string{"ipam.example.com"}, Resources: []string{"nodepools"}, Verbs: []string{"get", "list", "watch"}}}; !equalRules(role.Rules, want) {
+		t.Errorf("Role %s in ipam: %+v, want only %+v", rb.RoleRef.Name, role.Rules, want)
 	}
 }
