@@ -167,22 +167,7 @@ func TestSchedulerReadsKustomize(t *testing.T) {
 		objectKey("ClusterRole", "", "capscale:scheduler:capacity-sources"),
 		objectKey("ClusterRoleBinding", "", "capscale:scheduler:capacity-sources"),
 	} {
-		w, ok := want[key]
-		if !ok {
-			t.Fatalf("deploy/ with the components lacks %s", key)
-		}
-		g, ok := got[key]
-		if !ok {
-			t.Fatalf("the chart lacks %s", key)
-		}
-		normalized := withoutHelmLabels(g.raw, labelsOf(w.raw))
-		if spec, ok := normalized["spec"].(map[string]any); ok && spec["template"] != nil {
-			// The chart's checksums roll its pods; kustomize's are applied by hand.
-			delete(spec["template"].(map[string]any)["metadata"].(map[string]any), "annotations")
-		}
-		if !reflect.DeepEqual(normalized, w.raw) {
-			t.Errorf("%s differs (- kustomize, + chart):\n%s", key, diff.Diff(w.raw, normalized))
-		}
+		sameAsKustomize(t, want, got, key)
 	}
 }
 
@@ -206,5 +191,31 @@ func checkSchedulerReadsRBAC(t *testing.T, r rendered) {
 	role := get[*rbacv1.Role](t, r, objectKey("Role", "ipam", rb.RoleRef.Name))
 	if want := []rbacv1.PolicyRule{{APIGroups: []string{"ipam.example.com"}, Resources: []string{"nodepools"}, Verbs: []string{"get", "list", "watch"}}}; !equalRules(role.Rules, want) {
 		t.Errorf("Role %s in ipam: %+v, want only %+v", rb.RoleRef.Name, role.Rules, want)
+	}
+}
+
+// sameAsKustomize: key is rendered by deploy/ (want) and by the chart (got)
+// alike, but for Helm's labels and the chart's pod checksums (the chart's
+// roll its pods; kustomize's are applied by hand). Each of normalize then
+// runs on both sides (flags kustomize can only append, say).
+func sameAsKustomize(t *testing.T, want, got rendered, key string, normalize ...func(map[string]any) map[string]any) {
+	t.Helper()
+	w, ok := want[key]
+	if !ok {
+		t.Fatalf("deploy/ with the components lacks %s", key)
+	}
+	g, ok := got[key]
+	if !ok {
+		t.Fatalf("the chart lacks %s", key)
+	}
+	gr, wr := withoutHelmLabels(g.raw, labelsOf(w.raw)), w.raw
+	if spec, ok := gr["spec"].(map[string]any); ok && spec["template"] != nil {
+		delete(spec["template"].(map[string]any)["metadata"].(map[string]any), "annotations")
+	}
+	for _, n := range normalize {
+		gr, wr = n(gr), n(wr)
+	}
+	if !reflect.DeepEqual(gr, wr) {
+		t.Errorf("%s differs (- kustomize, + chart):\n%s", key, diff.Diff(wr, gr))
 	}
 }
