@@ -406,29 +406,26 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 		}
 		// The mirror's annotations are still written: kubectl capscale
 		// ips and the workload API read them.
-		if patch := MirrorPatch(mirror); mirror != nil && !p.pending(name, patch) {
-			if _, err := p.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "capscale-capacity-publisher"}, "status"); err != nil {
-				p.patches.WithLabelValues("error").Inc()
-				return fmt.Errorf("patching node %s status: %w", name, err)
-			}
-			p.patches.WithLabelValues("ok").Inc()
-			p.wrote(name, patch)
+		if mirror == nil {
+			return nil
 		}
-		return nil
+		_, err := p.writeStatus(ctx, name, MirrorPatch(mirror))
+		return err
 	}
-	if patch := Patch(d.Want, mirror); (d.Patch || mirror != nil) && !p.pending(name, patch) {
-		_, err := p.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "capscale-capacity-publisher"}, "status")
+	// Encoded only when a write may be due: most syncs (pod events on an
+	// unchanged node) write nothing.
+	if d.Patch || mirror != nil {
+		sent, err := p.writeStatus(ctx, name, Patch(d.Want, mirror))
 		if err != nil {
-			p.patches.WithLabelValues("error").Inc()
 			if announce {
 				// Announced on the retry that publishes it.
 				p.setState(name, prev)
 			}
-			return fmt.Errorf("patching node %s status: %w", name, err)
+			return err
 		}
-		p.patches.WithLabelValues("ok").Inc()
-		p.wrote(name, patch)
-		klog.V(2).InfoS("Published underlay-IP capacity", "node", klog.KObj(node), "capacity", d.Want)
+		if sent {
+			klog.V(2).InfoS("Published underlay-IP capacity", "node", klog.KObj(node), "capacity", d.Want)
+		}
 	}
 	if d.Invalid == "" {
 		p.setState(name, nodeState{state: statePublished})
@@ -444,6 +441,22 @@ func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, nam
 		recorder.Event(node, v1.EventTypeWarning, "InvalidUnderlayIPCapacity", msg)
 	}
 	return nil
+}
+
+// writeStatus sends patch to node name's status unless it was sent already
+// and the informer has not shown a change since (pending), and reports
+// whether it sent it.
+func (p *Publisher) writeStatus(ctx context.Context, name string, patch []byte) (bool, error) {
+	if p.pending(name, patch) {
+		return false, nil
+	}
+	if _, err := p.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "capscale-capacity-publisher"}, "status"); err != nil {
+		p.patches.WithLabelValues("error").Inc()
+		return false, fmt.Errorf("patching node %s status: %w", name, err)
+	}
+	p.patches.WithLabelValues("ok").Inc()
+	p.wrote(name, patch)
+	return true, nil
 }
 
 // chargesBeyondPods reports whether pod events move what node publishes
