@@ -112,20 +112,6 @@ func Decide(node *v1.Node, rule underlay.Rule, u Use) Decision {
 	return d
 }
 
-// Rises reports whether d only raises what kube-scheduler may count on
-// node: a valid capacity above the one published there and above sent,
-// the value last written that the informer has not shown yet (-1: none).
-// Such a write may wait for the next batch of increases (pacer); any
-// other, a first publication or a decrease above all, goes at once.
-func Rises(node *v1.Node, d Decision, sent int64) bool {
-	if !d.Patch || d.Invalid != "" || d.Foreign != "" || HasStartupTaint(node) {
-		return false
-	}
-	c, hasCap := node.Status.Capacity[underlay.Resource]
-	a, hasAlloc := node.Status.Allocatable[underlay.Resource]
-	return hasCap && hasAlloc && d.Want > c.Value() && d.Want > a.Value() && d.Want > sent
-}
-
 // Patch is the strategic-merge patch of nodes/status that publishes want.
 // A node's status update also carries its metadata, so the marker and the
 // resource change in one write; so do the capacity mirror's annotations

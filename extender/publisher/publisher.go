@@ -67,11 +67,6 @@ type Options struct {
 	// changes and a fresh install's first pass at what one apiserver
 	// request a node allows (issue 55 §6).
 	Workers int
-	// IncreasePeriod batches capacity increases: after one goes, those
-	// of other nodes wait for the period's end and go together
-	// (DefaultIncreasePeriod says why). Decreases and first publications
-	// never wait. 0 publishes each increase at once.
-	IncreasePeriod time.Duration
 	// Registerer, if not nil, receives the metrics.
 	Registerer prometheus.Registerer
 	// Sources, if not nil, is the publisher's own read of the capacity
@@ -103,7 +98,6 @@ type Publisher struct {
 	recheck     time.Duration
 	workers     int
 	sources     Sources
-	pace        *pacer
 	newRecorder func(context.Context) (record.EventRecorder, func())
 
 	// term is the current leadership term, nil while not leading: the
@@ -113,7 +107,6 @@ type Publisher struct {
 	patches *prometheus.CounterVec
 	taints  *prometheus.CounterVec
 	states  *prometheus.GaugeVec
-	waiting prometheus.GaugeFunc
 
 	mu sync.Mutex
 	// state is each node's last state, for the gauge and so that an
@@ -132,13 +125,7 @@ type Publisher struct {
 	// before the informer has shown that write reads the old node and
 	// would write the same value twice; the write's own update event
 	// queues the node again.
-	written map[string]sent
-}
-
-// sent is a patch written and the capacity it publishes (-1: none).
-type sent struct {
-	patch string
-	want  int64
+	written map[string]string
 }
 
 // pending reports whether patch was sent for node already and the
@@ -147,28 +134,17 @@ func (p *Publisher) pending(node string, patch []byte) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w, ok := p.written[node]
-	return ok && w.patch == string(patch)
+	return ok && w == string(patch)
 }
 
-// sentWant is the capacity last written to node that the informer has
-// not shown yet, -1 if none.
-func (p *Publisher) sentWant(node string) int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if w, ok := p.written[node]; ok {
-		return w.want
-	}
-	return -1
-}
-
-// wrote records patch, publishing want (-1: none), as sent for node.
-func (p *Publisher) wrote(node string, patch []byte, want int64) {
+// wrote records patch as sent for node.
+func (p *Publisher) wrote(node string, patch []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.written == nil {
-		p.written = map[string]sent{}
+		p.written = map[string]string{}
 	}
-	p.written[node] = sent{patch: string(patch), want: want}
+	p.written[node] = string(patch)
 }
 
 // forgetWritten forgets node's last patch: the informer has shown a change.
@@ -202,7 +178,6 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 		recheck:     o.RecheckInterval,
 		workers:     o.Workers,
 		sources:     o.Sources,
-		pace:        newPacer(o.IncreasePeriod),
 		newRecorder: apiRecorder(client),
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "capacity_patches_total",
@@ -220,10 +195,6 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 		counts:  map[string]int{},
 		drawing: map[string]bool{},
 	}
-	p.waiting = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "capacity_increases_waiting",
-		Help: "Nodes whose capacity increase waits for the next batch (--publish-increase-period).",
-	}, func() float64 { return float64(p.pace.waiting()) })
 	if p.inUse == nil {
 		p.inUse = func(string) int64 { return 0 }
 	}
@@ -243,7 +214,7 @@ func New(client kubernetes.Interface, informer coreinformers.NodeInformer, o Opt
 		p.workers = DefaultWorkers
 	}
 	if r := o.Registerer; r != nil {
-		for _, c := range []prometheus.Collector{p.patches, p.taints, p.states, p.waiting} {
+		for _, c := range []prometheus.Collector{p.patches, p.taints, p.states} {
 			if err := r.Register(c); err != nil {
 				return nil, fmt.Errorf("registering the publisher's metrics: %w", err)
 			}
@@ -338,7 +309,6 @@ func (p *Publisher) forget(obj any) {
 	if n, ok := kube.Deleted(obj).(*v1.Node); ok {
 		p.setState(n.Name, nodeState{})
 		p.setDrawsAll(n.Name, false)
-		p.pace.drop(n.Name)
 	}
 }
 
@@ -380,7 +350,7 @@ func (p *Publisher) Run(ctx context.Context) {
 	}, p.recheck, ctx.Done())
 	// The queue never hands one node to two workers; what they share is
 	// guarded by mu.
-	syncNode := func(ctx context.Context, name string) (time.Duration, error) { return 0, p.sync(ctx, t, name) }
+	syncNode := func(ctx context.Context, name string) (time.Duration, error) { return 0, p.sync(ctx, t.recorder, name) }
 	var wg sync.WaitGroup
 	for range p.workers {
 		wg.Go(func() {
@@ -391,14 +361,12 @@ func (p *Publisher) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (p *Publisher) sync(ctx context.Context, t *term, name string) error {
-	recorder := t.recorder
+func (p *Publisher) sync(ctx context.Context, recorder record.EventRecorder, name string) error {
 	node, err := p.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		p.setState(name, nodeState{})
 		p.setWithholding(name, false)
 		p.forgetWritten(name)
-		p.pace.drop(name)
 		return nil
 	}
 	if err != nil {
@@ -431,14 +399,6 @@ func (p *Publisher) sync(ctx context.Context, t *term, name string) error {
 	}
 	d := Decide(node, p.rule, Use{InUse: p.inUse(name), Drawn: p.drawnOn(name), Unlisted: p.unlisted(name)})
 	p.setWithholding(name, d.Invalid == "" && d.Foreign == "" && d.Want < c.IPs)
-	// An increase may wait for its batch: the node comes back then. Any
-	// other decision, a decrease above all, is written now.
-	if !Rises(node, d, p.sentWant(name)) {
-		p.pace.drop(name)
-	} else if wait := p.pace.admit(name, time.Now()); wait > 0 {
-		t.queue.AddAfter(name, wait)
-		return nil
-	}
 	if d.Foreign != "" {
 		if p.setState(name, nodeState{stateForeign, d.Foreign}) {
 			klog.InfoS("Not publishing underlay-IP capacity", "node", klog.KObj(node), "reason", d.Foreign)
@@ -449,13 +409,13 @@ func (p *Publisher) sync(ctx context.Context, t *term, name string) error {
 		if mirror == nil {
 			return nil
 		}
-		_, err := p.writeStatus(ctx, name, MirrorPatch(mirror), -1)
+		_, err := p.writeStatus(ctx, name, MirrorPatch(mirror))
 		return err
 	}
 	// Encoded only when a write may be due: most syncs (pod events on an
 	// unchanged node) write nothing.
 	if d.Patch || mirror != nil {
-		sent, err := p.writeStatus(ctx, name, Patch(d.Want, mirror), d.Want)
+		sent, err := p.writeStatus(ctx, name, Patch(d.Want, mirror))
 		if err != nil {
 			if announce {
 				// Announced on the retry that publishes it.
@@ -483,10 +443,10 @@ func (p *Publisher) sync(ctx context.Context, t *term, name string) error {
 	return nil
 }
 
-// writeStatus sends patch, publishing want (-1: none), to node name's
-// status unless it was sent already and the informer has not shown a
-// change since (pending), and reports whether it sent it.
-func (p *Publisher) writeStatus(ctx context.Context, name string, patch []byte, want int64) (bool, error) {
+// writeStatus sends patch to node name's status unless it was sent already
+// and the informer has not shown a change since (pending), and reports
+// whether it sent it.
+func (p *Publisher) writeStatus(ctx context.Context, name string, patch []byte) (bool, error) {
 	if p.pending(name, patch) {
 		return false, nil
 	}
@@ -495,7 +455,7 @@ func (p *Publisher) writeStatus(ctx context.Context, name string, patch []byte, 
 		return false, fmt.Errorf("patching node %s status: %w", name, err)
 	}
 	p.patches.WithLabelValues("ok").Inc()
-	p.wrote(name, patch, want)
+	p.wrote(name, patch)
 	return true, nil
 }
 

@@ -39,7 +39,7 @@ func TestPublisherWritesOnce(t *testing.T) {
 		}
 		return c
 	}
-	rec := &term{recorder: record.NewFakeRecorder(10)}
+	rec := record.NewFakeRecorder(10)
 	for range 3 {
 		if err := p.sync(context.Background(), rec, n.Name); err != nil {
 			t.Fatal(err)

@@ -252,8 +252,6 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 			InUseSynced: synced,
 			Registerer:  reg,
 			Workers:     o.PublishWorkers,
-			// A decrease is never held: the period only slows what frees IPs.
-			IncreasePeriod: o.PublishIncreasePeriod,
 		}
 		if read != nil {
 			po.Sources = read

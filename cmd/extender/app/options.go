@@ -12,7 +12,6 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/capscale/capscale/controller/capacitysource"
-	"github.com/capscale/capscale/extender/publisher"
 	"github.com/capscale/capscale/extender/wire"
 	"github.com/capscale/capscale/internal/httpserver"
 	"github.com/capscale/capscale/internal/names"
@@ -69,9 +68,6 @@ type Options struct {
 	PublishQPS     float32
 	PublishBurst   int
 	PublishWorkers int
-	// PublishIncreasePeriod batches the publisher's capacity increases
-	// (publisher.DefaultIncreasePeriod says why); 0 writes each at once.
-	PublishIncreasePeriod time.Duration
 	// CapacitySources, with PublishCapacity, is capscale-controller's
 	// --capacity-sources file, read here: the publisher decides on the
 	// IPAM's objects and writes the mirror's annotations itself.
@@ -125,7 +121,6 @@ func NewOptions() *Options {
 		PublishQPS:             200,
 		PublishBurst:           400,
 		PublishWorkers:         16,
-		PublishIncreasePeriod:  publisher.DefaultIncreasePeriod,
 		LeaderElectNamespace:   "capscale-system",
 		KubeletPluginNamespace: "capscale-system",
 		BinderID:               "capscale-scheduler",
@@ -163,7 +158,6 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	nfs.Float32Var(&o.PublishQPS, "publish-qps", o.PublishQPS, "With --publish-capacity: steady Node status writes per second of the publisher, apart from --kube-api-qps (a fresh install writes every Node once: 5000 Nodes take at least 25 s at 200).")
 	nfs.IntVar(&o.PublishBurst, "publish-burst", o.PublishBurst, "With --publish-capacity: burst of the publisher's Node writes.")
 	nfs.IntVar(&o.PublishWorkers, "publish-workers", o.PublishWorkers, "With --publish-capacity: Nodes the publisher writes at once (one write per Node at a time).")
-	nfs.DurationVar(&o.PublishIncreasePeriod, "publish-increase-period", o.PublishIncreasePeriod, "With --publish-capacity: capacity increases go out in batches at most this often. An increase after a quiet period is written at once; those of other nodes within the period wait for its end and are written together, so that kube-scheduler retries the pods waiting for room once a batch rather than once a node (its NodeResourcesFit queueing hint retries every one of them on any node's increase). Decreases and a node's first capacity are written at once. 0 writes each increase at once; at most 5s.")
 	nfs.StringVar(&o.CapacitySources, "capacity-sources", o.CapacitySources, "With --publish-capacity and --await-capacity-source: capscale-controller's capacity-sources file, read here. The publisher reads the IPAM's objects itself, decides on what they say now, and writes the mirror's annotations (capscale.io/underlay-ip-source-capacity and the rest) in the same Node status patch as the capacity: one Node write a change. Run capscale-controller without --capacity-sources then: the publisher is the mirror. The chart sets it in native mode (controller.capacitySources.publisherReads).")
 	dfs := fss.FlagSet("DRA mode")
 	dfs.BoolVar(&o.PublishDevices, "publish-devices", o.PublishDevices, "Publish every node's underlay IPs ("+underlay.CapacityRuleText+") as DRA devices, one per IP, in a ResourceSlice pool per node of the driver "+names.UnderlayIPDriver+", so that kube-scheduler allocates capscale.io/underlay-ip through the DeviceClass "+names.UnderlayIPDeviceClass+" (DRA mode, Kubernetes 1.37 and later); a node whose claims hold more devices than its capacity publishes none until they fall within it, so nothing is free beyond it and no running pod is evicted; and remove the finalizer capscale.io/underlay-ip-release from each pod once its node gave its IPs back, as --publish-capacity does. Leader-elected on the same Lease; not with --publish-capacity.")
@@ -217,9 +211,6 @@ func (o *Options) Validate() []error {
 	}
 	if o.PublishWorkers < 1 || o.PublishWorkers > maxPublishWorkers {
 		errs = append(errs, fmt.Errorf("--publish-workers must be between 1 and %d, got %d", maxPublishWorkers, o.PublishWorkers))
-	}
-	if o.PublishIncreasePeriod < 0 || o.PublishIncreasePeriod > publisher.MaxIncreasePeriod {
-		errs = append(errs, fmt.Errorf("--publish-increase-period must be between 0 and %s, got %s", publisher.MaxIncreasePeriod, o.PublishIncreasePeriod))
 	}
 	if o.RequeueQPS < 0 || o.RequeueQPS > 1000 {
 		errs = append(errs, fmt.Errorf("--requeue-qps must be between 0 and 1000, got %v", o.RequeueQPS))
