@@ -49,9 +49,6 @@ type churnRun struct {
 	// workers is capscale-controller's --capacity-source-workers, 0 as
 	// the stack started it; restarts counts its restarts (each a log).
 	workers, restarts int
-	// period is the extender's --publish-increase-period as last
-	// restarted (nil: as the stack started it).
-	period *time.Duration
 	// prof profiles kube-apiserver over each kind's first round (nil: not).
 	prof *apiProfiler
 	// readers is how many readers of the IPAM's objects a watchOnly round

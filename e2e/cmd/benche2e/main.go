@@ -108,7 +108,6 @@ func main() {
 	churnProfiles := flag.String("source-churn-profiles", "", "capacity-source: save kube-apiserver's CPU profile of the idle window and of the first churn round of each rate and kind (kube-apiserver-<rate>-<kind>.pprof) in this directory")
 	churnLength := flag.Duration("source-churn-length", 45*time.Second, "capacity-source: how long each churn round runs (and the idle window it is compared with)")
 	churnProbes := flag.Int("source-churn-probes", 30, "capacity-source: nodes with a pod waiting for one of the churn's changes, shared out among the rates")
-	churnPeriods := flag.String("source-churn-increase-periods", "", "capacity-source, native mode: the extender's --publish-increase-period values, comma-separated; each rate then runs one round with capscale for each, in an order turned from rate to rate, the extender restarted between them; empty keeps its default")
 	churnWorkers := flag.String("source-churn-workers", "", "capacity-source: --capacity-source-workers values, comma-separated; each rate then runs one round with capscale for each, in an order turned from rate to rate, capscale-controller restarted between them; empty keeps the controller's default")
 	budgetChanges := flag.Int("budget-changes", 50, "throughput, --mode dra: nodes whose budget each round of the budget-change cost changes (4 rounds an arm, alternated); 0 skips it")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
@@ -129,11 +128,6 @@ func main() {
 	workers, werr := parseRates(*churnWorkers)
 	if werr != nil {
 		fmt.Fprintf(os.Stderr, "benche2e: --source-churn-workers: %v\n", werr)
-		os.Exit(2)
-	}
-	periods, perr := parsePeriods(*churnPeriods, *costMode)
-	if perr != nil {
-		fmt.Fprintf(os.Stderr, "benche2e: --source-churn-increase-periods: %v\n", perr)
 		os.Exit(2)
 	}
 	if err := checkReaders(*churnReaders, *churnSplit); err != nil {
@@ -191,7 +185,7 @@ func main() {
 		err = kedaBench(ctx, keda)
 	case "capacity-source":
 		err = capacitySourceBench(ctx, *capacityModes, *sourceChanges, *costNodes, *costEvents,
-			churnOptions{rates: rates, workers: workers, periods: periods, split: *churnSplit, readers: *churnReaders, mode: *costMode, length: *churnLength, probes: *churnProbes, profiles: *churnProfiles}, *binDir, *nodeLease)
+			churnOptions{rates: rates, workers: workers, split: *churnSplit, readers: *churnReaders, mode: *costMode, length: *churnLength, probes: *churnProbes, profiles: *churnProfiles}, *binDir, *nodeLease)
 	case "node-patch":
 		err = nodePatchCost(ctx, *nodes, *patchRate, *rounds, *churnLength, *binDir, *nodeLease)
 	case "soak":

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,10 +33,6 @@ type churnOptions struct {
 	// workers are the --capacity-source-workers each rate's rounds with
 	// capscale run at, one round each; empty: one round, as started.
 	workers []int
-	// periods are native mode's --publish-increase-period values each
-	// rate's rounds with capscale run at, one round each, the extender
-	// restarted between them; empty: one round, as started.
-	periods []time.Duration
 	// split adds three rounds at each rate that tell capscale's loads
 	// apart: its watch of the IPAM's objects without its Node patches,
 	// the patches without the watch, and the patches without the
@@ -81,26 +76,6 @@ func parseRates(s string) ([]int, error) {
 		rates = append(rates, r)
 	}
 	return rates, nil
-}
-
-// parsePeriods reads --source-churn-increase-periods: durations, each 0
-// or more, for native mode's publisher only.
-func parsePeriods(s, mode string) ([]time.Duration, error) {
-	var out []time.Duration
-	for f := range strings.SplitSeq(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		d, err := time.ParseDuration(f)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("%q is not a duration of 0 or more", f)
-		}
-		out = append(out, d)
-	}
-	if len(out) > 0 && mode != "native" && mode != "native-mirror" {
-		return nil, fmt.Errorf("the publisher runs in native mode only (--source-cost-mode native or native-mirror), not %s", mode)
-	}
-	return out, nil
 }
 
 // pending is when each awaited state's change was written, and how long
@@ -280,7 +255,7 @@ func (c apiserverCost) rates(since apiserverCost, d time.Duration) apiserverCost
 // beside an idle window.
 func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID, o churnOptions) ([]row, error) {
 	span := o.nodes - o.probes
-	withRounds := max(len(o.workers)+len(o.periods), 1)
+	withRounds := max(len(o.workers), 1)
 	perRound := o.probes / max(len(o.rates)*withRounds, 1)
 	if span < 1 || len(o.rates) == 0 || slices.Min(o.rates) < 1 || perRound < 1 || o.length < time.Second {
 		return nil, fmt.Errorf("churn: %d nodes, %d probes, rates %v a second for %s: want a node left to change, a probe per rate, a change a second and a second", o.nodes, o.probes, o.rates, o.length)
@@ -379,17 +354,13 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 		type side struct {
 			kind    roundKind
 			workers int
-			period  *time.Duration
 		}
 		sides := []side{{kind: ipamAlone}}
-		if len(o.workers) == 0 && len(o.periods) == 0 {
+		if len(o.workers) == 0 {
 			sides = append(sides, side{kind: withCapscale})
 		}
 		for _, n := range o.workers {
 			sides = append(sides, side{kind: withCapscale, workers: n})
-		}
-		for _, d := range o.periods {
-			sides = append(sides, side{kind: withCapscale, period: &d})
 		}
 		if o.split {
 			sides = append(sides, side{kind: watchOnly}, side{kind: patchOnly}, side{kind: patchUnchecked})
@@ -405,11 +376,6 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 		for _, sd := range sides {
 			if sd.workers > 0 {
 				if err := r.restartController(ctx, sd.workers); err != nil {
-					return nil, err
-				}
-			}
-			if sd.period != nil {
-				if err := r.restartPublisher(ctx, *sd.period); err != nil {
 					return nil, err
 				}
 			}
@@ -437,9 +403,6 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 			if w.workers > 0 {
 				label += fmt.Sprintf(", --capacity-source-workers %d", w.workers)
 			}
-			if w.period != nil {
-				label += fmt.Sprintf(", --publish-increase-period %s", *w.period)
-			}
 			rows = append(rows, churnRows(o.nodes, rate, label, alone, w.round, idle)...)
 		}
 	}
@@ -464,35 +427,6 @@ func (r *churnRun) restartController(ctx context.Context, workers int) error {
 	r.s.Controller = c
 	r.workers = workers
 	fmt.Printf("# capscale-controller restarted with --capacity-source-workers=%d\n", workers)
-	return nil
-}
-
-// restartPublisher runs native mode's extender at period, unless it runs
-// so already: the process is stopped (its Lease released) and started
-// again with the flag last, and the round waits until it leads and has
-// listed every node, finding them up to date.
-func (r *churnRun) restartPublisher(ctx context.Context, period time.Duration) error {
-	if r.period != nil && *r.period == period {
-		return nil
-	}
-	const line = "Publishing underlay-IP capacity in Node status"
-	before := 0
-	if b, err := os.ReadFile(r.s.Extender.LogFile); err == nil {
-		before = strings.Count(string(b), line)
-	}
-	r.s.Extender.Stop(30 * time.Second)
-	r.s.Opts.ExtenderArgs = append(r.s.Opts.ExtenderArgs, "--publish-increase-period="+period.String())
-	if err := r.s.StartExtender(ctx); err != nil {
-		return fmt.Errorf("restarting the extender at --publish-increase-period=%s: %w", period, err)
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		b, err := os.ReadFile(r.s.Extender.LogFile)
-		return err == nil && strings.Count(string(b), line) > before, nil
-	}); err != nil {
-		return fmt.Errorf("the extender restarted at --publish-increase-period=%s never led: %w\n%s", period, err, r.s.Extender.Tail(20))
-	}
-	r.period = &period
-	fmt.Printf("# extender restarted with --publish-increase-period=%s\n", period)
 	return nil
 }
 
