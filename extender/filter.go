@@ -1,5 +1,7 @@
 package extender
 
+import "slices"
+
 // Filter and Rescues are the verbs' decisions over plain usages. The wire
 // (extender/wire) reads the candidates, asks the ledger for their usages,
 // calls these, counts and answers; nothing here knows HTTP.
@@ -32,12 +34,21 @@ type Filtered struct {
 // Waits reports whether the pod now waits for IPs to be freed: no candidate
 // was kept and on at least one the IPs were used up (not a capacity too
 // small, which no release fixes).
-func (f Filtered) Waits() bool {
+func (f Filtered) Waits() bool { return f.waitsFor(CauseExhausted) }
+
+// WaitsForCapacity is Waits where a node's capacity may also grow with no
+// Node event to retry the pod (the extender reads the capacity sources
+// itself): a capacity too small, or not valid yet, waits too.
+func (f Filtered) WaitsForCapacity() bool {
+	return f.waitsFor(CauseExhausted, CauseCapacityTooSmall, CauseInvalidCapacity)
+}
+
+func (f Filtered) waitsFor(causes ...string) bool {
 	if len(f.Kept) > 0 {
 		return false
 	}
 	for _, c := range f.Causes {
-		if c.Cause == CauseExhausted {
+		if slices.Contains(causes, c.Cause) {
 			return true
 		}
 	}

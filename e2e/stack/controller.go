@@ -109,7 +109,10 @@ func (s *Stack) capacitySources(ctx context.Context, file string) (string, error
 	}
 	var rbac strings.Builder
 	scheduler := ""
-	if s.Opts.SchedulerReadsSources {
+	switch {
+	case s.ExtenderReadsSources():
+		scheduler = fmt.Sprintf(", {kind: ServiceAccount, name: capscale-extender, namespace: %s}", Namespace)
+	case s.Opts.SchedulerReadsSources:
 		// The plane's scheduler runs as kube-scheduler's own user.
 		scheduler = ", {kind: User, name: \"system:kube-scheduler\", apiGroup: rbac.authorization.k8s.io}"
 	}

@@ -122,7 +122,9 @@ type Options struct {
 	// SchedulerReadsSources (plugin mode, with CapacitySources): the
 	// plugin reads the sources itself (its capacitySources arg, the
 	// file CapacitySources), and the plane's scheduler, as
-	// system:kube-scheduler, may read each source's resource.
+	// system:kube-scheduler, may read each source's resource. In
+	// extender mode the extender reads them (--capacity-sources, as
+	// capscale-extender); capscale-controller mirrors them in both.
 	SchedulerReadsSources bool
 	// NativeMirror (native mode, with CapacitySources awaited): the
 	// controller mirrors the sources onto the Nodes and the publisher
@@ -201,6 +203,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	if await && o.Extender {
 		o.ExtenderArgs = append([]string{"--await-capacity-source"}, o.ExtenderArgs...)
+	}
+	if o.SchedulerReadsSources && (!await || o.Native || o.DRA || !o.Extender && !o.Plugin) {
+		return nil, fmt.Errorf("stack: SchedulerReadsSources needs CapacitySources, awaited, in plugin or extender mode")
 	}
 	if o.Extender {
 		if s.extenderPort, err = plane.FreePort(); err != nil {
@@ -287,9 +292,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if err != nil {
 			return s, err
 		}
-		if s.PublisherReadsSources() {
+		if s.PublisherReadsSources() || s.ExtenderReadsSources() {
 			o.ExtenderArgs = append(o.ExtenderArgs, "--capacity-sources="+path)
-		} else {
+		}
+		if !s.PublisherReadsSources() {
 			o.Controller = true
 			o.ControllerArgs = append(o.ControllerArgs, "--capacity-sources="+path)
 		}
@@ -326,6 +332,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 func (s *Stack) PublisherReadsSources() bool {
 	o := s.Opts
 	return o.Native && o.CapacitySources != "" && !o.NoAwaitCapacitySource && !o.NativeMirror
+}
+
+// ExtenderReadsSources reports whether extender mode's extender reads the
+// capacity sources itself (Options.SchedulerReadsSources).
+func (s *Stack) ExtenderReadsSources() bool {
+	o := s.Opts
+	return o.SchedulerReadsSources && o.Extender && !o.Native && !o.DRA && o.CapacitySources != "" && !o.NoAwaitCapacitySource
 }
 
 // DeployFile is the path of a file under deploy/.

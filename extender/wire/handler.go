@@ -32,6 +32,12 @@ type HandlerOptions struct {
 	// Waiting, if not nil, learns from filter which pods wait for IPs to
 	// be freed (the requeuer's list).
 	Waiting *extender.Waiting
+	// CapacityMoves: the extender reads the capacity sources itself, so a
+	// node's capacity grows with no Node event, and kube-scheduler retries
+	// no pod an extender turned away until some event comes. A pod turned
+	// away for a capacity too small or not valid yet then waits in Waiting
+	// too, as for freed IPs, and the capacity's growth requeues it.
+	CapacityMoves bool
 	// Metrics receive what the verbs decide; nil: unregistered ones.
 	Metrics *extender.Metrics
 	// Ready reports whether the ledger has been rebuilt from the informers
@@ -59,7 +65,7 @@ func NewHandler(o HandlerOptions) http.Handler {
 	if o.Metrics == nil {
 		o.Metrics = extender.NewMetrics(nil)
 	}
-	s := &server{verbs: verbs{ledger: o.Ledger, waiting: o.Waiting, metrics: o.Metrics},
+	s := &server{verbs: verbs{ledger: o.Ledger, waiting: o.Waiting, metrics: o.Metrics, capacityMoves: o.CapacityMoves},
 		binder: o.Binder, ready: o.Ready, maxBytes: o.MaxRequestBytes}
 	if s.ready == nil {
 		s.ready = func() bool { return true }

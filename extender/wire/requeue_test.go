@@ -117,3 +117,31 @@ func TestRefusedBindTellsWaiting(t *testing.T) {
 		t.Errorf("binds_total{result=error} = %v, want 1", got)
 	}
 }
+
+// TestCapacityMovesWaits: where the extender reads the capacity sources
+// itself a node's capacity grows with no Node event, so a pod turned away
+// for a capacity too small waits as for freed IPs, and the growth touches
+// it; without CapacityMoves it waits for nothing (kube-scheduler retries
+// it on the mirror's Node event).
+func TestCapacityMovesWaits(t *testing.T) {
+	for _, moves := range []bool{false, true} {
+		t.Run(fmt.Sprintf("moves=%v", moves), func(t *testing.T) {
+			w := extender.NewWaiting(nil)
+			m := extender.NewMetrics(nil)
+			l := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10})
+			v := &verbs{ledger: l, waiting: w, metrics: m, capacityMoves: moves}
+			tr := &extender.Tracker{Ledger: l, Waiting: w, Metrics: m}
+			tr.SetNode(node("a", "0"))
+			p := pod("p", "", 1)
+			v.filter(namesArgs(p, "a"), new(Scratch))
+			if got, want := w.Len(), map[bool]int{false: 0, true: 1}[moves]; got != want {
+				t.Fatalf("waiting %d, want %d", got, want)
+			}
+			tr.SetNode(node("a", "2"))
+			want := map[bool]string{false: "[]", true: "[p]"}[moves]
+			if got := fmt.Sprint(touched(w.Next())); got != want {
+				t.Fatalf("after the node grew touched %s, want %s", got, want)
+			}
+		})
+	}
+}

@@ -22,6 +22,9 @@ type verbs struct {
 	ledger  *extender.Ledger
 	waiting *extender.Waiting // nil: not tracked
 	metrics *extender.Metrics
+	// capacityMoves: the extender reads the capacity sources itself, so a
+	// capacity grows with no Node event (HandlerOptions.CapacityMoves).
+	capacityMoves bool
 }
 
 // DecodeBindingArgs decodes and validates the body of /bind.
@@ -153,7 +156,7 @@ func (v *verbs) count(pod *v1.Pod, need int64, d extender.Filtered) {
 	case v.waiting == nil:
 	case len(d.Kept) > 0:
 		v.waiting.Fits(pod.UID)
-	case d.Waits():
+	case d.Waits() || v.capacityMoves && d.WaitsForCapacity():
 		var prio int32
 		if pod.Spec.Priority != nil {
 			prio = *pod.Spec.Priority

@@ -54,7 +54,7 @@ type Config struct {
 	Handler     http.Handler
 	// Synced reports whether the ledger is rebuilt from the informers.
 	Synced func() bool
-	// Sources is native mode's own read of the capacity sources
+	// Sources is the extender's own read of the capacity sources
 	// (--capacity-sources), nil without it; nodesSynced is the Node
 	// informer's, which it waits for.
 	Sources     *sourced.Reader
@@ -308,6 +308,7 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 		Ledger:          ledger,
 		Binder:          binder,
 		Waiting:         waiting,
+		CapacityMoves:   read != nil,
 		Metrics:         metrics,
 		Ready:           ready(synced, health),
 		MaxRequestBytes: o.MaxRequestBytes,

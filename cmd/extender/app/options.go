@@ -68,9 +68,10 @@ type Options struct {
 	PublishQPS     float32
 	PublishBurst   int
 	PublishWorkers int
-	// CapacitySources, with PublishCapacity, is capscale-controller's
-	// --capacity-sources file, read here: the publisher decides on the
-	// IPAM's objects and writes the mirror's annotations itself.
+	// CapacitySources, with AwaitCapacitySource, is capscale-controller's
+	// --capacity-sources file, read here: the ledger counts what the
+	// IPAM's objects say now, and with PublishCapacity the publisher
+	// decides on them and writes the mirror's annotations itself.
 	CapacitySources string
 	// sources are CapacitySources compiled by Validate.
 	sources []*capacitysource.Compiled
@@ -158,7 +159,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	nfs.Float32Var(&o.PublishQPS, "publish-qps", o.PublishQPS, "With --publish-capacity: steady Node status writes per second of the publisher, apart from --kube-api-qps (a fresh install writes every Node once: 5000 Nodes take at least 25 s at 200).")
 	nfs.IntVar(&o.PublishBurst, "publish-burst", o.PublishBurst, "With --publish-capacity: burst of the publisher's Node writes.")
 	nfs.IntVar(&o.PublishWorkers, "publish-workers", o.PublishWorkers, "With --publish-capacity: Nodes the publisher writes at once (one write per Node at a time).")
-	nfs.StringVar(&o.CapacitySources, "capacity-sources", o.CapacitySources, "With --publish-capacity and --await-capacity-source: capscale-controller's capacity-sources file, read here. The publisher reads the IPAM's objects itself, decides on what they say now, and writes the mirror's annotations (capscale.io/underlay-ip-source-capacity and the rest) in the same Node status patch as the capacity: one Node write a change. Run capscale-controller without --capacity-sources then: the publisher is the mirror. The chart sets it in native mode (controller.capacitySources.publisherReads).")
+	nfs.StringVar(&o.CapacitySources, "capacity-sources", o.CapacitySources, "With --await-capacity-source: capscale-controller's capacity-sources file, read here. The extender reads the IPAM's objects itself and counts what they say now in the place of the mirror's annotations, so that a change reaches filter and bind without waiting for the mirror's Node patch. With --publish-capacity (native mode) the publisher also writes the mirror's annotations (capscale.io/underlay-ip-source-capacity and the rest) in the same Node status patch as the capacity: one Node write a change; run capscale-controller without --capacity-sources then, the publisher is the mirror. In extender mode capscale-controller still mirrors them (kubectl capscale ips reads the Nodes). Not with --publish-devices. The chart sets it in native mode (controller.capacitySources.publisherReads).")
 	dfs := fss.FlagSet("DRA mode")
 	dfs.BoolVar(&o.PublishDevices, "publish-devices", o.PublishDevices, "Publish every node's underlay IPs ("+underlay.CapacityRuleText+") as DRA devices, one per IP, in a ResourceSlice pool per node of the driver "+names.UnderlayIPDriver+", so that kube-scheduler allocates capscale.io/underlay-ip through the DeviceClass "+names.UnderlayIPDeviceClass+" (DRA mode, Kubernetes 1.37 and later); a node whose claims hold more devices than its capacity publishes none until they fall within it, so nothing is free beyond it and no running pod is evicted; and remove the finalizer capscale.io/underlay-ip-release from each pod once its node gave its IPs back, as --publish-capacity does. Leader-elected on the same Lease; not with --publish-capacity.")
 	dfs.BoolVar(&o.SkipNodeOperations, "skip-node-operations", o.SkipNodeOperations, "With --publish-devices: mark the ResourceSlices of every node whose kubelet declares the feature DRAOptionalNodeOperations (alpha in Kubernetes 1.37: its gate on kube-apiserver, kube-scheduler and the kubelet) with skipNodeOperations \"*\", so that the kubelet runs pods with underlay IPs without a kubelet plugin of "+names.UnderlayIPDriver+". Nodes that do not declare it are published without it.")
@@ -236,8 +237,11 @@ func (o *Options) Validate() []error {
 		}
 	}
 	if o.CapacitySources != "" {
-		if !o.PublishCapacity || !o.AwaitCapacitySource {
-			errs = append(errs, fmt.Errorf("--capacity-sources is read by the capacity publisher in place of the mirror it would wait for: it needs --publish-capacity and --await-capacity-source"))
+		if !o.AwaitCapacitySource {
+			errs = append(errs, fmt.Errorf("--capacity-sources is read in the place of the mirror the extender would wait for: it needs --await-capacity-source"))
+		}
+		if o.PublishDevices {
+			errs = append(errs, fmt.Errorf("--capacity-sources and --publish-devices exclude each other: DRA mode's devices follow the mirror's annotations"))
 		}
 		cs, err := capacitysource.Load(o.CapacitySources)
 		if err != nil {

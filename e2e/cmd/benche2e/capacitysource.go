@@ -334,6 +334,11 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 		o.ControllerArgs = append(o.ControllerArgs, "--capacity-source-qps=10", "--capacity-source-burst=5000")
 	case "extender":
 		o.Extender = true
+	case "extender-reads":
+		// The extender reads the sources itself; the mirror as in
+		// plugin-reads, for the readers of Nodes.
+		o.Extender, o.SchedulerReadsSources = true, true
+		o.ControllerArgs = append(o.ControllerArgs, "--capacity-source-qps=10", "--capacity-source-burst=5000")
 	case "native":
 		// As the chart's default renders it: the extender's publisher
 		// reads the sources itself and writes each change's capacity and
@@ -346,7 +351,7 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 		// mirrored value: two Node writes a change (publisherReads: false).
 		o.Native, o.NativeMirror = true, true
 	default:
-		return nil, fmt.Errorf("--source-cost-mode: %q is not plugin, plugin-reads, extender, native or native-mirror", churn.mode)
+		return nil, fmt.Errorf("--source-cost-mode: %q is not plugin, plugin-reads, extender, extender-reads, native or native-mirror", churn.mode)
 	}
 	// When the extender starts, every CiliumNode is in place: a fresh
 	// install's first read, timed from here where the publisher reads.
@@ -404,6 +409,16 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 		fmt.Printf("# capscale-scheduler restarted: every node read %.1fs after its start\n", read.Seconds())
 		time.Sleep(10 * time.Second)
 		schedRows = append(schedRows, row{Measure: fmt.Sprintf("Capacity source at %d nodes: capscale-scheduler reading the sources itself, every node read after its start", nodes),
+			Figure: fmt.Sprintf("%.1f s", read.Seconds())})
+	}
+	if churn.mode == "extender-reads" {
+		read, err := extenderFreshRead(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Printf("# the extender restarted: every node read %.1fs after its start\n", read.Seconds())
+		time.Sleep(10 * time.Second)
+		schedRows = append(schedRows, row{Measure: fmt.Sprintf("Capacity source at %d nodes: extender mode's extender reading the sources itself, every node read after its start", nodes),
 			Figure: fmt.Sprintf("%.1f s", read.Seconds())})
 	}
 	if sched := s.Plane.Scheduler(); sched != nil && strings.HasPrefix(churn.mode, "plugin") {
@@ -516,6 +531,33 @@ func publisherReadsCost(ctx context.Context, s *stack.Stack, nodes int, started 
 		return nil, err
 	}
 	return append(rows, churnRows...), nil
+}
+
+// extenderFreshRead restarts the extender, which reads the sources itself,
+// and returns how long after its start it logged that it had read every
+// node.
+func extenderFreshRead(ctx context.Context, s *stack.Stack) (time.Duration, error) {
+	const line = "Capacity sources read"
+	before := 0
+	if b, err := os.ReadFile(s.Extender.LogFile); err == nil {
+		before = strings.Count(string(b), line)
+	}
+	s.Extender.Stop(5 * time.Second)
+	start := time.Now()
+	if err := s.StartExtender(ctx); err != nil {
+		return 0, err
+	}
+	for time.Since(start) < 5*time.Minute {
+		if b, err := os.ReadFile(s.Extender.LogFile); err == nil && strings.Count(string(b), line) > before {
+			return time.Since(start), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return 0, fmt.Errorf("the extender logged no first read of the sources within 5m:\n%s", s.Extender.Tail(20))
 }
 
 // schedulerFreshRead restarts the plane's scheduler (capscale-scheduler
