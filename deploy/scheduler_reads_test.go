@@ -124,14 +124,15 @@ func TestHelmSchedulerReadsAuto(t *testing.T) {
 	}
 }
 
-// TestHelmSchedulerReadsRefused: schedulerReads outside plugin mode, or
-// without the wait for the mirror it takes the place of, fails the render
-// with a message naming the value.
+// TestHelmSchedulerReadsRefused: schedulerReads outside plugin and extender
+// modes, or without the wait for the mirror it takes the place of, fails
+// the render with a message naming the value.
 func TestHelmSchedulerReadsRefused(t *testing.T) {
 	for name, values := range map[string]string{
-		"extender mode": "extender: {mode: extender}\ncontroller: {capacitySources: {enabled: true, schedulerReads: true}}",
-		"no wait":       "controller: {capacitySources: {enabled: true, schedulerReads: true, awaitMirror: false}}",
-		"no sources":    "controller: {capacitySources: {enabled: false, schedulerReads: true}}",
+		"native mode": "extender: {mode: native}\ncontroller: {capacitySources: {enabled: true, schedulerReads: true}}",
+		"DRA mode":    "extender: {mode: dra}\ncontroller: {capacitySources: {enabled: true, schedulerReads: true}}",
+		"no wait":     "controller: {capacitySources: {enabled: true, schedulerReads: true, awaitMirror: false}}",
+		"no sources":  "controller: {capacitySources: {enabled: false, schedulerReads: true}}",
 	} {
 		_, err := helmTemplate(t, "-f", writeValues(t, values))
 		if err == nil || !strings.Contains(err.Error(), "controller.capacitySources.schedulerReads") {

@@ -355,11 +355,12 @@ capacity-source mirror (capacity sources on, awaitMirror not turned off).
 
 {{/*
 capscale.schedulerReads: "true" when capscale-scheduler reads the capacity
-sources' objects itself (plugin mode, controller.capacitySources.schedulerReads):
-the plugin's capacitySources argument, the file mounted, RBAC to read them.
-It needs the wait for the mirror, which it then follows on its own. auto
-(the default) is on wherever it can be, plugin mode with the wait; true is
-refused where it cannot, rather than quietly off.
+sources' objects itself (controller.capacitySources.schedulerReads): in
+plugin mode the plugin's capacitySources argument, in extender mode the
+extender's --capacity-sources; the file mounted, RBAC to read them. It needs
+the wait for the mirror, which it then follows on its own. auto (the
+default) is on in plugin mode with the wait; true is refused where it cannot
+be, rather than quietly off.
 */}}
 {{- define "capscale.schedulerReads" -}}
 {{- $cs := .Values.controller.capacitySources -}}
@@ -367,8 +368,8 @@ refused where it cannot, rather than quietly off.
 {{- if eq (toString $v) "auto" -}}
 {{- if and (eq .Values.extender.mode "plugin") (include "capscale.awaitMirror" .) -}}true{{- end -}}
 {{- else if $v -}}
-{{- if ne .Values.extender.mode "plugin" -}}
-{{- fail (printf "controller.capacitySources.schedulerReads: capscale-scheduler reads the sources only in plugin mode, not %s" .Values.extender.mode) -}}
+{{- if not (has .Values.extender.mode (list "plugin" "extender")) -}}
+{{- fail (printf "controller.capacitySources.schedulerReads: capscale-scheduler reads the sources only in plugin and extender modes, not %s (native mode: publisherReads)" .Values.extender.mode) -}}
 {{- end -}}
 {{- if not (include "capscale.awaitMirror" .) -}}
 {{- fail "controller.capacitySources.schedulerReads needs controller.enabled, controller.capacitySources.enabled and awaitMirror: the scheduler reads the sources in the place of the mirror it would wait for" -}}
