@@ -398,27 +398,26 @@ func sourceCost(ctx context.Context, nodes, events int, churn churnOptions, binD
 	time.Sleep(10 * time.Second)
 	withRSS, baseRSS := rss(s.Controller.Pid()), rss(base.Pid())
 	fmt.Printf("controller with the source: %s\tcontroller without: %s\n", withRSS, baseRSS)
-	if churn.mode == "plugin-reads" {
-		// What a fresh install's pods wait on here is the scheduler's own
-		// first read, not the mirror: restarted with every CiliumNode in
-		// place, as on an install's first start.
-		read, err := schedulerFreshRead(ctx, s.Plane)
-		if err != nil {
-			return nil, err
-		}
-		fmt.Printf("# capscale-scheduler restarted: every node read %.1fs after its start\n", read.Seconds())
-		time.Sleep(10 * time.Second)
-		schedRows = append(schedRows, row{Measure: fmt.Sprintf("Capacity source at %d nodes: capscale-scheduler reading the sources itself, every node read after its start", nodes),
-			Figure: fmt.Sprintf("%.1f s", read.Seconds())})
+	// What a fresh install's pods wait on where the scheduler (plugin
+	// mode) or the extender reads the sources is that reader's own first
+	// read, not the mirror: restarted with every CiliumNode in place, as
+	// on an install's first start.
+	var fresh func() (time.Duration, error)
+	var reader string
+	switch churn.mode {
+	case "plugin-reads":
+		fresh, reader = func() (time.Duration, error) { return schedulerFreshRead(ctx, s.Plane) }, "capscale-scheduler"
+	case "extender-reads":
+		fresh, reader = func() (time.Duration, error) { return extenderFreshRead(ctx, s) }, "extender mode's extender"
 	}
-	if churn.mode == "extender-reads" {
-		read, err := extenderFreshRead(ctx, s)
+	if fresh != nil {
+		read, err := fresh()
 		if err != nil {
 			return nil, err
 		}
-		fmt.Printf("# the extender restarted: every node read %.1fs after its start\n", read.Seconds())
+		fmt.Printf("# %s restarted: every node read %.1fs after its start\n", reader, read.Seconds())
 		time.Sleep(10 * time.Second)
-		schedRows = append(schedRows, row{Measure: fmt.Sprintf("Capacity source at %d nodes: extender mode's extender reading the sources itself, every node read after its start", nodes),
+		schedRows = append(schedRows, row{Measure: fmt.Sprintf("Capacity source at %d nodes: %s reading the sources itself, every node read after its start", nodes, reader),
 			Figure: fmt.Sprintf("%.1f s", read.Seconds())})
 	}
 	if sched := s.Plane.Scheduler(); sched != nil && strings.HasPrefix(churn.mode, "plugin") {
@@ -537,27 +536,12 @@ func publisherReadsCost(ctx context.Context, s *stack.Stack, nodes int, started 
 // and returns how long after its start it logged that it had read every
 // node.
 func extenderFreshRead(ctx context.Context, s *stack.Stack) (time.Duration, error) {
-	const line = "Capacity sources read"
-	before := 0
-	if b, err := os.ReadFile(s.Extender.LogFile); err == nil {
-		before = strings.Count(string(b), line)
-	}
-	s.Extender.Stop(5 * time.Second)
-	start := time.Now()
-	if err := s.StartExtender(ctx); err != nil {
-		return 0, err
-	}
-	for time.Since(start) < 5*time.Minute {
-		if b, err := os.ReadFile(s.Extender.LogFile); err == nil && strings.Count(string(b), line) > before {
-			return time.Since(start), nil
+	return firstRead(ctx, "the extender", s.Extender, func() (*plane.Process, error) {
+		if err := s.StartExtender(ctx); err != nil {
+			return nil, err
 		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	return 0, fmt.Errorf("the extender logged no first read of the sources within 5m:\n%s", s.Extender.Tail(20))
+		return s.Extender, nil
+	})
 }
 
 // schedulerFreshRead restarts the plane's scheduler (capscale-scheduler
@@ -565,31 +549,39 @@ func extenderFreshRead(ctx context.Context, s *stack.Stack) (time.Duration, erro
 // that it had read every node.
 func schedulerFreshRead(ctx context.Context, p *plane.Plane) (time.Duration, error) {
 	config, ok := p.RunningSchedulerConfig()
-	if !ok {
-		return 0, fmt.Errorf("no scheduler running")
-	}
-	const line = "Capacity sources read"
 	old := p.Scheduler()
-	if old == nil {
+	if !ok || old == nil {
 		return 0, fmt.Errorf("no scheduler running")
 	}
-	// The new process appends to the same log: wait for one line more.
+	return firstRead(ctx, "capscale-scheduler", old, func() (*plane.Process, error) {
+		if err := p.RestartScheduler(ctx, config); err != nil {
+			return nil, err
+		}
+		if sched := p.Scheduler(); sched != nil {
+			return sched, nil
+		}
+		return nil, fmt.Errorf("the scheduler did not come back")
+	})
+}
+
+// firstRead stops old and starts its process again (start; the new one
+// appends to the same log), and returns how long after its start the new
+// one logged that it had read every node: one line more.
+func firstRead(ctx context.Context, who string, old *plane.Process, start func() (*plane.Process, error)) (time.Duration, error) {
+	const line = "Capacity sources read"
 	before := 0
 	if b, err := os.ReadFile(old.LogFile); err == nil {
 		before = strings.Count(string(b), line)
 	}
 	old.Stop(5 * time.Second)
-	start := time.Now()
-	if err := p.RestartScheduler(ctx, config); err != nil {
+	started := time.Now()
+	proc, err := start()
+	if err != nil {
 		return 0, err
 	}
-	sched := p.Scheduler()
-	if sched == nil {
-		return 0, fmt.Errorf("the scheduler did not come back")
-	}
-	for time.Since(start) < 5*time.Minute {
-		if b, err := os.ReadFile(sched.LogFile); err == nil && strings.Count(string(b), line) > before {
-			return time.Since(start), nil
+	for time.Since(started) < 5*time.Minute {
+		if b, err := os.ReadFile(proc.LogFile); err == nil && strings.Count(string(b), line) > before {
+			return time.Since(started), nil
 		}
 		select {
 		case <-ctx.Done():
@@ -597,7 +589,7 @@ func schedulerFreshRead(ctx context.Context, p *plane.Plane) (time.Duration, err
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	return 0, fmt.Errorf("capscale-scheduler logged no first read of the sources within 5m:\n%s", sched.Tail(20))
+	return 0, fmt.Errorf("%s logged no first read of the sources within 5m:\n%s", who, proc.Tail(20))
 }
 
 func clientsFor(s *stack.Stack) (dynamic.Interface, error) {
