@@ -335,10 +335,10 @@ func (s *Stack) PublisherReadsSources() bool {
 }
 
 // ExtenderReadsSources reports whether extender mode's extender reads the
-// capacity sources itself (Options.SchedulerReadsSources).
+// capacity sources itself (Options.SchedulerReadsSources; Start refuses it
+// outside plugin and extender modes and without the awaited sources).
 func (s *Stack) ExtenderReadsSources() bool {
-	o := s.Opts
-	return o.SchedulerReadsSources && o.Extender && !o.Native && !o.DRA && o.CapacitySources != "" && !o.NoAwaitCapacitySource
+	return s.Opts.SchedulerReadsSources && !s.Opts.Plugin
 }
 
 // DeployFile is the path of a file under deploy/.
