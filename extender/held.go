@@ -147,7 +147,7 @@ func (t *Tracker) deleted(pod *CachedPod, tombstone bool) {
 	uid := pod.UID
 	after(hold, func() {
 		node, room := t.Ledger.EndHold(uid)
-		t.Waiting.Freed(room)
+		t.Waiting.FreedOn(node, room)
 		if node != "" && t.UsageChanged != nil {
 			t.UsageChanged(node)
 		}

@@ -232,7 +232,7 @@ func (t *Tracker) SetNode(node *v1.Node) {
 		node = t.Over(node)
 	}
 	c := t.Ledger.SetNode(node)
-	t.Waiting.Freed(c.Freed)
+	t.Waiting.FreedOn(node.Name, c.Freed)
 	switch {
 	case !c.Changed:
 	case c.Invalid != "":

@@ -1,7 +1,9 @@
 package extender
 
 import (
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +26,10 @@ import (
 //
 // Writes are bounded: a release of n IPs earns n credits (one per IP, a pod
 // spends its need) and at most triesPerFreedIP×n writes; a pod is touched at
-// most once per release; the writer adds a rate limit on top.
+// most once per release; the writer adds a rate limit on top. A release on
+// a named node (FreedOn) wakes only the pods that may go there: under a
+// busy pool, a pod that fits on one node is not retried for every other
+// node's growth.
 type Waiting struct {
 	clock clock.PassiveClock
 	// count mirrors len(pods) so that the filter's fit path skips the lock
@@ -58,6 +63,11 @@ type waiter struct {
 	// fits is set when a later filter found room: the pod no longer waits,
 	// but stays known until it shows up bound, for the reuse histogram.
 	fits bool
+	// nodes are where the pod may go, when its latest filter saw so few
+	// that they are all (maxReach); nil: anywhere. freedGen is the latest
+	// release it may use: it is touched again only after a later one.
+	nodes    []string
+	freedGen uint64
 }
 
 const (
@@ -74,6 +84,11 @@ const (
 	// reached the extender (an in-tree filter rejected it, or its backoff,
 	// at most 10 s by default, is still running).
 	outstandingTimeout = 15 * time.Second
+	// maxReach bounds the nodes kept per pod. It is below kube-scheduler's
+	// minFeasibleNodesToFind (100, v1.37.2 pkg/scheduler/schedule_one.go:57,
+	// 866-892): a filter call with fewer names had every feasible node, not
+	// a sample of them.
+	maxReach = 16
 )
 
 // NewWaiting returns an empty set; clk defaults to the real clock.
@@ -101,9 +116,12 @@ type Touch struct {
 }
 
 // Rejected records that filter found no node with room for the pod because
-// IPs were exhausted. A pod that was touched and is rejected again gives its
-// credit back, so that another waiting pod may use the freed IPs.
-func (w *Waiting) Rejected(uid types.UID, namespace, name string, priority int32, need int64) {
+// IPs were exhausted. nodes are the nodes that filter was asked about, all
+// that passed kube-scheduler's own filters: the pod waits for those alone
+// when they are few (none: anywhere). A pod that was touched and is
+// rejected again gives its credit back, so that another waiting pod may use
+// the freed IPs.
+func (w *Waiting) Rejected(uid types.UID, namespace, name string, priority int32, need int64, nodes ...string) {
 	if uid == "" || w == nil {
 		return
 	}
@@ -115,12 +133,33 @@ func (w *Waiting) Rejected(uid types.UID, namespace, name string, priority int32
 		if len(w.pods) >= maxWaiting {
 			return
 		}
-		p = &waiter{namespace: namespace, name: name, since: now}
+		// A release may have been counted between this pod's filter and
+		// now: as before targeting, a new pod may take what credit is left.
+		p = &waiter{namespace: namespace, name: name, since: now, freedGen: w.gen}
 		w.pods[uid] = p
 		w.count.Store(int64(len(w.pods)))
 	}
 	p.priority, p.need, p.last, p.fits = priority, need, now, false
+	p.nodes = reach(nodes)
 	w.giveBackLocked(p)
+}
+
+// reach is what a waiter keeps of the nodes its filter saw: a copy (the
+// names may live in a request's buffer), or nil for anywhere.
+func reach(nodes []string) []string {
+	if len(nodes) == 0 || len(nodes) > maxReach {
+		return nil
+	}
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		out[i] = strings.Clone(n)
+	}
+	return out
+}
+
+// mayUse: a release on node (anywhere if "") may let the pod fit.
+func (p *waiter) mayUse(node string) bool {
+	return node == "" || p.nodes == nil || slices.Contains(p.nodes, node)
 }
 
 // giveBackLocked returns the credit a touched pod took, when its touch did
@@ -204,9 +243,14 @@ func (w *Waiting) Bound(uid types.UID) (sinceFreed time.Duration, ok bool) {
 	return now.Sub(w.lastFreed), true
 }
 
-// Freed records that n IPs became free. It reports whether anything waits,
-// i.e. whether Next may now have work.
-func (w *Waiting) Freed(n int64) bool {
+// Freed records that n IPs became free where the caller cannot say (a
+// pod's deletion, expired reservations). It reports whether a pod waits
+// that may use them, i.e. whether Next may now have work.
+func (w *Waiting) Freed(n int64) bool { return w.FreedOn("", n) }
+
+// FreedOn records that n IPs became free on node: only the pods that may
+// go there are touched for them.
+func (w *Waiting) FreedOn(node string, n int64) bool {
 	if w == nil || n <= 0 {
 		return false
 	}
@@ -218,17 +262,26 @@ func (w *Waiting) Freed(n int64) bool {
 		return false
 	}
 	w.gen++
-	w.credit += n
-	w.budget += triesPerFreedIP * n
-	// More credit than the waiting pods could claim only inflates writes.
-	var need int64
+	// More credit than the pods that may use it could claim only inflates
+	// writes.
+	var need, waiting int64
 	for _, p := range w.pods {
-		if !p.fits {
+		if p.fits {
+			continue
+		}
+		if p.mayUse(node) {
+			p.freedGen = w.gen
+		}
+		if p.touchedGen < p.freedGen {
 			need += p.need
+			waiting++
 		}
 	}
-	w.credit = min(w.credit, need)
-	w.budget = min(w.budget, triesPerFreedIP*int64(len(w.pods)))
+	if waiting == 0 {
+		return false
+	}
+	w.credit = min(w.credit+n, need)
+	w.budget = min(w.budget+triesPerFreedIP*n, triesPerFreedIP*waiting)
 	w.signal()
 	return true
 }
@@ -253,7 +306,7 @@ func (w *Waiting) Next() []Touch {
 			p.outstanding = false
 			w.credit += p.need
 		}
-		if !p.fits && !p.outstanding && p.touchedGen < w.gen {
+		if !p.fits && !p.outstanding && p.touchedGen < p.freedGen {
 			eligible = append(eligible, &waiterRef{uid, p})
 		}
 	}

@@ -2,6 +2,7 @@ package extender
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -185,5 +186,66 @@ func TestWaitingGaugeIsTheSetNow(t *testing.T) {
 	RegisterWaiting(empty, nil)
 	if _, err := empty.Gather(); err != nil {
 		t.Errorf("a nil set (requeue off) must still serve the gauge: %v", err)
+	}
+}
+
+// TestWaitingFreedOn: a release on a named node touches only the pods that
+// may go there, the nodes their latest filter saw when few, and never a pod
+// pinned elsewhere, however long it has waited. A pod whose filter saw more
+// than maxReach nodes (or none named) may go anywhere.
+func TestWaitingFreedOn(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	w := NewWaiting(clk)
+	many := make([]string, maxReach+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("m%d", i)
+	}
+	seen := []string{"n1"}
+	pods := []struct {
+		name  string
+		nodes []string
+	}{{"on-n1", seen}, {"on-n2-n3", []string{"n2", "n3"}}, {"anywhere", nil}, {"many", many}}
+	nodes := map[string][]string{}
+	for _, r := range pods {
+		w.Rejected(types.UID(r.name), "ns", r.name, 0, 1, r.nodes...)
+		nodes[r.name] = slices.Clone(r.nodes)
+		clk.SetTime(clk.Now().Add(time.Second))
+	}
+	// The names are the pod's own: the request's buffer may be reused.
+	seen[0] = "n2"
+
+	for _, step := range []struct {
+		node string
+		n    int64
+		want []string
+	}{
+		{node: "n3", n: 1, want: []string{"on-n2-n3"}},
+		{node: "n9", n: 2, want: []string{"anywhere", "many"}},
+		{node: "n1", n: 4, want: []string{"on-n1", "anywhere", "many"}},
+	} {
+		if !w.FreedOn(step.node, step.n) {
+			t.Fatalf("FreedOn(%s) says nothing waits for it", step.node)
+		}
+		if got := touched(w.Next()); fmt.Sprint(got) != fmt.Sprint(step.want) {
+			t.Fatalf("a release on %s touched %v, want %v", step.node, got, step.want)
+		}
+		for _, p := range step.want {
+			w.Rejected(types.UID(p), "ns", p, 0, 1, nodes[p]...) // each retry failed again
+		}
+	}
+
+	// Only pinned pods wait: a release elsewhere touches no one.
+	w.Forget("anywhere")
+	w.Forget("many")
+	if w.FreedOn("n9", 5) {
+		t.Error("FreedOn(n9) says a pod waits for it; every pod left is pinned elsewhere")
+	}
+	if got := w.Next(); len(got) != 0 {
+		t.Errorf("a release on n9 touched %v", touched(got))
+	}
+	// A release anyone may use (a pod's deletion, node unknown) wakes all.
+	w.Freed(2)
+	if got := touched(w.Next()); fmt.Sprint(got) != "[on-n1 on-n2-n3]" {
+		t.Errorf("an unnamed release touched %v, want both pinned pods", got)
 	}
 }

@@ -145,3 +145,29 @@ func TestCapacityMovesWaits(t *testing.T) {
 		})
 	}
 }
+
+// TestGrowthWakesThePodsThatMayGoThere: filter tells Waiting the nodes it
+// was asked about, so a node's growth touches only the pods whose filter
+// saw it (kube-scheduler sends the nodes that passed its own filters). A
+// pod pinned to a is not retried for b's growth, however long it waited.
+func TestGrowthWakesThePodsThatMayGoThere(t *testing.T) {
+	w := extender.NewWaiting(nil)
+	m := extender.NewMetrics(nil)
+	l := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10})
+	v := &verbs{ledger: l, waiting: w, metrics: m}
+	tr := &extender.Tracker{Ledger: l, Waiting: w, Metrics: m}
+	for _, n := range []string{"a", "b"} {
+		tr.SetNode(node(n, "1"))
+		tr.SetPod(extender.Compact(pod("held-"+n, n, 1)))
+	}
+	v.filter(namesArgs(pod("on-a", "", 1), "a"), new(Scratch))
+	v.filter(namesArgs(pod("on-b", "", 1), "b"), new(Scratch))
+	tr.SetNode(node("b", "2"))
+	if got := touched(w.Next()); fmt.Sprint(got) != "[on-b]" {
+		t.Fatalf("after b grew touched %v, want [on-b]", got)
+	}
+	tr.SetNode(node("a", "2"))
+	if got := touched(w.Next()); fmt.Sprint(got) != "[on-a]" {
+		t.Fatalf("after a grew touched %v, want [on-a]", got)
+	}
+}

@@ -112,7 +112,7 @@ func (v *verbs) filter(args *Args, sc *Scratch) *FilterResult {
 	names := candidateNames(args)
 	d := extender.Filter(need, v.usagesFor(args, names, sc), sc.filtered)
 	sc.filtered = d
-	v.count(args.Pod, need, d)
+	v.count(args.Pod, need, names, d)
 
 	res.failed = sc.failed[:0]
 	if len(d.Kept) == 0 {
@@ -147,8 +147,9 @@ func (v *verbs) filter(args *Args, sc *Scratch) *FilterResult {
 }
 
 // count records what filter decided: the rejected nodes by cause, and
-// whether the pod now waits for IPs to be freed (the requeuer's list).
-func (v *verbs) count(pod *v1.Pod, need int64, d extender.Filtered) {
+// whether the pod now waits for IPs to be freed on one of names (the
+// requeuer's list).
+func (v *verbs) count(pod *v1.Pod, need int64, names []string, d extender.Filtered) {
 	for _, c := range d.Causes {
 		v.metrics.FilteredNodes.WithLabelValues(c.Cause).Add(float64(c.N))
 	}
@@ -161,7 +162,7 @@ func (v *verbs) count(pod *v1.Pod, need int64, d extender.Filtered) {
 		if pod.Spec.Priority != nil {
 			prio = *pod.Spec.Priority
 		}
-		v.waiting.Rejected(pod.UID, pod.Namespace, pod.Name, prio, need)
+		v.waiting.Rejected(pod.UID, pod.Namespace, pod.Name, prio, need, names...)
 	}
 }
 
