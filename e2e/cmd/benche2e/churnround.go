@@ -46,9 +46,10 @@ type churnRun struct {
 	written []string
 	// patcher writes the Node patches of a patchOnly round.
 	patcher *nodePatcher
-	// workers is capscale-controller's --capacity-source-workers, 0 as
+	// variant is the flag capscale-controller was restarted with, "" as
 	// the stack started it; restarts counts its restarts (each a log).
-	workers, restarts int
+	variant  string
+	restarts int
 	// prof profiles kube-apiserver over each kind's first round (nil: not).
 	prof *apiProfiler
 	// readers is how many readers of the IPAM's objects a watchOnly round
@@ -153,8 +154,8 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 	}
 	reader, readerURL := sourceReader(r.s)
 	pid := reader.Pid()
-	if kind == withCapscale && r.workers > 0 {
-		label = fmt.Sprintf("with capscale at %d workers", r.workers)
+	if kind == withCapscale && r.variant != "" {
+		label = "with capscale, " + r.variant
 	}
 	stopped := kind.stopsController()
 	if stopped {

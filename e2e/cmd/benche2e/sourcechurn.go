@@ -30,9 +30,10 @@ import (
 type churnOptions struct {
 	nodes, probes int
 	rates         []int
-	// workers are the --capacity-source-workers each rate's rounds with
-	// capscale run at, one round each; empty: one round, as started.
-	workers []int
+	// variants are the capscale-controller flags each rate's rounds with
+	// capscale run with, one round each (--capacity-source-workers=16,
+	// --capacity-source-qps=1); empty: one round, as started.
+	variants []string
 	// split adds three rounds at each rate that tell capscale's loads
 	// apart: its watch of the IPAM's objects without its Node patches,
 	// the patches without the watch, and the patches without the
@@ -50,6 +51,22 @@ type churnOptions struct {
 	// plugin-reads, extender (kube-scheduler asking capscale's extender)
 	// or native (kube-scheduler counting the published allocatable).
 	mode string
+}
+
+// controllerVariants are the capscale-controller flags of the churn's
+// rounds with capscale: one per worker count, then one per mirror rate.
+func controllerVariants(workers, mirrorQPS []int) []string {
+	var out []string
+	for _, n := range workers {
+		out = append(out, fmt.Sprintf("--capacity-source-workers=%d", n))
+	}
+	// The burst as the rate: a long churn's steady state, not the first
+	// pass the chart's burst of 5000 is for (a restarted controller's
+	// bucket starts full, and would write a whole round at will).
+	for _, q := range mirrorQPS {
+		out = append(out, fmt.Sprintf("--capacity-source-qps=%d --capacity-source-burst=%d", q, q))
+	}
+	return out
 }
 
 // checkReaders: more readers than capscale-controller only where there is
@@ -255,7 +272,7 @@ func (c apiserverCost) rates(since apiserverCost, d time.Duration) apiserverCost
 // beside an idle window.
 func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID, o churnOptions) ([]row, error) {
 	span := o.nodes - o.probes
-	withRounds := max(len(o.workers), 1)
+	withRounds := max(len(o.variants), 1)
 	perRound := o.probes / max(len(o.rates)*withRounds, 1)
 	if span < 1 || len(o.rates) == 0 || slices.Min(o.rates) < 1 || perRound < 1 || o.length < time.Second {
 		return nil, fmt.Errorf("churn: %d nodes, %d probes, rates %v a second for %s: want a node left to change, a probe per rate, a change a second and a second", o.nodes, o.probes, o.rates, o.length)
@@ -349,18 +366,18 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 	nextProbe := 0
 	for i, rate := range o.rates {
 		// The sides in an order turned by one from rate to rate: the IPAM
-		// alone, capscale at each of o.workers (or as started), and with
-		// split the parts of capscale's load.
+		// alone, capscale with each of o.variants (or as started), and
+		// with split the parts of capscale's load.
 		type side struct {
 			kind    roundKind
-			workers int
+			variant string
 		}
 		sides := []side{{kind: ipamAlone}}
-		if len(o.workers) == 0 {
+		if len(o.variants) == 0 {
 			sides = append(sides, side{kind: withCapscale})
 		}
-		for _, n := range o.workers {
-			sides = append(sides, side{kind: withCapscale, workers: n})
+		for _, v := range o.variants {
+			sides = append(sides, side{kind: withCapscale, variant: v})
 		}
 		if o.split {
 			sides = append(sides, side{kind: watchOnly}, side{kind: patchOnly}, side{kind: patchUnchecked})
@@ -374,8 +391,8 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 		}
 		var with []sided
 		for _, sd := range sides {
-			if sd.workers > 0 {
-				if err := r.restartController(ctx, sd.workers); err != nil {
+			if sd.variant != "" {
+				if err := r.restartController(ctx, sd.variant); err != nil {
 					return nil, err
 				}
 			}
@@ -400,8 +417,8 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 			if o.mode != "plugin" {
 				label = ", " + o.mode + " mode"
 			}
-			if w.workers > 0 {
-				label += fmt.Sprintf(", --capacity-source-workers %d", w.workers)
+			if w.variant != "" {
+				label += ", " + w.variant
 			}
 			rows = append(rows, churnRows(o.nodes, rate, label, alone, w.round, idle)...)
 		}
@@ -409,24 +426,24 @@ func sourceChurn(ctx context.Context, s *stack.Stack, uids map[string]types.UID,
 	return rows, nil
 }
 
-// restartController runs capscale-controller at workers, unless it runs
-// so already: the replica is stopped and a new one started with the same
-// flags, which lists every Node and object again and writes nothing where
-// the Nodes are up to date (waitQuiet before the next round lets that
-// pass).
-func (r *churnRun) restartController(ctx context.Context, workers int) error {
-	if r.workers == workers {
+// restartController runs capscale-controller with the flag variant added
+// to the stack's, unless it runs so already: the replica is stopped and a
+// new one started, which lists every Node and object again and writes
+// nothing where the Nodes are up to date (waitQuiet before the next round
+// lets that pass).
+func (r *churnRun) restartController(ctx context.Context, variant string) error {
+	if r.variant == variant {
 		return nil
 	}
 	r.s.Controller.Stop(30 * time.Second)
 	r.restarts++
-	c, err := r.s.StartController(ctx, fmt.Sprintf("controller-churn-%d", r.restarts), fmt.Sprintf("--capacity-source-workers=%d", workers))
+	c, err := r.s.StartController(ctx, fmt.Sprintf("controller-churn-%d", r.restarts), strings.Fields(variant)...)
 	if err != nil {
-		return fmt.Errorf("restarting capscale-controller at %d workers: %w", workers, err)
+		return fmt.Errorf("restarting capscale-controller with %s: %w", variant, err)
 	}
 	r.s.Controller = c
-	r.workers = workers
-	fmt.Printf("# capscale-controller restarted with --capacity-source-workers=%d\n", workers)
+	r.variant = variant
+	fmt.Printf("# capscale-controller restarted with %s\n", variant)
 	return nil
 }
 
