@@ -109,6 +109,7 @@ func main() {
 	churnLength := flag.Duration("source-churn-length", 45*time.Second, "capacity-source: how long each churn round runs (and the idle window it is compared with)")
 	churnProbes := flag.Int("source-churn-probes", 30, "capacity-source: nodes with a pod waiting for one of the churn's changes, shared out among the rates")
 	churnWorkers := flag.String("source-churn-workers", "", "capacity-source: --capacity-source-workers values, comma-separated; each rate then runs one round with capscale for each, in an order turned from rate to rate, capscale-controller restarted between them; empty keeps the controller's default")
+	churnMirrorOff := flag.Bool("source-churn-mirror-off", false, "capacity-source, where a scheduler reads the sources itself (plugin-reads, extender-reads): each rate also runs a round with capscale-controller reading no source, so writing no Node, its probes bound by the scheduler's own read alone")
 	churnMirrorQPS := flag.String("source-churn-mirror-qps", "", "capacity-source: --capacity-source-qps values (the mirror's Node writes a second after its first pass), comma-separated, each with a burst as large (a long churn's steady state); as --source-churn-workers, and beside it")
 	budgetChanges := flag.Int("budget-changes", 50, "throughput, --mode dra: nodes whose budget each round of the budget-change cost changes (4 rounds an arm, alternated); 0 skips it")
 	clientQPS := flag.Int("client-qps", 0, "if set, kube-scheduler's and the extender's client QPS (burst twice that); 0 keeps the deployed defaults (50/100)")
@@ -191,7 +192,7 @@ func main() {
 		err = kedaBench(ctx, keda)
 	case "capacity-source":
 		err = capacitySourceBench(ctx, *capacityModes, *sourceChanges, *costNodes, *costEvents,
-			churnOptions{rates: rates, variants: controllerVariants(workers, mirrorQPS), split: *churnSplit, readers: *churnReaders, mode: *costMode, length: *churnLength, probes: *churnProbes, profiles: *churnProfiles}, *binDir, *nodeLease)
+			churnOptions{rates: rates, variants: controllerVariants(workers, mirrorQPS, *churnMirrorOff), split: *churnSplit, readers: *churnReaders, mode: *costMode, length: *churnLength, probes: *churnProbes, profiles: *churnProfiles}, *binDir, *nodeLease)
 	case "node-patch":
 		err = nodePatchCost(ctx, *nodes, *patchRate, *rounds, *churnLength, *binDir, *nodeLease)
 	case "soak":

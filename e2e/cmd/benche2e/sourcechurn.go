@@ -53,9 +53,15 @@ type churnOptions struct {
 	mode string
 }
 
+// noMirror is the variant in which capscale-controller reads no source
+// and so writes no Node: where a scheduler reads the sources itself, what
+// the mirror's patches cost it.
+const noMirror = "--capacity-sources="
+
 // controllerVariants are the capscale-controller flags of the churn's
-// rounds with capscale: one per worker count, then one per mirror rate.
-func controllerVariants(workers, mirrorQPS []int) []string {
+// rounds with capscale: one per worker count, one per mirror rate, and
+// noMirror last if off.
+func controllerVariants(workers, mirrorQPS []int, off bool) []string {
 	var out []string
 	for _, n := range workers {
 		out = append(out, fmt.Sprintf("--capacity-source-workers=%d", n))
@@ -65,6 +71,9 @@ func controllerVariants(workers, mirrorQPS []int) []string {
 	// bucket starts full, and would write a whole round at will).
 	for _, q := range mirrorQPS {
 		out = append(out, fmt.Sprintf("--capacity-source-qps=%d --capacity-source-burst=%d", q, q))
+	}
+	if off {
+		out = append(out, noMirror)
 	}
 	return out
 }
