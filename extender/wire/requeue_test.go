@@ -19,11 +19,8 @@ import (
 // deleting a bound pod, dropping a reservation or growing a node frees room
 // and so makes Next touch it; a pod that fits or binds is forgotten.
 func TestLedgerFeedsWaiting(t *testing.T) {
-	w := extender.NewWaiting(nil)
-	m := extender.NewMetrics(nil)
-	l := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10})
-	v := &verbs{ledger: l, waiting: w, metrics: m}
-	tr := &extender.Tracker{Ledger: l, Waiting: w, Metrics: m}
+	w, v, tr := waitingRig(false)
+	m := v.metrics
 	tr.SetNode(node("a", "1"))
 	held := pod("held", "a", 1)
 	tr.SetPod(extender.Compact(held))
@@ -81,6 +78,15 @@ func TestLedgerFeedsWaiting(t *testing.T) {
 	}
 }
 
+// waitingRig is the wire's verbs and the informers' tracker over one
+// ledger and one Waiting, as the extender wires them.
+func waitingRig(capacityMoves bool) (*extender.Waiting, *verbs, *extender.Tracker) {
+	w := extender.NewWaiting(nil)
+	m := extender.NewMetrics(nil)
+	l := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10})
+	return w, &verbs{ledger: l, waiting: w, metrics: m, capacityMoves: capacityMoves}, &extender.Tracker{Ledger: l, Waiting: w, Metrics: m}
+}
+
 func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
 	t.Helper()
 	var m dto.Metric
@@ -126,11 +132,7 @@ func TestRefusedBindTellsWaiting(t *testing.T) {
 func TestCapacityMovesWaits(t *testing.T) {
 	for _, moves := range []bool{false, true} {
 		t.Run(fmt.Sprintf("moves=%v", moves), func(t *testing.T) {
-			w := extender.NewWaiting(nil)
-			m := extender.NewMetrics(nil)
-			l := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10})
-			v := &verbs{ledger: l, waiting: w, metrics: m, capacityMoves: moves}
-			tr := &extender.Tracker{Ledger: l, Waiting: w, Metrics: m}
+			w, v, tr := waitingRig(moves)
 			tr.SetNode(node("a", "0"))
 			p := pod("p", "", 1)
 			v.filter(namesArgs(p, "a"), new(Scratch))
@@ -151,11 +153,7 @@ func TestCapacityMovesWaits(t *testing.T) {
 // saw it (kube-scheduler sends the nodes that passed its own filters). A
 // pod pinned to a is not retried for b's growth, however long it waited.
 func TestGrowthWakesThePodsThatMayGoThere(t *testing.T) {
-	w := extender.NewWaiting(nil)
-	m := extender.NewMetrics(nil)
-	l := extender.NewLedger(extender.LedgerOptions{DefaultCapacity: 10})
-	v := &verbs{ledger: l, waiting: w, metrics: m}
-	tr := &extender.Tracker{Ledger: l, Waiting: w, Metrics: m}
+	w, v, tr := waitingRig(false)
 	for _, n := range []string{"a", "b"} {
 		tr.SetNode(node(n, "1"))
 		tr.SetPod(extender.Compact(pod("held-"+n, n, 1)))
