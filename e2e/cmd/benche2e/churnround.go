@@ -240,7 +240,7 @@ func (r *churnRun) round(ctx context.Context, rate int, kind roundKind, firstPro
 		k := r.next
 		r.next++
 		node, capacity := r.change(kind, k)
-		if kind != watchOnly && (kind != withCapscale || r.variant != noMirror) {
+		if kind != watchOnly && r.variant != noMirror {
 			mirror.expect(node, strconv.Itoa(capacity))
 		}
 		slots <- struct{}{}
