@@ -10,10 +10,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/capscale/capscale/e2e/plane"
 	"github.com/capscale/capscale/e2e/stack"
@@ -155,15 +153,7 @@ func rejectedSaying(ctx context.Context, t *testing.T, s *stack.Stack, ns, prefi
 			t.Fatalf("pod %s waits saying %q, want %q", name, msg, want)
 		}
 		t.Logf("pod %s was tried before the scheduler saw the node's write (%q); a new pod", name, msg)
-		if err := s.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-			t.Fatal(err)
-		}
-		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, err := s.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		}); err != nil {
-			t.Fatalf("pod %s not gone: %v", name, err)
-		}
+		deleteAndWaitGone(ctx, t, s, ns, name)
 	}
 	t.Fatalf("10 pods in a row were tried against the node as it was before its write")
 }
