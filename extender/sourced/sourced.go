@@ -1,10 +1,11 @@
-// Package sourced is native mode's own read of the capacity sources
+// Package sourced is the extender's own read of the capacity sources
 // (capscale-extender --capacity-sources): the View capscale-controller's
-// mirror writes from, held in the extender, so that the capacity
-// publisher decides on what the IPAM says now and writes the mirror's
-// annotations in the same Node status patch as the capacity. A capacity
-// change is then one Node write, not the mirror's patch and then the
-// publisher's (issue 55 §6); the controller mirrors nothing in this mode.
+// mirror writes from, held in the extender, so that its ledger counts,
+// and native mode's publisher decides on, what the IPAM says now; the
+// publisher writes the mirror's annotations in the same Node status patch
+// as the capacity. In native mode a capacity change is then one Node write,
+// not the mirror's patch and then the publisher's (issue 55 §6); the
+// controller mirrors nothing in that mode.
 package sourced
 
 import (
@@ -48,7 +49,7 @@ type Reader struct {
 func New(nodes corelisters.NodeLister, reg prometheus.Registerer) *Reader {
 	r := &Reader{nodes: nodes, gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "capscale_extender_capacity_sources_synced",
-		Help: "1 once native mode's publisher has read its capacity sources' objects and every Node (--capacity-sources), else 0: until then nothing is published.",
+		Help: "1 once the extender has read its capacity sources' objects and every Node (--capacity-sources), else 0: until then it is not ready and publishes nothing.",
 	})}
 	if reg != nil {
 		reg.MustRegister(r.gauge)

@@ -13,6 +13,7 @@
 //	GET  /capacity    extender.Report: per node capacity, used, reserved, free, pods
 //	GET  /healthz     200 while the process serves
 //	GET  /readyz      200 once the ledger is rebuilt from the informers
+//	                  (and the capacity sources, with --capacity-sources)
 //	GET  /metrics     Prometheus, capscale_extender_* plus Go and process
 //
 // Until /readyz is 200 the verbs and /capacity answer 503: a ledger that has

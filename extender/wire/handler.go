@@ -125,7 +125,7 @@ func writeText(w http.ResponseWriter, code int, msg string) {
 
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !s.ready() {
-		writeText(w, http.StatusServiceUnavailable, "informers not synced or not connected: the underlay IP ledger does not follow the apiserver")
+		writeText(w, http.StatusServiceUnavailable, "informers or capacity sources not synced, or not connected: the underlay IP ledger does not follow the apiserver")
 		return
 	}
 	writeText(w, http.StatusOK, "ok")
@@ -137,7 +137,7 @@ func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 // The body is read into sc's buffer (nil sc: its own).
 func (s *server) readBody(w http.ResponseWriter, r *http.Request, sc *Scratch) ([]byte, bool) {
 	if !s.ready() {
-		httpserver.WriteError(w, http.StatusServiceUnavailable, "the underlay IP ledger is not rebuilt from the informers yet")
+		httpserver.WriteError(w, http.StatusServiceUnavailable, "the underlay IP ledger is not rebuilt from the informers and capacity sources yet")
 		return nil, false
 	}
 	if r.ContentLength > s.maxBytes {
@@ -282,7 +282,7 @@ func (s *server) bind(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) capacity(w http.ResponseWriter, _ *http.Request) {
 	if !s.ready() {
-		httpserver.WriteError(w, http.StatusServiceUnavailable, "the underlay IP ledger is not rebuilt from the informers yet")
+		httpserver.WriteError(w, http.StatusServiceUnavailable, "the underlay IP ledger is not rebuilt from the informers and capacity sources yet")
 		return
 	}
 	httpserver.WriteJSON(w, http.StatusOK, s.ledger.Report())

@@ -224,6 +224,14 @@ func (o *Options) config(c clients, mc metadata.Interface, health *kube.WatchHea
 	if err != nil {
 		return nil, err
 	}
+	if read != nil {
+		// Until the sources are read every node counts 0, "not read yet":
+		// a replica that answered then would turn away pods another one
+		// places (CI, stop 77). It stays out of the Service and its verbs
+		// answer 503, which kube-scheduler retries, until it has read them.
+		informers := synced
+		synced = func() bool { return informers() && read.HasSynced() }
+	}
 	var pending cache.SharedIndexInformer
 	if waiting != nil && mc != nil {
 		if pending, err = extender.PendingPodInformer(mc); err != nil {
