@@ -34,6 +34,15 @@ func TestExtenderReadsCapacitySources(t *testing.T) {
 	n0 := plane.NodeName(0)
 	putObject(ctx, t, s, src.gvr, src.object(n0, "", 0))
 	waitMirrored(ctx, t, s, n0, is(0), 0)
+	// The extender's own read of the object may come after the mirror's
+	// (CI, stop 77, before its /readyz waited for the sources: three pods
+	// were tried while it had read nothing). A pod turned away for
+	// capacity, not for a node not read or with no object, shows it has.
+	if err := s.WaitForNamespace(ctx, "probe"); err != nil {
+		t.Fatal(err)
+	}
+	probe := rejectedSaying(ctx, t, s, "probe", "probe", n0, "underlay IP capacity too small", "capacity source not read yet", "object maps to this node")
+	deleteAndWaitGone(ctx, t, s, "probe", probe)
 
 	// From here on only the extender's own read can see a change.
 	s.Controller.Stop(30 * time.Second)
