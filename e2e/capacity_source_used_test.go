@@ -79,6 +79,7 @@ func TestCapacitySourceUsed(t *testing.T) {
 		// account for.
 		putObject(ctx, t, s, poolsGVR, usedPool(n0, 3, 3))
 		waitUsed(ctx, t, s, n0, "3", 2)
+		schedulerSaw(ctx, t, s, n0)
 		createPods(ctx, t, s, underlayPod(ns, "p-2", "p"))
 		waitRejected(ctx, t, s, ns, "p-2")
 		stayBoundPending(ctx, t, s, ns, 2, 1, 3*time.Second)
