@@ -139,9 +139,9 @@ func setCapacity(ctx context.Context, t *testing.T, s *stack.Stack, node, v stri
 // kube-scheduler's Node and Pod watches are not ordered, so a pod made just
 // after a Node write may be tried against the node as it was (CI, stop 76),
 // and an extender's read of a source may lag the mirror's (stop 77): its
-// message then says one of stale, and a capacity that only fell, or stayed, wakes
-// no one (afterNodeUpdated), so it is deleted and the next one made. Any
-// other message, or stale ones for a minute, fails the test.
+// message then says one of stale, and a capacity that only fell, or
+// stayed, wakes no one (afterNodeUpdated), so it is deleted and the next
+// one made. Any other message, or stale ones for a minute, fails the test.
 func rejectedSaying(ctx context.Context, t *testing.T, s *stack.Stack, ns, prefix, node, want string, stale ...string) string {
 	t.Helper()
 	start := time.Now()
