@@ -39,29 +39,12 @@ func startServer(t *testing.T, o *Options, client *http.Client, scheme string) s
 			Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{
 				v1.ResourceName(names.UnderlayIPResource): resource.MustParse("1")}}}}}},
 	)
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- runWithClient(ctx, o, cs, func(a net.Addr) { addrc <- a }) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("server did not shut down")
-		}
-	})
-	var base string
-	select {
-	case a := <-addrc:
-		base = scheme + "://" + a.String()
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
+	c, err := o.ConfigWithClient(cs)
+	if err != nil {
+		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	ctx, base := serveConfig(t, c, scheme)
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		resp, err := client.Get(base + "/readyz")
 		if err != nil {
 			return false, nil
@@ -235,6 +218,35 @@ func TestRunFailsWhenTheProbeAddressIsTaken(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run kept running without its probe port")
 	}
+}
+
+// serveConfig runs c until the test ends and returns the context it runs
+// under and its base URL (scheme://address) once it listens.
+func serveConfig(t *testing.T, c *Config, scheme string) (context.Context, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	c.Listening = func(a net.Addr) { addrc <- a }
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("server did not shut down")
+		}
+	})
+	select {
+	case a := <-addrc:
+		return ctx, scheme + "://" + a.String()
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+	return nil, ""
 }
 
 // runWithClient is what the command does after connecting: Config, then Run.

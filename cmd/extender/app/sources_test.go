@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -60,20 +59,7 @@ func TestNotReadyUntilSourcesRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	c.Listening = func(a net.Addr) { addrc <- a }
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("server did not shut down")
-		}
-	})
-	base := "http://" + (<-addrc).String()
+	ctx, base := serveConfig(t, c, "http")
 	get := func(method, path string) (int, string) {
 		req, _ := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader("{}"))
 		resp, err := http.DefaultClient.Do(req)
